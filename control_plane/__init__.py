@@ -1,0 +1,1 @@
+"""netco control plane: P4Runtime controller, ScaleAcross Explorer, FIELDING."""

@@ -1,0 +1,1 @@
+"""The ``netco`` command line (see :mod:`host.cli.main`)."""

@@ -1,0 +1,30 @@
+"""Build the fused CPU kernels of the THC codec (host/thc/_fused.c).
+
+Everything else about the package lives in pyproject.toml. The extension is optional at run
+time: without a C compiler the codec falls back to its vectorized torch path.
+"""
+
+import os
+import sys
+
+from setuptools import Extension, setup
+
+compile_args = ["-O3", "-ffp-contract=off", "-fno-math-errno"]
+link_args: list[str] = []
+if sys.platform.startswith("linux"):
+    compile_args.append("-fopenmp")
+    link_args.append("-fopenmp")
+if os.environ.get("NETCO_NATIVE", "1") == "1" and sys.platform.startswith("linux"):
+    compile_args.append("-march=native")
+
+setup(
+    ext_modules=[
+        Extension(
+            "host.thc._fused",
+            sources=["host/thc/_fused.c"],
+            extra_compile_args=compile_args,
+            extra_link_args=link_args,
+            optional=True,
+        )
+    ]
+)
