@@ -1,0 +1,1 @@
+"""Benchmarks that print one JSON object (also run as ``netco bench ...``)."""

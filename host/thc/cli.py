@@ -1,0 +1,135 @@
+"""``netco thc``: run the THC protocol on your own tensors, show tables."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from host.cli.main import UsageError
+from host.thc.codec import NonFiniteError, THCCodec
+from host.thc.config import THCConfig, THCConfigError, parse_fraction
+from host.thc.lanes import LaneOverflowError
+from host.thc.simulate import allreduce
+from host.thc.table import optimal_table, predicted_nmse, table_cost
+
+
+def add_codec_args(p: argparse.ArgumentParser) -> None:
+    """THC parameters shared by every command that builds a codec."""
+    p.add_argument("--bits", type=int, default=4, help="b, bits per coordinate (default 4)")
+    p.add_argument("--granularity", type=int, default=30, help="g, table values 0..g (default 30)")
+    p.add_argument("--clip", default="1/32", help="p, clipped tail mass (default 1/32)")
+    p.add_argument("--block", type=int, default=1024, help="Hadamard block (0: full length)")
+    p.add_argument("--seed", type=int, default=42, help="shared seed of the random signs")
+
+
+def config_from_args(args: argparse.Namespace) -> THCConfig:
+    """Build a :class:`THCConfig` from :func:`add_codec_args` arguments."""
+    try:
+        return THCConfig(bits=args.bits, granularity=args.granularity,
+                         clip_mass=parse_fraction(args.clip), block=args.block, seed=args.seed)
+    except THCConfigError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="thc_command", metavar="SUBCOMMAND", required=True)
+    rt = sub.add_parser(
+        "roundtrip",
+        help="run norm agreement, encode, integer sum and decode over worker tensors (.npy)",
+        description="Each input .npy file is one worker's gradient (same shape, float dtype). "
+        "Writes the decoded average and reports its error against the true average.",
+    )
+    rt.add_argument("--inputs", nargs="+", required=True, metavar="W.npy")
+    rt.add_argument("--output", required=True, metavar="AVG.npy")
+    rt.add_argument("--round", type=int, default=0, help="round number (keys the randomness)")
+    rt.add_argument("--json", action="store_true", help="print one JSON object")
+    add_codec_args(rt)
+    rt.set_defaults(func=run_roundtrip)
+    tb = sub.add_parser("table", help="print the table for (b, g, p) and its predicted error")
+    add_codec_args(tb)
+    tb.add_argument("--json", action="store_true")
+    tb.set_defaults(func=run_table)
+
+
+def _load(path: str) -> np.ndarray:
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"{path}: no such file")
+    try:
+        arr = np.load(p, allow_pickle=False)
+    except Exception as exc:  # numpy raises several kinds for bad files
+        raise UsageError(f"{path}: not a readable .npy file ({exc.__class__.__name__})") from exc
+    if not isinstance(arr, np.ndarray) or arr.dtype.kind != "f":
+        raise UsageError(f"{path}: dtype {getattr(arr, 'dtype', '?')} is not a float array")
+    if arr.size == 0:
+        raise UsageError(f"{path}: empty array")
+    return arr
+
+
+def run_roundtrip(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    arrays = [_load(p) for p in args.inputs]
+    for path, a in zip(args.inputs[1:], arrays[1:], strict=True):
+        if a.shape != arrays[0].shape:
+            raise UsageError(f"{path}: shape {a.shape} differs from {args.inputs[0]}'s {arrays[0].shape}")
+    tensors = [torch.from_numpy(np.ascontiguousarray(a)) for a in arrays]
+    codec = THCCodec(cfg)
+    try:
+        res = allreduce(codec, tensors, round=args.round)
+    except NonFiniteError as exc:
+        raise UsageError(str(exc)) from exc
+    except LaneOverflowError as exc:
+        raise UsageError(str(exc)) from exc
+    out = res.average.numpy()
+    np.save(args.output, out)
+    true = np.mean([a.astype(np.float64) for a in arrays], axis=0)
+    denom = float(np.sum(true * true))
+    err = float(np.sum((out.astype(np.float64) - true) ** 2))
+    report = {
+        "workers": len(arrays),
+        "shape": list(arrays[0].shape),
+        "dtype": str(arrays[0].dtype),
+        "nmse": err / denom if denom > 0 else err,
+        "bytes_up_per_worker": res.bytes_up,
+        "bytes_down_per_worker": res.bytes_down,
+        "fp32_bytes": int(arrays[0].size) * 4,
+        "lane_bits": res.lane_bits,
+        "contributions": res.count,
+        "output": args.output,
+        "config": cfg.describe(),
+    }
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(f"{report['workers']} workers, {arrays[0].size} elements: NMSE {report['nmse']:.5f}, "
+              f"{res.bytes_up} B up / {res.bytes_down} B down per worker "
+              f"(fp32: {report['fp32_bytes']} B), {res.lane_bits}-bit lanes -> {args.output}")
+    return 0
+
+
+def run_table(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    opt = optimal_table(cfg.bits, cfg.granularity, cfg.clip_mass)
+    info = {
+        "table": list(cfg.levels),
+        "optimal": list(opt),
+        "cost": table_cost(cfg.levels, cfg.granularity, cfg.clip_mass),
+        "optimal_cost": table_cost(opt, cfg.granularity, cfg.clip_mass),
+        "T": cfg.T,
+        **{
+            f"predicted_{k}": v
+            for k, v in predicted_nmse(cfg.levels, cfg.granularity, cfg.clip_mass).items()
+        },
+    }
+    if args.json:
+        print(json.dumps(info))
+    else:
+        for k, v in info.items():
+            print(f"{k:>20}: {v}")
+    sys.stdout.flush()
+    return 0
