@@ -20,6 +20,8 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("demo", "host.cli.demo", "run the main job on the embedded default (no switch hardware)"),
     ("thc", "host.thc.cli", "THC codec tools: round-trip your own tensors, show tables"),
     ("bench", "host.cli.bench", "benchmarks that print one JSON object"),
+    ("train", "host.training.cli", "train a task with N workers and a gradient compressor (THC, ...)"),
+    ("p4", "host.cli.p4", "build the P4 programs (runs p4c when present)"),
     ("explore", "control_plane.scaleacross.cli", "ScaleAcross Explorer: plan training across buildings"),
     ("fielding", "control_plane.fielding.cli", "FIELDING: clustered federated learning under drift"),
 ]
