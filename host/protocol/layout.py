@@ -1,0 +1,221 @@
+"""The netco THC aggregation protocol: every header layout and constant, written once.
+
+This module is the single source of truth for the wire format described in
+``docs/protocol.md``. Three consumers derive from it and never restate it:
+
+* the host library packs and unpacks messages with :mod:`host.protocol.codec`;
+* scapy layers are generated from it in :mod:`host.protocol.scapy_layers`;
+* the P4 program's header types and constants are generated from it by ``p4/gen.py``
+  (``p4/v1model/include/generated_protocol.p4``).
+
+Design follows the in-network aggregation systems summarised in
+``/work/shared/reference/in-network-aggregation.md`` (SwitchML's two copies per slot, ATP's
+32-bit contributor bitmap) carrying THC integers (Li et al., NSDI 2024, steps 8-10).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+#: UDP destination (and source) port of every THC message: 0x5448, ASCII "TH".
+THC_UDP_PORT = 0x5448
+
+#: Protocol version carried in every header; the switch drops any other value.
+THC_VERSION = 1
+
+#: Coordinates per data packet (fixed payload, zero-padded; see docs/protocol.md for the choice).
+COORDS_PER_PACKET = 256
+
+#: float32 norms per norm packet (one per chunk that the packet's slot covers).
+NORMS_PER_PACKET = 32
+
+#: Bits per coordinate going up (THC b = 4: two indices per byte, even element high).
+INDEX_BITS = 4
+
+#: Lane widths a result may use (bits per summed coordinate going down).
+LANE_WIDTHS = (8, 16, 32)
+
+#: Contributor bitmaps are 32 bits wide, so at most 32 contributors per switch and job.
+MAX_WORKERS = 32
+
+#: Entries in a THC table (2^b for b = 4).
+TABLE_ENTRIES = 1 << INDEX_BITS
+
+
+class MsgType(enum.IntEnum):
+    """Message types (``msg_type`` header field)."""
+
+    #: worker -> switch: packed 4-bit THC indices of one slot/round.
+    DATA = 1
+    #: switch -> workers (or parent -> child switch): lane sums, count and bitmap.
+    RESULT = 2
+    #: worker -> switch: float32 norms, the switch keeps the maximum.
+    NORM = 3
+    #: switch -> workers: the maximum norms, count and bitmap.
+    NORM_RESULT = 4
+    #: child switch -> parent switch: a partial aggregate (lane sums) as one contributor.
+    PARTIAL = 5
+    #: child switch -> parent switch: a partial norm maximum as one contributor.
+    NORM_PARTIAL = 6
+
+
+#: Message types travelling towards the root (contributions).
+UP_TYPES = frozenset({MsgType.DATA, MsgType.NORM, MsgType.PARTIAL, MsgType.NORM_PARTIAL})
+#: Message types travelling away from the root (results).
+DOWN_TYPES = frozenset({MsgType.RESULT, MsgType.NORM_RESULT})
+#: Message types whose payload holds float32 norms.
+NORM_TYPES = frozenset({MsgType.NORM, MsgType.NORM_RESULT, MsgType.NORM_PARTIAL})
+
+
+class Flag(enum.IntFlag):
+    """Bits of the ``flags`` header field."""
+
+    #: set by a sender on a retransmitted contribution (informational; the bitmap dedups).
+    RETX = 0x01
+    #: set by the switch on a stored result sent again to answer a retransmission.
+    RESENT = 0x02
+
+
+class DropReason(enum.IntEnum):
+    """Index of the switch's drop counter (``ingress.drops``) for each reason a packet dies.
+
+    A contribution that is absorbed into a slot without completing it is not a drop; it is
+    counted by the contribution counter instead.
+    """
+
+    NONE = 0
+    #: truncated THC packet (parser ran out of bytes) or THC header without its payload.
+    SHORT = 1
+    #: ``version`` is not :data:`THC_VERSION`.
+    BAD_VERSION = 2
+    #: unknown ``msg_type``.
+    BAD_TYPE = 3
+    #: field out of range: set bit, set != round parity, element count, rank, lane width.
+    MALFORMED = 4
+    #: no controller entry for ``job_id``.
+    UNKNOWN_JOB = 5
+    #: (job, rank) not bound to this ingress port and source address, or a result not from
+    #: the job's parent, or a worker sending a child-switch message type.
+    BAD_SENDER = 6
+    #: slot index outside the job's slot range.
+    BAD_SLOT = 7
+    #: round older than the one the slot copy holds (a late packet of a finished round).
+    STALE = 8
+    #: contributor already counted in an incomplete slot (the retransmission waits).
+    DUPLICATE = 9
+    #: ordinary IPv4 packet without a route.
+    NO_ROUTE = 10
+    #: not IPv4 (or an IPv4 packet the parser could not read).
+    NOT_IPV4 = 11
+    #: IPv4 TTL expired.
+    TTL_EXPIRED = 12
+
+
+#: Size of the drop counter array (room for future reasons).
+DROP_REASONS = 16
+
+
+@dataclass(frozen=True)
+class Field:
+    """One header field: its name (also the P4 and scapy name), width in bits and meaning."""
+
+    name: str
+    bits: int
+    doc: str
+
+
+#: The THC header that follows the UDP header, in wire order (network byte order).
+THC_HEADER: tuple[Field, ...] = (
+    Field("version", 8, "protocol version, THC_VERSION"),
+    Field("msg_type", 8, "MsgType"),
+    Field("flags", 8, "Flag bits (RETX, RESENT)"),
+    Field("lane_bits", 8, "bits per payload element: 4 (DATA), 8/16/32 (lanes), 32 (norms)"),
+    Field("job_id", 16, "job the message belongs to (controller-assigned)"),
+    Field("rank", 8, "contributor id at this switch: worker rank, or child-switch id; "
+                     "255 on multicast results"),
+    Field("slot_set", 8, "which of the slot's two copies: round parity (0 or 1)"),
+    Field("slot", 16, "slot index within the job's slot range"),
+    Field("elem_count", 16, "meaningful elements in the payload (rest is zero padding)"),
+    Field("round", 32, "round of this slot (per-slot sequence number)"),
+    Field("chunk_offset", 32, "index of the payload's first element in the sender's tensor"),
+    Field("bitmap", 32, "bit r set = worker rank r is in the sum (results, partials)"),
+    Field("count", 8, "number of worker contributions in the sum (results, partials)"),
+    Field("reserved0", 8, "zero"),
+    Field("reserved1", 16, "zero"),
+)
+
+#: Rank value the switch writes into multicast results.
+RANK_ALL = 255
+
+
+def header_bytes(fields: tuple[Field, ...] = THC_HEADER) -> int:
+    """Length in bytes of a header made of ``fields`` (must be whole bytes)."""
+    bits = sum(f.bits for f in fields)
+    if bits % 8:
+        raise ValueError(f"header of {bits} bits is not whole bytes")
+    return bits // 8
+
+
+THC_HEADER_BYTES = header_bytes()
+
+
+@dataclass(frozen=True)
+class Payload:
+    """A fixed-size payload header: ``count`` elements of ``bits`` bits named ``prefix<i>``."""
+
+    name: str
+    prefix: str
+    bits: int
+    count: int
+
+    @property
+    def nbytes(self) -> int:
+        """Length in bytes."""
+        return self.bits * self.count // 8
+
+    @property
+    def fields(self) -> tuple[Field, ...]:
+        """The payload as a tuple of fields (P4 and scapy use one field per element)."""
+        return tuple(Field(f"{self.prefix}{i}", self.bits, "") for i in range(self.count))
+
+
+#: 4-bit indices going up, packed two per byte (even element in the high nibble).
+INDICES = Payload("indices", "p", 8, COORDS_PER_PACKET // 2)
+#: Lane sums going down (and partial aggregates going up a tree), one payload per lane width.
+LANES: dict[int, Payload] = {w: Payload(f"lanes{w}", "l", w, COORDS_PER_PACKET) for w in LANE_WIDTHS}
+#: float32 norms as IEEE-754 bit patterns.
+NORMS = Payload("norms", "n", 32, NORMS_PER_PACKET)
+
+
+def payload_for(msg_type: int, lane_bits: int) -> Payload | None:
+    """Payload layout that follows a header with ``msg_type`` and ``lane_bits``.
+
+    Returns ``None`` for a combination the protocol does not define (the switch drops such
+    packets as malformed).
+    """
+    if msg_type == MsgType.DATA:
+        return INDICES if lane_bits == INDEX_BITS else None
+    if msg_type in NORM_TYPES:
+        return NORMS if lane_bits == 32 else None
+    if msg_type in (MsgType.RESULT, MsgType.PARTIAL):
+        return LANES.get(lane_bits)
+    return None
+
+
+def lane_bits_for(n: int, g: int) -> int:
+    """Narrowest lane width that holds a sum of ``n`` contributions of values in ``0..g``.
+
+    THC step 10 (Li et al., NSDI 2024): a lane must hold n·g without wrapping.
+
+    Raises
+    ------
+    ValueError
+        If ``n`` or ``g`` is not positive or n·g does not fit 32 bits.
+    """
+    if n < 1 or g < 1:
+        raise ValueError(f"lane_bits_for: n={n} and g={g} must be positive")
+    for w in LANE_WIDTHS:
+        if n * g <= (1 << w) - 1:
+            return w
+    raise ValueError(f"lane_bits_for: n*g = {n * g} does not fit a 32-bit lane")

@@ -1,0 +1,47 @@
+// THC load: turn the payload into one 32-bit addend per coordinate (meta.acc).
+// DATA: each 4-bit index is mapped through the job's THC table (THC step 9: the switch adds
+// table values L[q], integers 0..g). The controller keeps the table in
+// ingress.thc_load.tables (job_id -> load_table(v0..v15)); the action copies the 16 values into
+// a register scratch, which the generated per-coordinate code reads by nibble (a register read
+// per coordinate is cheaper in BMv2 than a table lookup per coordinate).
+// Lanes (PARTIAL, RESULT) and norms are copied as they are.
+#ifndef NETCO_THC_LOAD_P4
+#define NETCO_THC_LOAD_P4
+
+control ThcLoad(inout headers_t hdr, inout local_metadata_t meta) {
+    register<bit<8>>(THC_TABLE_ENTRIES) table_scratch;
+
+#include "generated_load_table_action.p4"
+
+    @name(".ingress.thc_load.missing_table")
+    action missing_table() {
+        meta.drop_reason = DROP_UNKNOWN_JOB;
+    }
+    @name(".ingress.thc_load.tables")
+    table tables {
+        key = { hdr.thc.job_id: exact @name("job_id"); }
+        actions = { load_table; @defaultonly missing_table; }
+        default_action = missing_table();
+        size = MAX_JOBS;
+    }
+
+    apply {
+        bit<8> t;
+        if (hdr.indices.isValid()) {
+            tables.apply();
+            if (meta.drop_reason == 0) {
+#include "generated_load_indices.p4"
+            }
+        } else if (hdr.lanes8.isValid()) {
+#include "generated_load_lanes8.p4"
+        } else if (hdr.lanes16.isValid()) {
+#include "generated_load_lanes16.p4"
+        } else if (hdr.lanes32.isValid()) {
+#include "generated_load_lanes32.p4"
+        } else if (hdr.norms.isValid()) {
+#include "generated_load_norms.p4"
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,118 @@
+// THC slot state machine: one cell per (slot, kind, set). SwitchML-style two copies per slot
+// (set = round parity) keep the previous round's result while the next round aggregates, so a
+// late retransmission can never mix rounds; the stored round number rejects older packets.
+// Decides meta.acc_mode and meta.out_action; the accumulate/emit/output controls act on them.
+// State lives in registers (BMv2 serves no register access over P4Runtime, see PI#376; hosts
+// learn everything from result packets, operators from the counters).
+#ifndef NETCO_THC_SLOT_P4
+#define NETCO_THC_SLOT_P4
+
+control ThcSlot(inout headers_t hdr, inout local_metadata_t meta) {
+    register<bit<32>>(THC_CELLS) round_reg;     // round the cell holds
+    register<bit<8>>(THC_CELLS) state_reg;      // ST_*
+    register<bit<32>>(THC_CELLS) contrib_reg;   // contributor bitmap (dedup at this switch)
+    register<bit<8>>(THC_CELLS) ncontrib_reg;   // distinct contributors at this switch
+    register<bit<8>>(THC_CELLS) count_reg;      // worker contributions in the sum
+    register<bit<32>>(THC_CELLS) workers_reg;   // worker bitmap of the sum
+
+    @name(".ingress.thc_slot.contributions")
+    counter(MAX_JOBS, CounterType.packets) contributions;
+
+    apply {
+        bit<32> slot = (bit<32>)meta.job.slot_base + (bit<32>)hdr.thc.slot;
+        meta.cell = (slot << 2) | ((bit<32>)meta.kind << 1) | (bit<32>)hdr.thc.slot_set[0:0];
+        meta.sum_base = meta.cell * THC_COORDS;
+        if (meta.from_switch == 1) {
+            meta.contrib_count = hdr.thc.count;
+            meta.contrib_workers = hdr.thc.bitmap;
+        } else {
+            meta.contrib_count = 1;
+            meta.contrib_workers = (bit<32>)1 << hdr.thc.rank;
+        }
+        meta.contrib_bit = (bit<32>)1 << hdr.thc.rank;
+
+        bit<32> rnd; bit<8> st; bit<32> cb; bit<8> nc; bit<8> cnt; bit<32> wb;
+        round_reg.read(rnd, meta.cell);
+        state_reg.read(st, meta.cell);
+        contrib_reg.read(cb, meta.cell);
+        ncontrib_reg.read(nc, meta.cell);
+        count_reg.read(cnt, meta.cell);
+        workers_reg.read(wb, meta.cell);
+
+        if (meta.is_up == 1) {
+            bool fresh = false;
+            if (st == ST_EMPTY) {
+                fresh = true;
+            } else if (rnd != hdr.thc.round) {
+                bit<32> ahead = hdr.thc.round - rnd;   // serial-number comparison
+                if (ahead[31:31] == 0) {
+                    fresh = true;
+                } else {
+                    meta.drop_reason = DROP_STALE;
+                }
+            }
+            if (meta.drop_reason == 0) {
+                if (fresh) {
+                    rnd = hdr.thc.round; st = ST_COLLECTING;
+                    cb = 0; nc = 0; cnt = 0; wb = 0;
+                    meta.keep = 0;            // first contributor overwrites the old sums
+                } else {
+                    meta.keep = 0xffffffff;
+                }
+                if ((cb & meta.contrib_bit) != 0) {
+                    // Retransmission of a counted contribution: never counted twice.
+                    if (st == ST_FINAL) {
+                        meta.acc_mode = ACC_READ; meta.out_action = OUT_ANSWER;
+                    } else if (st == ST_SENT_UP) {
+                        meta.acc_mode = ACC_READ; meta.out_action = OUT_UP; meta.retx = 1;
+                    } else {
+                        meta.drop_reason = DROP_DUPLICATE;
+                    }
+                } else if (st != ST_COLLECTING) {
+                    meta.drop_reason = DROP_STALE;  // round already complete without this sender
+                } else {
+                    cb = cb | meta.contrib_bit;
+                    nc = nc + 1;
+                    cnt = cnt + meta.contrib_count;
+                    wb = wb | meta.contrib_workers;
+                    meta.acc_mode = ACC_ADD;
+                    contributions.count((bit<32>)meta.job.index);
+                    if (nc >= meta.job.expected) {
+                        if (meta.job.has_parent == 1) {
+                            st = ST_SENT_UP; meta.out_action = OUT_UP;
+                        } else {
+                            st = ST_FINAL; meta.out_action = OUT_MULTICAST;
+                        }
+                    } else {
+                        meta.out_action = OUT_ABSORB;
+                    }
+                }
+                round_reg.write(meta.cell, rnd);
+                state_reg.write(meta.cell, st);
+                contrib_reg.write(meta.cell, cb);
+                ncontrib_reg.write(meta.cell, nc);
+                count_reg.write(meta.cell, cnt);
+                workers_reg.write(meta.cell, wb);
+            }
+        } else {
+            // A result from our parent: store it (it answers later retransmissions) and fan it
+            // out to our members.
+            if (rnd == hdr.thc.round && (st == ST_SENT_UP || st == ST_FINAL)) {
+                st = ST_FINAL;
+                cnt = hdr.thc.count;
+                wb = hdr.thc.bitmap;
+                state_reg.write(meta.cell, st);
+                count_reg.write(meta.cell, cnt);
+                workers_reg.write(meta.cell, wb);
+                meta.acc_mode = ACC_STORE;
+                meta.out_action = OUT_MULTICAST;
+            } else {
+                meta.drop_reason = DROP_STALE;
+            }
+        }
+        meta.out_count = cnt;
+        meta.out_bitmap = wb;
+    }
+}
+
+#endif
