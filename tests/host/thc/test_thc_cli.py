@@ -1,0 +1,106 @@
+"""``netco thc roundtrip``, ``netco bench codec`` and ``netco demo`` as a user runs them."""
+
+import json
+
+import numpy as np
+import pytest
+
+from host.cli.main import main
+
+
+@pytest.fixture
+def workers(tmp_path):
+    rng = np.random.default_rng(0)
+    paths = []
+    for w in range(3):
+        p = tmp_path / f"w{w}.npy"
+        np.save(p, rng.standard_normal((40, 50)).astype(np.float32 if w else np.float16))
+        paths.append(str(p))
+    return paths
+
+
+def test_roundtrip_writes_average_and_reports(workers, tmp_path, capsys):
+    out = tmp_path / "avg.npy"
+    rc = main(["thc", "roundtrip", "--inputs", *workers, "--output", str(out), "--json"])
+    assert rc == 0
+    rep = json.loads(capsys.readouterr().out)
+    avg = np.load(out)
+    true = np.mean([np.load(p).astype(np.float64) for p in workers], axis=0)
+    err = float(np.sum((avg - true) ** 2) / np.sum(true**2))
+    assert avg.shape == (40, 50)
+    assert rep["nmse"] == pytest.approx(err, rel=1e-3)
+    assert rep["nmse"] < 0.05
+    assert rep["lane_bits"] == 8 and rep["contributions"] == 3
+    assert rep["bytes_up_per_worker"] == 2048 // 2 + 4  # 2000 -> 2048 padded, 4 bits, + norm
+    assert rep["bytes_down_per_worker"] == 2048 + 4
+
+
+def test_roundtrip_options_change_the_codec(workers, tmp_path, capsys):
+    out = tmp_path / "avg.npy"
+    main(["thc", "roundtrip", "--inputs", *workers, "--output", str(out), "--json",
+          "--bits", "3", "--granularity", "16", "--clip", "1/32", "--seed", "7"])
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["config"]["table"] == [0, 3, 5, 7, 9, 11, 13, 16]
+    assert rep["config"]["seed"] == 7
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        ("missing", "no such file"),
+        ("shape", "differs"),
+        ("int", "not a float array"),
+        ("nan", "NaN or Inf"),
+        ("garbage", "not a readable .npy"),
+    ],
+)
+def test_roundtrip_bad_files_exit_2_with_one_line(workers, tmp_path, capsys, setup, message):
+    bad = tmp_path / "bad.npy"
+    if setup == "shape":
+        np.save(bad, np.zeros((3, 3), dtype=np.float32))
+    elif setup == "int":
+        np.save(bad, np.zeros((40, 50), dtype=np.int32))
+    elif setup == "nan":
+        a = np.zeros((40, 50), dtype=np.float32)
+        a[1, 2] = np.nan
+        np.save(bad, a)
+    elif setup == "garbage":
+        bad.write_bytes(b"not numpy")
+    rc = main(["thc", "roundtrip", "--inputs", workers[0], str(bad), "--output",
+               str(tmp_path / "o.npy")])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o.npy").exists()
+
+
+def test_bench_codec_prints_the_schema(capsys):
+    rc = main(["bench", "codec", "--sizes", "4096", "--repeat", "1", "--nmse-elements", "8192"])
+    assert rc == 0
+    rep = json.loads(capsys.readouterr().out)
+    row = rep["throughput"][0]
+    assert row["elements"] == 4096
+    for k in ("encode_s", "decode_s", "aggregate_s", "clone_s"):
+        assert row[k] > 0
+    for data in ("gaussian", "student_t3", "model_gradient"):
+        assert set(rep["nmse"][data]) >= {"thc", "uniform4", "per_worker4", "fp16"}
+    g = rep["nmse"]["gaussian"]
+    assert g["thc"] < g["uniform4"] < g["per_worker4"]
+
+
+def test_demo_json(capsys):
+    assert main(["demo", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["bits_per_coordinate_up"] == pytest.approx(4, abs=0.05)
+    assert rep["bits_per_coordinate_down"] == pytest.approx(8, abs=0.1)
+    assert rep["cosine_vs_exact_average"] > 0.9
+
+
+def test_help_lists_subcommands(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for cmd in ("demo", "thc", "bench", "train", "explore", "fielding"):
+        assert cmd in out
