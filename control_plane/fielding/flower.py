@@ -1,0 +1,448 @@
+"""FIELDING as a Flower (>= 1.20, message API) ``Strategy`` that keeps one model per cluster.
+
+Flower's ``Strategy.start`` loop carries one ``ArrayRecord`` between rounds. This strategy packs
+every cluster's model into that record under the key prefix ``c<cluster id>/`` (see
+:func:`pack` / :func:`unpack`), so the stock loop, checkpoints and ``Result.arrays`` keep working.
+Each round:
+
+1. ``configure_train`` sends a ``query.fielding_representation`` message to every node; a
+   client answers with its representation only when it moved more than ``tau`` since it last
+   reported (client-side drift detection), else with an empty reply;
+2. :class:`~control_plane.fielding.clusterer.FieldingClusterer` migrates or re-clusters;
+   models of new clusters start from the nearest old cluster's model;
+3. each node gets its cluster's model in a ``train`` message (config key ``cluster-id``);
+4. ``aggregate_train`` does FedAvg per cluster, weighted by ``num-examples``.
+
+The matching client side is :func:`make_client_app`. :class:`LocalGrid` runs real ``ClientApp``
+objects in-process so that Flower's own ``Strategy.start`` can drive a whole run without a
+simulation backend (Flower's simulation engine needs Ray, which is not installed here).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from itertools import count
+
+import numpy as np
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Message,
+    MessageType,
+    MetricRecord,
+    RecordDict,
+)
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Strategy
+
+from control_plane.fielding.clusterer import FieldingClusterer, carry_models
+from control_plane.fielding.config import FieldingConfig
+from control_plane.fielding.representation import client_representation, l1
+
+log = logging.getLogger(__name__)
+
+QUERY_REPRESENTATION = "query.fielding_representation"
+REPR_KEY = "representation"
+
+
+# --------------------------------------------------------------------------- packing
+def pack(models: dict[int, dict[str, np.ndarray]]) -> ArrayRecord:
+    """One ``ArrayRecord`` holding every cluster's arrays under ``c<id>/<name>``."""
+    arrays = {}
+    for cid in sorted(models):
+        for name, value in models[cid].items():
+            arrays[f"c{cid}/{name}"] = Array(np.asarray(value))
+    return ArrayRecord(array_dict=arrays)
+
+
+def unpack(record: ArrayRecord) -> dict[int, dict[str, np.ndarray]] | None:
+    """Inverse of :func:`pack`; ``None`` when ``record`` is a plain (unpacked) model."""
+    keys = list(record.keys())
+    if not keys or not all(k.startswith("c") and "/" in k for k in keys):
+        return None
+    out: dict[int, dict[str, np.ndarray]] = {}
+    for key in keys:
+        head, name = key.split("/", 1)
+        try:
+            cid = int(head[1:])
+        except ValueError:
+            return None
+        out.setdefault(cid, {})[name] = record[key].numpy()
+    return out
+
+
+def _to_dict(record: ArrayRecord) -> dict[str, np.ndarray]:
+    return {k: record[k].numpy() for k in record}
+
+
+def _to_record(arrays: dict[str, np.ndarray]) -> ArrayRecord:
+    return ArrayRecord(array_dict={k: Array(np.asarray(v)) for k, v in arrays.items()})
+
+
+# --------------------------------------------------------------------------- strategy
+class FieldingStrategy(Strategy):
+    """Clustered FedAvg whose clusters FIELDING maintains under drift.
+
+    Parameters
+    ----------
+    config : FieldingConfig
+        Clustering knobs (logged by :meth:`summary`); the representation knobs are also sent
+        to clients so that they compute the representation the server expects.
+    weighted_by_key : str
+        Metric key with the sample count of a reply (FedAvg weight).
+    arrayrecord_key, configrecord_key : str
+        Keys of the model and config records in messages (as Flower's FedAvg).
+    query_timeout : float
+        Seconds to wait for representation replies.
+    """
+
+    def __init__(
+        self,
+        config: FieldingConfig | None = None,
+        weighted_by_key: str = "num-examples",
+        arrayrecord_key: str = "arrays",
+        configrecord_key: str = "config",
+        query_timeout: float = 600.0,
+    ) -> None:
+        self.config = config or FieldingConfig()
+        self.weighted_by_key = weighted_by_key
+        self.arrayrecord_key = arrayrecord_key
+        self.configrecord_key = configrecord_key
+        self.query_timeout = query_timeout
+        self.clusterer = FieldingClusterer(self.config)
+        self.models: dict[int, dict[str, np.ndarray]] = {}
+        self.initial: dict[str, np.ndarray] | None = None
+        self.sent_to: dict[int, int] = {}  # node id -> cluster id of this round's train message
+        self.representation_bytes = 0
+        self.updates = []  # ClusterUpdate per round
+
+    def summary(self) -> None:
+        """Log every FIELDING parameter."""
+        self.config.log(log)
+        log.info("FieldingStrategy: weighted by %r, arrays key %r, config key %r",
+                 self.weighted_by_key, self.arrayrecord_key, self.configrecord_key)
+
+    # ------------------------------------------------------------------- helpers
+    def _query_config(self, server_round: int) -> ConfigRecord:
+        c = self.config
+        return ConfigRecord({
+            "server-round": server_round, "tau": c.tau, "representation": c.representation,
+            "embed-dim": c.embed_dim, "embed-weight": c.embed_weight,
+            "embed-seed": c.embed_seed,
+        })
+
+    def _adopt(self, arrays: ArrayRecord) -> None:
+        packed = unpack(arrays)
+        if packed is None:
+            if self.initial is None:
+                self.initial = _to_dict(arrays)
+        else:
+            self.models = packed
+
+    def _collect_representations(self, server_round: int, grid: Grid) -> dict[int, np.ndarray]:
+        nodes = list(grid.get_node_ids())
+        cfg = self._query_config(server_round)
+        msgs = [
+            Message(RecordDict({self.configrecord_key: cfg}), dst_node_id=n,
+                    message_type=QUERY_REPRESENTATION)
+            for n in nodes
+        ]
+        reps: dict[int, np.ndarray] = {}
+        for reply in grid.send_and_receive(msgs, timeout=self.query_timeout):
+            if reply.has_error():
+                log.warning("node %d: no representation (%s)", reply.metadata.src_node_id,
+                            reply.error.reason)
+                continue
+            rec = reply.content.array_records.get(REPR_KEY)
+            if rec is not None and "rep" in rec:
+                reps[reply.metadata.src_node_id] = rec["rep"].numpy()
+                self.representation_bytes += rec["rep"].numpy().astype(np.float32).nbytes
+            else:
+                self.representation_bytes += 1
+        return reps
+
+    def _cluster_messages(
+        self, server_round: int, config: ConfigRecord, message_type: str
+    ) -> list[Message]:
+        msgs = []
+        self.sent_to = {}
+        for node, cid in self.clusterer.assignment.items():
+            cfg = ConfigRecord({**dict(config), "server-round": server_round,
+                                "cluster-id": int(cid)})
+            content = RecordDict({self.arrayrecord_key: _to_record(self.models[cid]),
+                                  self.configrecord_key: cfg})
+            msgs.append(Message(content, dst_node_id=int(node), message_type=message_type))
+            self.sent_to[int(node)] = int(cid)
+        return msgs
+
+    # ------------------------------------------------------------------- training
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Query representations, update the clustering, send each node its cluster's model."""
+        self._adopt(arrays)
+        reps = self._collect_representations(server_round, grid)
+        update = self.clusterer.observe(reps)
+        self.updates.append(update)
+        initial = self.initial
+        if initial is None:
+            raise ValueError("FieldingStrategy: start() needs initial arrays (a plain model)")
+        self.models = carry_models(
+            self.models, update, set(self.clusterer.centres),
+            init=lambda: {k: v.copy() for k, v in initial.items()},
+            copy=lambda m: {k: v.copy() for k, v in m.items()},
+        )
+        log.info("round %d: %d clusters, %d drifted, %s", server_round,
+                 len(self.models), len(update.drifted), update.reason)
+        return self._cluster_messages(server_round, config, MessageType.TRAIN)
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """FedAvg per cluster (weighted by ``num-examples``); returns the packed models."""
+        per_cluster: dict[int, list[tuple[dict[str, np.ndarray], float]]] = {}
+        metrics: list[tuple[MetricRecord, float]] = []
+        for reply in replies:
+            if reply.has_error():
+                log.warning("node %d failed: %s", reply.metadata.src_node_id,
+                            reply.error.reason)
+                continue
+            node = reply.metadata.src_node_id
+            cid = self.sent_to.get(node)
+            content = reply.content
+            if cid is None or self.arrayrecord_key not in content.array_records:
+                log.warning("ignoring reply from node %d (not sent a model this round)", node)
+                continue
+            mrec = next(iter(content.metric_records.values()), MetricRecord())
+            n = float(mrec.get(self.weighted_by_key, 0))
+            if n <= 0:
+                raise ValueError(f"reply from node {node} lacks a positive "
+                                 f"'{self.weighted_by_key}' metric (FedAvg weight)")
+            per_cluster.setdefault(cid, []).append((_to_dict(content[self.arrayrecord_key]), n))
+            metrics.append((mrec, n))
+        if not per_cluster:
+            return None, None
+        for cid, items in per_cluster.items():
+            total = sum(n for _, n in items)
+            self.models[cid] = {
+                k: sum(a[k] * (n / total) for a, n in items) for k in items[0][0]
+            }
+        agg = _weighted_metrics(metrics, self.weighted_by_key)
+        agg["clusters"] = len(self.models)
+        return pack(self.models), agg
+
+    # ------------------------------------------------------------------- evaluation
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Each node evaluates its own cluster's model."""
+        self._adopt(arrays)
+        return self._cluster_messages(server_round, config, MessageType.EVALUATE)
+
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
+        """Sample-weighted mean of the reply metrics."""
+        metrics = []
+        for reply in replies:
+            if reply.has_error():
+                continue
+            mrec = next(iter(reply.content.metric_records.values()), None)
+            if mrec is not None and mrec.get(self.weighted_by_key, 0) > 0:
+                metrics.append((mrec, float(mrec[self.weighted_by_key])))
+        return _weighted_metrics(metrics, self.weighted_by_key) if metrics else None
+
+
+def _weighted_metrics(items: list[tuple[MetricRecord, float]], weight_key: str) -> MetricRecord:
+    total = sum(n for _, n in items)
+    keys = {k for m, _ in items for k, v in m.items()
+            if k != weight_key and isinstance(v, int | float)}
+    out = {k: sum(float(m.get(k, 0.0)) * n for m, n in items) / total for k in sorted(keys)}
+    out[weight_key] = int(total)
+    return MetricRecord(out)
+
+
+# --------------------------------------------------------------------------- client side
+def make_client_app(
+    data_fn: Callable[[Context, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+    n_classes: int,
+    hidden: int = 0,
+    epochs: int = 3,
+    lr: float = 0.5,
+) -> ClientApp:
+    """A ``ClientApp`` training the numpy model of :mod:`control_plane.fielding.models`.
+
+    ``data_fn(context, server_round)`` returns ``(X_train, y_train, X_test, y_test)`` of the
+    node at that round (so a simulation can make its data drift). The model travels as one
+    array ``"w"``.
+    """
+    from control_plane.fielding.models import LocalTraining, Model, local_train
+
+    app = ClientApp()
+
+    def model_for(X: np.ndarray) -> Model:
+        return Model(X.shape[1], n_classes, hidden)
+
+    @app.query("fielding_representation")
+    def query(msg: Message, context: Context) -> Message:
+        cfg = msg.content["config"]
+        rnd = int(cfg["server-round"])
+        X, y, _, _ = data_fn(context, rnd)
+        fc = FieldingConfig(tau=float(cfg["tau"]), representation=str(cfg["representation"]),
+                            embed_dim=int(cfg["embed-dim"]),
+                            embed_weight=float(cfg["embed-weight"]),
+                            embed_seed=int(cfg["embed-seed"]))
+        rep = client_representation(X, y, n_classes, fc)
+        last = context.state.array_records.get("fielding-last")
+        content = RecordDict()
+        if last is None or l1(rep, last["rep"].numpy()) > fc.tau:
+            record = ArrayRecord(array_dict={"rep": Array(rep.astype(np.float32))})
+            context.state["fielding-last"] = record
+            content[REPR_KEY] = ArrayRecord(array_dict={"rep": Array(rep.astype(np.float32))})
+        else:
+            content["drift"] = MetricRecord({"drifted": 0})
+        return Message(content, reply_to=msg)
+
+    @app.train()
+    def train(msg: Message, context: Context) -> Message:
+        cfg = msg.content["config"]
+        X, y, _, _ = data_fn(context, int(cfg["server-round"]))
+        w = msg.content["arrays"]["w"].numpy().astype(float)
+        model = model_for(X)
+        seed = int(context.node_id) * 1000 + int(cfg["server-round"])
+        w_new = local_train(model, w, X, y, LocalTraining(epochs=epochs, lr=lr),
+                            np.random.default_rng(seed))
+        content = RecordDict({
+            "arrays": ArrayRecord(array_dict={"w": Array(w_new)}),
+            "metrics": MetricRecord({"train_loss": model.loss(w_new, X, y),
+                                     "num-examples": len(y)}),
+        })
+        return Message(content, reply_to=msg)
+
+    @app.evaluate()
+    def evaluate(msg: Message, context: Context) -> Message:
+        cfg = msg.content["config"]
+        _, _, Xt, yt = data_fn(context, int(cfg["server-round"]))
+        w = msg.content["arrays"]["w"].numpy().astype(float)
+        model = model_for(Xt)
+        content = RecordDict({"metrics": MetricRecord({
+            "eval_loss": model.loss(w, Xt, yt), "eval_acc": model.accuracy(w, Xt, yt),
+            "num-examples": len(yt),
+        })})
+        return Message(content, reply_to=msg)
+
+    return app
+
+
+# --------------------------------------------------------------------------- in-process grid
+def set_task_identity(run_id: int = 1) -> None:
+    """Set the process-wide identity Flower stamps on messages (a ServerApp process sets it)."""
+    from flwr.common.constant import SUPERLINK_NODE_ID
+    from flwr.supercore.task_identity import TaskIdentity
+
+    TaskIdentity.task_id = 1
+    TaskIdentity.run_id = run_id
+    TaskIdentity.node_id = SUPERLINK_NODE_ID
+
+
+class LocalGrid(Grid):
+    """A ``Grid`` that delivers messages to in-process ``ClientApp`` objects.
+
+    One persistent ``Context`` per node (``node_config["partition-id"]`` = its index), as
+    Flower's simulation runtime gives. Replies get message ids like the SuperLink assigns.
+    """
+
+    def __init__(self, client_app: ClientApp, n_nodes: int, run_id: int = 1,
+                 first_node_id: int = 100) -> None:
+        set_task_identity(run_id)
+        self.client_app = client_app
+        self._ids = count(1)
+        self.node_ids = [first_node_id + i for i in range(n_nodes)]
+        self.contexts = {
+            nid: Context(run_id=run_id, node_id=nid,
+                         node_config={"partition-id": i, "num-partitions": n_nodes},
+                         state=RecordDict(), run_config={})
+            for i, nid in enumerate(self.node_ids)
+        }
+        self._pending: dict[str, Message] = {}
+        self._run = None
+        self.bytes_to_clients = 0
+        self.bytes_from_clients = 0
+
+    def set_run(self, run) -> None:  # pragma: no cover - not used in-process
+        self._run = run
+
+    @property
+    def run(self):  # pragma: no cover - not used in-process
+        return self._run
+
+    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None):
+        return Message(content, dst_node_id=dst_node_id, message_type=message_type,
+                       group_id=group_id, ttl=ttl)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return list(self.node_ids)
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        ids = []
+        for msg in messages:
+            mid = f"m{next(self._ids)}"
+            msg.metadata.__dict__["_message_id"] = mid
+            self.bytes_to_clients += _payload_bytes(msg)
+            reply = self.client_app(msg, self.contexts[msg.metadata.dst_node_id])
+            reply.metadata.__dict__["_message_id"] = f"r{mid}"
+            self.bytes_from_clients += _payload_bytes(reply)
+            self._pending[mid] = reply
+            ids.append(mid)
+        return ids
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        return [self._pending.pop(m) for m in message_ids if m in self._pending]
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout=None):
+        return self.pull_messages(self.push_messages(messages))
+
+
+def _payload_bytes(msg: Message) -> int:
+    if msg.has_error():
+        return 0
+    return sum(
+        arr.numpy().nbytes for rec in msg.content.array_records.values() for arr in rec.values()
+    )
+
+
+def run_local(kind: str = "concept", n_clients: int = 20, rounds: int = 12, seed: int = 0,
+              config: FieldingConfig | None = None) -> dict:
+    """Run :class:`FieldingStrategy` with Flower's ``Strategy.start`` over a :class:`LocalGrid`.
+
+    Clients hold the data of a :func:`~control_plane.fielding.scenarios.make_scenario`
+    scenario (drift included). Returns accuracy per round and clusters per round.
+    """
+    from control_plane.fielding.models import Model
+    from control_plane.fielding.scenarios import make_scenario
+
+    sc = make_scenario(kind, "digits", n_clients, rounds, seed)
+
+    def data_fn(context: Context, rnd: int):
+        d = sc.data(int(context.node_config["partition-id"]), rnd)
+        return d.X_train, d.y_train, d.X_test, d.y_test
+
+    app = make_client_app(data_fn, sc.n_classes)
+    grid = LocalGrid(app, n_clients)
+    strategy = FieldingStrategy(config)
+    model = Model(sc.n_features, sc.n_classes)
+    init = ArrayRecord(array_dict={"w": Array(model.init(np.random.default_rng(seed)))})
+    result = strategy.start(grid=grid, initial_arrays=init, num_rounds=rounds)
+    acc = [float(result.evaluate_metrics_clientapp[r]["eval_acc"]) for r in range(1, rounds + 1)]
+    clusters = [float(result.train_metrics_clientapp[r]["clusters"]) for r in range(1, rounds + 1)]
+    return {
+        "scenario": kind, "clients": n_clients, "rounds": rounds, "seed": seed,
+        "drift_rounds": sc.events, "accuracy": acc, "clusters": [int(c) for c in clusters],
+        "representation_bytes": strategy.representation_bytes,
+        "bytes_to_clients": grid.bytes_to_clients, "bytes_from_clients": grid.bytes_from_clients,
+        "engine": "flwr Strategy.start over an in-process Grid (no Ray)",
+    }
