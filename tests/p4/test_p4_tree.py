@@ -1,0 +1,118 @@
+"""Two-level aggregation tree: leaf0 (a0, a1) and leaf1 (b0, b1) under root.
+
+Each leaf sums its workers, sends the partial to the root as one contributor, and fans the
+root's result out to its workers (docs/protocol.md, "Aggregation tree").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from switch_fixture import AggregationNetwork, SwitchJob, Worker
+from thc_frames import thc_frame, thc_only
+
+from host.protocol import codec
+from host.protocol import layout as lay
+from host.protocol.layout import DropReason, Flag, MsgType
+
+TABLE = [0, 3, 5, 7, 9, 11, 13, 14, 16, 17, 19, 21, 23, 25, 27, 30]
+C = lay.COORDS_PER_PACKET
+RANKS = {"a0": 0, "a1": 1, "b0": 2, "b1": 3}
+LEAF = {"a0": "leaf0", "a1": "leaf0", "b0": "leaf1", "b1": "leaf1"}
+HOSTS = list(RANKS)
+
+
+@pytest.fixture(scope="module")
+def tree_job(tree: AggregationNetwork) -> SwitchJob:
+    """Job 7 installed on all three switches (16-bit lanes, n = 4)."""
+    net = tree
+    root_ip = net.switch_ip("root")
+    children = []
+    for child_id, leaf in enumerate(("leaf0", "leaf1")):
+        leaf_port, root_port = net.links[leaf]
+        hosts = [h for h in HOSTS if LEAF[h] == leaf]
+        workers = [Worker(RANKS[h], net.hosts[h].port, net.hosts[h].ip, net.hosts[h].mac)
+                   for h in hosts]
+        net.install_job(leaf, SwitchJob(
+            job_id=7, index=0, table=TABLE, lane_bits=16, self_ip=net.switch_ip(leaf),
+            contributors=workers, parent_port=leaf_port, parent_ip=root_ip, self_id=child_id))
+        children.append(Worker(child_id, root_port, net.switch_ip(leaf), is_switch=True))
+    job = SwitchJob(job_id=7, index=0, table=TABLE, lane_bits=16, self_ip=root_ip,
+                    contributors=children)
+    net.install_job("root", job)
+    for h in HOSTS:
+        net.flush(h)
+    return job
+
+
+def send_data(net, host: str, slot: int, rnd: int, idx: np.ndarray, flags: int = 0) -> None:
+    hd = codec.Header(msg_type=MsgType.DATA, job_id=7, slot=slot, round=rnd, rank=RANKS[host],
+                      flags=flags)
+    net.send(host, thc_frame(net.hosts[host], net.switch_ip(LEAF[host]), hd, idx))
+
+
+def results(net, timeout=2.0):
+    return {h: thc_only(net.recv(h, count=1, timeout=timeout))
+            + thc_only(net.recv(h, count=4, timeout=0.1)) for h in HOSTS}
+
+
+def test_tree_sums_exactly(tree, tree_job):
+    net = tree
+    rng = np.random.default_rng(1)
+    t = np.asarray(TABLE)
+    for rnd in range(2):
+        idxs = {h: rng.integers(0, 16, C) for h in HOSTS}
+        for h in HOSTS:
+            send_data(net, h, 0, rnd, idxs[h])
+        got = results(net)
+        want = np.sum([t[i] for i in idxs.values()], axis=0)
+        for h in HOSTS:
+            assert len(got[h]) == 1, f"{h}: {len(got[h])} results in round {rnd}"
+            r = got[h][0]
+            assert r.msg.msg_type is MsgType.RESULT and r.msg.header.round == rnd
+            assert r.msg.header.count == 4 and r.msg.header.bitmap == 0b1111
+            assert r.dst_ip == net.hosts[h].ip and r.src_ip == net.switch_ip(LEAF[h])
+            np.testing.assert_array_equal(r.msg.values, want)
+
+
+def test_tree_norm_maximum(tree, tree_job):
+    net = tree
+    rng = np.random.default_rng(2)
+    norms = {h: rng.uniform(0, 50, lay.NORMS_PER_PACKET).astype(np.float32) for h in HOSTS}
+    for h in HOSTS:
+        hd = codec.Header(msg_type=MsgType.NORM, job_id=7, slot=1, round=0, rank=RANKS[h],
+                          lane_bits=32)
+        net.send(h, thc_frame(net.hosts[h], net.switch_ip(LEAF[h]), hd, norms[h]))
+    got = results(net)
+    for h in HOSTS:
+        assert len(got[h]) == 1 and got[h][0].msg.msg_type is MsgType.NORM_RESULT
+        assert got[h][0].msg.header.count == 4
+        np.testing.assert_array_equal(got[h][0].msg.values, np.max(list(norms.values()), axis=0))
+
+
+def test_tree_retransmissions_never_double_count(tree, tree_job):
+    net = tree
+    rng = np.random.default_rng(3)
+    t = np.asarray(TABLE)
+    idxs = {h: rng.integers(0, 16, C) for h in HOSTS}
+    send_data(net, "a0", 2, 0, idxs["a0"])
+    send_data(net, "a1", 2, 0, idxs["a1"])       # leaf0 complete: partial goes up
+    root_before = net.drop_counts("root")
+    send_data(net, "a0", 2, 0, idxs["a0"], flags=Flag.RETX)  # leaf0 re-sends its partial
+    assert thc_only(net.recv("a0", count=1, timeout=0.5)) == []
+    assert {DropReason(k): v - root_before.get(k, 0) for k, v in net.drop_counts("root").items()
+            if v != root_before.get(k, 0)} == {DropReason.DUPLICATE: 1}
+    send_data(net, "b0", 2, 0, idxs["b0"])
+    send_data(net, "b1", 2, 0, idxs["b1"])
+    got = results(net)
+    want = np.sum([t[i] for i in idxs.values()], axis=0)
+    for h in HOSTS:
+        assert len(got[h]) == 1 and got[h][0].msg.header.count == 4
+        np.testing.assert_array_equal(got[h][0].msg.values, want)
+    # The leaf stored the root's result: b1's retransmission is answered by leaf1 alone.
+    send_data(net, "b1", 2, 0, idxs["b1"], flags=Flag.RETX)
+    got = results(net, timeout=1.0)
+    assert [len(got[h]) for h in HOSTS] == [0, 0, 0, 1]
+    r = got["b1"][0]
+    assert r.msg.header.flags & Flag.RESENT and r.msg.header.count == 4
+    np.testing.assert_array_equal(r.msg.values, want)

@@ -1,0 +1,48 @@
+"""Frame helpers for the packet tests: build THC frames from hosts, parse what comes back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+from switch_fixture import Host
+
+from host.protocol import codec
+from host.protocol import layout as lay
+
+SWITCH_MAC = "02:00:00:00:ff:fe"
+
+
+def thc_frame(src: Host, dst_ip: str, header: codec.Header, values: np.ndarray) -> bytes:
+    """Ethernet/IPv4/UDP frame from ``src`` carrying ``codec.encode(header, values)``."""
+    pkt = (Ether(src=src.mac, dst=SWITCH_MAC) / IP(src=src.ip, dst=dst_ip, ttl=64)
+           / UDP(sport=lay.THC_UDP_PORT, dport=lay.THC_UDP_PORT)
+           / codec.encode(header, values))
+    return bytes(pkt)
+
+
+@dataclass
+class Received:
+    """A THC message received at a host, with its addressing."""
+
+    src_ip: str
+    dst_ip: str
+    dst_mac: str
+    msg: codec.Message
+
+
+def parse(frame: bytes) -> Received | None:
+    """Decode a THC frame (``None`` for anything else)."""
+    pkt = Ether(frame)
+    if not (pkt.haslayer(UDP) and pkt[UDP].dport == lay.THC_UDP_PORT):
+        return None
+    raw = bytes(pkt[UDP].payload)
+    return Received(pkt[IP].src, pkt[IP].dst, pkt[Ether].dst, codec.decode(raw))
+
+
+def thc_only(frames: list[bytes]) -> list[Received]:
+    """The THC messages among ``frames``."""
+    out = [parse(f) for f in frames]
+    return [r for r in out if r is not None]
