@@ -1,0 +1,238 @@
+"""``netco explore``: predict, search, validate and plan (ScaleAcross Explorer)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from host.cli.main import UsageError
+
+log = logging.getLogger(__name__)
+
+#: plans with more schedule ops than this are not simulated by default (seconds of Python)
+SIM_OPS_LIMIT = 400_000
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="explore_cmd", metavar="ACTION")
+
+    p = sub.add_parser("predict", help="time, breakdown and memory of the scenario's plan")
+    p.add_argument("scenario", help="scenario file (.json/.yaml) with a parallel section")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--no-simulate", action="store_true",
+                   help="skip the discrete-event check of the analytical time")
+    p.set_defaults(func=run_predict)
+
+    s = sub.add_parser("search", help="rank parallel plans for a scenario")
+    s.add_argument("scenario", help="scenario file; a parallel section pins those fields")
+    s.add_argument("--top", type=int, default=5, help="number of plans to show (default 5)")
+    s.add_argument("--json", action="store_true", help="print one JSON object")
+    s.add_argument("--plot", nargs="?", const="scaleacross_search.png", default=None,
+                   metavar="PNG", help="write the breakdown of the top plans (default name "
+                   "scaleacross_search.png)")
+    s.add_argument("--simulate", type=int, default=3, metavar="K",
+                   help="check the K best plans with the event simulation (default 3, 0 = off)")
+    s.set_defaults(func=run_search)
+
+    v = sub.add_parser("validate", help="calibrate on published runs, report held-out error")
+    v.add_argument("--json", action="store_true", help="print one JSON object")
+    v.set_defaults(func=run_validate)
+
+    n = sub.add_parser("plan", help="write the network plan (ranks, flows, paths, trees)")
+    n.add_argument("scenario", help="scenario file; without a parallel section the best "
+                   "searched plan is used")
+    n.add_argument("--out", required=True, help="output JSON file")
+    n.add_argument("--json", action="store_true", help="print a JSON summary")
+    n.set_defaults(func=run_plan)
+
+    parser.set_defaults(func=lambda args: parser.print_help() or 2)
+
+
+def _load(path: str):
+    from control_plane.scaleacross.scenario import ScenarioError, load_scenario
+
+    try:
+        return load_scenario(path)
+    except ScenarioError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def _fmt_breakdown(b: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.3f}" for k, v in b.items() if v > 5e-4)
+
+
+def _simulate(sc, pl, eff=None) -> dict | None:
+    from control_plane.scaleacross.simulate import simulate
+
+    ops = 2 * pl.pp * pl.interleave * pl.microbatches(sc.global_batch)
+    if ops > SIM_OPS_LIMIT:
+        log.warning("not simulating: %d schedule ops", ops)
+        return None
+    return simulate(sc, pl, eff).to_dict()
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    from control_plane.scaleacross.cost import BREAKDOWN_KEYS, evaluate
+    from control_plane.scaleacross.plan import resolve_plan
+    from control_plane.scaleacross.scenario import ScenarioError
+
+    sc = _load(args.scenario)
+    try:
+        pl = resolve_plan(sc)
+    except ScenarioError as exc:
+        raise UsageError(str(exc)) from exc
+    r = evaluate(sc, pl.to_arrays())
+    out = {
+        "iteration_s": float(r["iteration_s"][0]),
+        "breakdown": {k: float(r[k][0]) for k in BREAKDOWN_KEYS},
+        "memory_gb_per_gpu": float(r["memory_gb_per_gpu"][0]),
+        "fits": bool(r["fits"][0]),
+        "plan": pl.to_dict(),
+        "microbatches": int(r["m"][0]),
+        "buildings_used": int(r["buildings_used"][0]),
+        "dp_sync_s": float(r["dp_sync_s"][0]),
+    }
+    if not args.no_simulate:
+        sim = _simulate(sc, pl)
+        out["simulated"] = sim
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    print(f"{sc.name}: {pl.world} GPUs over {out['buildings_used']} building(s), "
+          f"plan {_plan_str(pl)}")
+    print(f"  iteration {out['iteration_s']:.3f} s  ({_fmt_breakdown(out['breakdown'])})")
+    if out.get("simulated"):
+        print(f"  event simulation {out['simulated']['iteration_s']:.3f} s")
+    fit = "fits" if out["fits"] else f"DOES NOT FIT ({sc.hardware.memory_gb:g} GiB)"
+    print(f"  memory {out['memory_gb_per_gpu']:.1f} GiB per GPU: {fit}")
+    return 0
+
+
+def _plan_str(pl) -> str:
+    s = f"tp{pl.tp} pp{pl.pp} dp{pl.dp}"
+    if pl.ep > 1:
+        s += f" ep{pl.ep}"
+    if pl.cp > 1:
+        s += f" cp{pl.cp}"
+    s += f" mb{pl.microbatch} {pl.schedule}"
+    if pl.interleave > 1:
+        s += f"(v={pl.interleave})"
+    s += f" rc={pl.recompute} zero{pl.zero} cross={pl.cross}"
+    if pl.cross == "dp":
+        s += f" sync={pl.dp_sync}"
+    s += " ovl=" + ("dp" if pl.overlap_dp else "") + ("+ep" if pl.overlap_ep else "")
+    return s
+
+
+def run_search(args: argparse.Namespace) -> int:
+    from control_plane.scaleacross.cost import BREAKDOWN_KEYS, evaluate
+    from control_plane.scaleacross.plot import plot_breakdown
+    from control_plane.scaleacross.scenario import ScenarioError
+    from control_plane.scaleacross.search import megatron_default, ranked, search
+
+    if args.top < 1:
+        raise UsageError("--top: must be >= 1")
+    sc = _load(args.scenario)
+    try:
+        res = search(sc, progress=not args.json and sys.stderr.isatty())
+        base = megatron_default(sc)
+    except ScenarioError as exc:
+        raise UsageError(str(exc)) from exc
+    if res.n_feasible == 0:
+        raise UsageError("no plan fits memory and the buildings; add GPUs or memory")
+    top = ranked(res, args.top)
+    rb = evaluate(sc, base.to_arrays())
+    base_t = float(rb["iteration_s"][0])
+    plans = []
+    for i, (pl, met) in enumerate(top):
+        row = {"rank": i + 1, "plan": pl.to_dict(), **met,
+               "gain_vs_megatron_pct": 100 * (1 - met["iteration_s"] / base_t)}
+        if i < args.simulate:
+            row["simulated"] = _simulate(sc, pl)
+        plans.append(row)
+    out = {
+        "scenario": sc.name,
+        "searched": res.n_total, "feasible": res.n_feasible,
+        "search_s": res.seconds,
+        "plans": plans,
+        "megatron_default": {"plan": base.to_dict(), "iteration_s": base_t,
+                             "breakdown": {k: float(rb[k][0]) for k in BREAKDOWN_KEYS},
+                             "memory_gb_per_gpu": float(rb["memory_gb_per_gpu"][0])},
+    }
+    if args.plot:
+        rows = [(f"#{p['rank']} {_plan_str(pl)}", p["breakdown"])
+                for p, (pl, _) in zip(plans, top, strict=True)]
+        rows.append((f"Megatron default {_plan_str(base)}", out["megatron_default"]["breakdown"]))
+        out["plot"] = str(plot_breakdown(rows, args.plot, title=f"{sc.name}: top plans"))
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    print(f"{sc.name}: priced {res.n_total} plans ({res.n_feasible} feasible) "
+          f"in {res.seconds:.2f} s")
+    for p, (pl, _) in zip(plans, top, strict=True):
+        sim = p.get("simulated")
+        simtxt = f", simulated {sim['iteration_s']:.3f} s" if sim else ""
+        print(f"#{p['rank']} {p['iteration_s']:.3f} s ({p['gain_vs_megatron_pct']:+.1f}% vs "
+              f"Megatron){simtxt}, {p['memory_gb_per_gpu']:.1f} GiB: {_plan_str(pl)}")
+        print(f"     {_fmt_breakdown(p['breakdown'])}")
+    print(f"Megatron default {base_t:.3f} s: {_plan_str(base)}")
+    print(f"     {_fmt_breakdown(out['megatron_default']['breakdown'])}")
+    if args.plot:
+        print(f"wrote {out['plot']}")
+    return 0
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    from control_plane.scaleacross.validate import run_validation
+
+    out = run_validation()
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    c = out["constants"]
+    print(f"constants: eta_max {c['eta_max']:.4f}, h0 {c['h0']:.1f}, eta_net {c['eta_net']:.4f}"
+          f" (fitted on {', '.join(out['calibration_rows'])})")
+    for r in out["rows"]:
+        tag = "cal " if r["used_for_calibration"] else "held"
+        print(f"  {tag} {r['name']:<26} measured {r['measured_s']:8.3f} s  predicted "
+              f"{r['predicted_s']:8.3f} s  {r['error_pct']:+6.2f}%")
+    print(f"MAPE: calibration {out['mape_calibration_pct']:.2f}%, held-out Table 1 "
+          f"{out['mape_heldout_table1_pct']:.2f}%, held-out NeMo (H100 FP8) "
+          f"{out['mape_heldout_nemo_pct']:.2f}%, all held-out {out['mape_heldout_all_pct']:.2f}%")
+    return 0
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    from control_plane.scaleacross.netplan import build_network_plan
+    from control_plane.scaleacross.plan import resolve_plan
+    from control_plane.scaleacross.scenario import ScenarioError
+    from control_plane.scaleacross.search import ranked, search
+
+    sc = _load(args.scenario)
+    pr = sc.parallel
+    try:
+        if pr.tp is None and pr.pp is None and pr.dp is None:
+            res = search(sc)
+            if res.n_feasible == 0:
+                raise UsageError("no plan fits memory and the buildings")
+            pl = ranked(res, 1)[0][0]
+        else:
+            pl = resolve_plan(sc)
+    except ScenarioError as exc:
+        raise UsageError(str(exc)) from exc
+    doc = build_network_plan(sc, pl)
+    Path(args.out).write_text(json.dumps(doc, indent=1))
+    summary = {"out": args.out, "plan": doc["plan"], "ranks": len(doc["ranks"]),
+               "cross_building_flows": len(doc["cross_building_flows"]),
+               "aggregation_trees": len(doc["aggregation_trees"]),
+               "iteration_s": doc["predicted"]["iteration_s"]}
+    if args.json:
+        print(json.dumps(summary, indent=1))
+    else:
+        print(f"wrote {args.out}: {summary['ranks']} ranks, {summary['cross_building_flows']} "
+              f"cross-building flows, {summary['aggregation_trees']} aggregation trees "
+              f"({_plan_str(pl)})")
+    return 0

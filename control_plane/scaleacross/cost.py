@@ -1,0 +1,326 @@
+"""Analytical per-iteration time, memory and breakdown of parallel plans (vectorized).
+
+Every plan is a row of a :class:`Plans` table of numpy columns, so one call prices a whole
+search space. The model, per pipeline stage and microbatch (Narayanan et al. SC'21 notation):
+
+* compute ``τc`` = stage FLOPs / (peak · η(h)), η(h) = η_max · h / (h + h₀) (GEMMs on small
+  hidden sizes run below peak); backward = 2 × forward, plus recomputation;
+* on the critical path per microbatch: TP all-reduces (4 per layer, 6 with full recompute), the
+  part of CP KV exchange not hidden by attention, the part of EP all-to-all not hidden by the
+  MoE MLP (``overlap_ep``), ZeRO-3 parameter gathers not hidden by compute;
+* pipeline: ``(m + (p-1)/v)·τ`` plus point-to-point: a fill/drain latency ``2·Σσ`` over the
+  ``vp-1`` chunk transitions and, in steady state, the 1F1B round trip ``2(p-1)σ/p`` per
+  microbatch; never faster than the busiest cross-building uplink allows;
+* DP gradient sync per stage (flat ring, hierarchical RS/AR/AG, in-network aggregation or THC
+  for the cross-building phase): stages finish their last backward ``δ`` apart (stage p-1
+  first), their cross-building phases share the uplinks first-come first-served, and with
+  ``overlap_dp`` the sync starts during the last backward (bucketed);
+* optimizer step bound by HBM bandwidth (30 bytes per fp32 parameter shard).
+
+η_max, h₀ and the network efficiency η_net are the three constants fitted by
+:mod:`control_plane.scaleacross.validate`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from control_plane.scaleacross import formulas as fm
+from control_plane.scaleacross.scenario import Scenario
+
+__all__ = ["COLUMNS", "CROSS_CODES", "RECOMPUTE_CODES", "SYNC_CODES", "Efficiency", "Plans",
+           "building_fill", "evaluate", "uplinks_bytes_s"]
+
+GIB = 2.0**30
+CROSS_CODES = {"none": 0, "dp": 1, "pp": 2}
+SYNC_CODES = {"ring": 0, "hierarchical": 1, "ina": 2, "thc": 3}
+RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
+COLUMNS = ("tp", "pp", "dp", "ep", "cp", "mb", "v", "rc", "sp", "zero", "cross", "sync",
+           "odp", "oep")
+#: bytes read+written per parameter of the optimizer shard in an Adam step.
+ADAM_BYTES_PER_PARAM = 30.0
+#: bytes per element of reduced gradients and gathered parameters.
+GRAD_BYTES = 2.0
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """The calibrated global constants (see ``validate``)."""
+
+    eta_max: float = 0.62
+    h0: float = 600.0
+    eta_net: float = 0.80
+
+    def compute(self, h):
+        return self.eta_max * h / (h + self.h0)
+
+
+Plans = dict[str, np.ndarray]
+
+
+def uplinks_bytes_s(sc: Scenario) -> np.ndarray:
+    """Usable cross-building uplink of each building in bytes/s (per direction)."""
+    xb = sc.cluster.cross_building
+    out = []
+    for b in sc.cluster.buildings:
+        cap = b.gpus * sc.hardware.nic_gbps / xb.oversubscription
+        link = b.uplink_gbps if b.uplink_gbps is not None else (
+            xb.gbps * xb.parallel_links if xb.gbps is not None else np.inf)
+        out.append(min(cap, link) * 1e9 / 8)
+    return np.asarray(out)
+
+
+def building_fill(sc: Scenario, units, slice_gpus):
+    """Place ``units`` slices of ``slice_gpus`` GPUs, largest building first.
+
+    Returns ``(k, used)``: slices per building (shape plans × buildings, in scenario order) and
+    the number of buildings used; ``used`` is 0 where the slices do not fit at all.
+    """
+    units = np.asarray(units)
+    gpus = np.array([b.gpus for b in sc.cluster.buildings])
+    order = np.argsort(-gpus, kind="stable")
+    k = np.zeros((units.size, gpus.size), dtype=np.int64)
+    left = units.astype(np.int64).copy()
+    used = np.zeros(units.size, dtype=np.int64)
+    for j in order:
+        cap = gpus[j] // np.maximum(slice_gpus, 1)
+        take = np.minimum(cap, left)
+        k[:, j] = take
+        used += take > 0
+        left -= take
+    used = np.where(left > 0, 0, used)
+    return k, used
+
+
+def evaluate(sc: Scenario, P: Plans, eff: Efficiency | None = None) -> dict[str, np.ndarray]:
+    """Price every plan in ``P``; returns per-plan arrays (seconds, GiB, booleans).
+
+    Keys: ``iteration_s`` and the breakdown ``compute``, ``bubble``, ``tp_comm``, ``cp_comm``,
+    ``ep_comm``, ``pp_comm``, ``dp_comm`` (exposed), ``optimizer``, ``zero3_gather`` (they sum to
+    ``iteration_s``); ``dp_sync_s`` (whole sync, before overlap), ``memory_gb_per_gpu``,
+    ``fits``, ``placeable``, ``buildings_used``, ``ep_crosses``, ``m``.
+    """
+    eff = eff or Efficiency()
+    md, hw, cl = sc.model, sc.hardware, sc.cluster
+    xb = cl.cross_building
+    t = P["tp"].astype(float)
+    p = P["pp"].astype(float)
+    d = P["dp"].astype(float)
+    e = P["ep"].astype(float)
+    c = P["cp"].astype(float)
+    b = P["mb"].astype(float)
+    v = P["v"].astype(float)
+    rc, sp, zero = P["rc"], P["sp"].astype(bool), P["zero"]
+    cross, sync = P["cross"], P["sync"]
+    odp, oep = P["odp"].astype(bool), P["oep"].astype(bool)
+    n = t.size
+    B, s, h, L = sc.global_batch, md.seq, md.hidden, md.layers
+    by = float(sc.dtype_bytes)
+    m = B / (b * d)
+    gpn = hw.gpus_per_node
+
+    # ---- bandwidths (bytes/s) and latencies (s)
+    nv_bw = hw.nvlink_gbps * 1e9 / 8 * eff.eta_net
+    nic_bw = hw.nic_gbps * 1e9 / 8 * eff.eta_net / cl.intra_oversubscription
+    a_nv, a_nic, a_x = hw.nvlink_latency_us * 1e-6, hw.nic_latency_us * 1e-6, xb.latency_us * 1e-6
+
+    def group_bw(span):
+        """Bandwidth/latency of a group of ranks spread over ``span`` consecutive GPUs."""
+        inside = span <= gpn
+        return np.where(inside, nv_bw, nic_bw), np.where(inside, a_nv, a_nic)
+
+    # ---- placement over buildings
+    world = t * p * d * c
+    slice_gpus = np.where(cross == CROSS_CODES["pp"], t * c * d, t * c * p)
+    units = np.where(cross == CROSS_CODES["pp"], p, d)
+    single = world <= max(bd.gpus for bd in cl.buildings)
+    k, used = building_fill(sc, np.where(cross == 0, 1, units),
+                            np.where(cross == 0, world, slice_gpus).astype(np.int64))
+    placeable = np.where(cross == 0, single, used >= 2)
+    G = np.where(cross == 0, 1, np.maximum(used, 1)).astype(float)
+    up = uplinks_bytes_s(sc) * eff.eta_net
+    up_min = np.min(np.where(k > 0, up[None, :], np.inf), axis=1)
+    up_min = np.where(np.isfinite(up_min), up_min, np.inf)
+    kmax = np.max(k, axis=1).astype(float)
+    dp_cross = (cross == CROSS_CODES["dp"]) & (G > 1)
+    pp_cross = (cross == CROSS_CODES["pp"]) & (G > 1)
+    ep_split = np.any((k > 0) & (k % np.maximum(P["ep"], 1)[:, None] != 0), axis=1)
+    ep_crosses = dp_cross & (e > 1) & ep_split
+
+    # ---- compute per microbatch per stage (last stage, which also holds the logits)
+    tokens = b * s
+    Ls = L / p
+    moe_frac = (md.moe_layers / L) if md.is_moe else 0.0
+    fd = fm.layer_flops_fwd(md, 1.0, moe=False)
+    fmoe = fm.layer_flops_fwd(md, 1.0, moe=True) if md.is_moe else fd
+    gemm_f = tokens * Ls * ((1 - moe_frac) * (fd["attn_gemm"] + fd["mlp"])
+                            + moe_frac * (fmoe["attn_gemm"] + fmoe["mlp"]))
+    core_f = tokens * Ls * fd["core_attn"]
+    logit_f = fm.logit_flops_fwd(md, tokens)
+    rate = hw.peak_tflops * 1e12 * eff.compute(h) * t * c
+    fwd = (gemm_f + core_f + logit_f) / rate
+    rec = np.select([rc == 2, rc == 1], [(gemm_f + core_f) / rate, core_f / rate], 0.0)
+    tau_c = 3 * fwd + rec
+    moe_mlp_time = 3 * tokens * Ls * moe_frac * fmoe["mlp"] / rate
+    core_time = 3 * core_f / rate
+
+    # ---- TP: 4 all-reduces (or RS+AG with SP) per layer per microbatch, 6 with full recompute
+    tp_msg = b * (s / c) * h * by
+    tbw, tal = group_bw(t)
+    n_ar = np.where(rc == 2, 6.0, 4.0)
+    tp_mb = Ls * n_ar * fm.allreduce_time(tp_msg, t, tbw, tal)
+
+    # ---- CP: K,V gathered forward, gathered + dK,dV reduce-scattered backward
+    kv = h * md.kv / md.heads
+    cp_bytes = 2 * b * (s / c) * kv * by / t
+    cbw, cal = group_bw(t * c)
+    cp_raw = Ls * 3 * (c - 1) * (cp_bytes / cbw + cal)
+    cp_mb = np.maximum(0.0, cp_raw - core_time)
+
+    # ---- EP all-to-all: 4 per MoE layer per microbatch (6 with full recompute)
+    if md.is_moe:
+        a2a_bytes = b * (s / c) * md.top_k * md.capacity_factor * h * by / t
+        ebw, eal = group_bw(t * c * e)
+        n_a2a = np.where(rc == 2, 6.0, 4.0) * Ls * moe_frac
+        local = fm.alltoall_time(a2a_bytes, e, ebw, eal)
+        # crossing EP groups: half of each group's traffic leaves the building, all ranks of a
+        # building at once over its uplink
+        per_bld = np.where(cross == 1, kmax * t * c * p, 1.0)
+        xtime = 0.5 * a2a_bytes * per_bld / up_min + a_x
+        a2a = np.where(ep_crosses, np.maximum(local, xtime), local)
+        ep_raw = n_a2a * a2a
+        ep_mb = np.where(oep, np.maximum(0.0, ep_raw - moe_mlp_time), ep_raw)
+    else:
+        ep_raw = ep_mb = np.zeros(n)
+
+    # ---- parameters and gradient bytes per GPU (first stage: layers + embedding)
+    pr = fm.model_params(md)
+    layer_dense = (pr["dense"] - (md.vocab + s) * h) / L
+    layer_exp = pr["expert"] / L
+    psi_dense = (Ls * layer_dense + (md.vocab + s) * h) / t
+    psi_exp = Ls * layer_exp / (t * e)
+    n_dp = d * c
+    n_edp = np.maximum(n_dp / e, 1.0)
+
+    # ---- ZeRO-3 parameter gathers per microbatch (forward + backward), hidden by compute
+    dbw, dal = group_bw(t * c * d)
+    # two all-gathers of the stage's parameters move as much as one all-reduce
+    z3_raw = np.where(zero == 3, fm.allreduce_time(psi_dense * GRAD_BYTES, n_dp, dbw, dal), 0.0)
+    z3_mb = np.maximum(0.0, z3_raw - tau_c)
+
+    tau = tau_c + tp_mb + cp_mb + ep_mb + z3_mb
+
+    # ---- pipeline point-to-point
+    p2p_msg = b * (s / c) * h * by / t
+    sig_in = np.where(t * c * d < gpn, a_nv + p2p_msg / nv_bw, a_nic + p2p_msg / nic_bw)
+    x_bytes = t * c * d * p2p_msg
+    sig_x = a_x + x_bytes / up_min
+    n_xb = np.where(pp_cross, G - 1, 0.0)
+    wrap_x = pp_cross & (v > 1)
+    sig_sum = np.where(
+        p > 1,
+        v * ((p - 1 - n_xb) * sig_in + n_xb * sig_x) + (v - 1) * np.where(wrap_x, sig_x, sig_in),
+        0.0)
+    sig_mean = np.where(p > 1, sig_sum / np.maximum(v * p - 1, 1), 0.0)
+    ideal = (m + (p - 1) / v) * tau
+    latency = 2 * sig_sum + np.maximum(m - p, 0) * 2 * (p - 1) * sig_mean / p
+    # busiest uplink: 2v transfers per microbatch leave a boundary building
+    busy = np.where(pp_cross, 2 * v * x_bytes / up_min, 0.0)
+    t_pipe = np.maximum(ideal + latency, m * busy + (p - 1) / v * tau + 2 * sig_sum)
+    pp_comm = t_pipe - ideal
+
+    # ---- DP gradient sync of one stage (dense params over n_dp, experts over n_edp)
+    g_dense = psi_dense * GRAD_BYTES
+    g_exp = psi_exp * GRAD_BYTES
+    gbw, gal = group_bw(t * c * d)
+    local_dp = fm.allreduce_time(g_dense, n_dp, gbw, gal) + fm.allreduce_time(
+        g_exp, n_edp, group_bw(t * c * d / np.maximum(e, 1))[0], gal)
+    # cross-building variants (dense part; experts are synced inside a building unless EP
+    # groups cross, then they follow the same path)
+    ring_x = np.maximum(fm.bus_factor("allreduce", n_dp) * g_dense / gbw,
+                        t * fm.bus_factor("allreduce", n_dp) * g_dense / up_min)
+    ring_lat = 2 * (n_dp - 1) * a_x
+    n_loc = np.maximum(kmax * c, 1.0)
+    loc_bw, loc_al = group_bw(t * c * kmax)
+    hier_local = 2 * (fm.bus_factor("reducescatter", n_loc) * g_dense / loc_bw
+                      + (n_loc - 1) * loc_al)
+    full_stage = t * g_dense  # one stage's gradient bytes, whole replica
+    x_phase = np.select(
+        [sync == 1, sync == 2, sync == 3],
+        [fm.bus_factor("allreduce", G) * full_stage / up_min + 2 * (G - 1) * a_x,
+         full_stage / up_min + 2 * a_x,
+         0.5 * full_stage / up_min + 2 * a_x
+         + 5.5 * (g_dense / GRAD_BYTES) / (hw.hbm_gb_s * 1e9)],
+        ring_x + ring_lat)
+    x_local = np.where(sync == 0, 0.0, hier_local)
+    exp_local = fm.allreduce_time(g_exp, n_edp, gbw, gal)
+    d_local = np.where(dp_cross, x_local + exp_local, local_dp)
+    d_x = np.where(dp_cross, x_phase, 0.0)
+    dp_total = d_local + d_x
+    tau_b = (2 * fwd + rec) + tp_mb * (n_ar - 2) / n_ar
+    delta = tau_b / v + sig_mean
+    w = np.where(odp, tau_b / v, 0.0)
+    # stages release δ apart; shared uplink serves equal demands first-come first-served
+    kstar = np.where(d_x > delta, p - 1, 0.0)
+    finish = d_local + (kstar + 1) * d_x - kstar * delta - w
+    dp_exposed = np.maximum(0.0, np.where(dp_cross, finish, dp_total - w))
+
+    # ---- optimizer step (HBM bound on the optimizer shard)
+    shard = np.where(zero >= 1, psi_dense / n_dp + psi_exp / n_edp, psi_dense + psi_exp)
+    opt = shard * ADAM_BYTES_PER_PARAM / (hw.hbm_gb_s * 1e9)
+
+    iteration = t_pipe + dp_exposed + opt
+    compute = m * tau_c
+    bubble = (p - 1) / v * tau
+
+    # ---- memory per GPU
+    states = fm.model_state_bytes(psi_dense, n_dp, zero) + fm.model_state_bytes(psi_exp, n_edp, zero)
+    moe_scale = md.top_k * md.capacity_factor if md.is_moe else 1.0
+    act_layer = ((1 - moe_frac) * fm.activation_bytes_per_layer(s / c, b, h, md.heads, t, sp, rc)
+                 + moe_frac * fm.activation_bytes_per_layer(s / c, b, h, md.heads, t, sp, rc,
+                                                           moe_scale))
+    inflight = np.minimum(p, m) * np.where(v > 1, 1 + (p - 1) / (p * v), 1.0)
+    acts = act_layer * Ls * inflight
+    logits = 4.0 * b * (s / c) * md.vocab / t
+    mem = (states + acts + logits) / GIB + hw.memory_reserved_gb
+    fits = mem <= hw.memory_gb
+
+    return {
+        "iteration_s": iteration,
+        "compute": compute,
+        "bubble": bubble,
+        "tp_comm": m * tp_mb,
+        "cp_comm": m * cp_mb,
+        "ep_comm": m * ep_mb,
+        "zero3_gather": m * z3_mb,
+        "pp_comm": pp_comm,
+        "dp_comm": dp_exposed,
+        "optimizer": opt,
+        "dp_sync_s": dp_total,
+        "memory_gb_per_gpu": mem,
+        "fits": fits,
+        "placeable": placeable,
+        "buildings_used": G.astype(int),
+        "ep_crosses": ep_crosses,
+        "m": m,
+        "tau_s": tau,
+        "sigma_in_s": sig_in,
+        "sigma_x_s": sig_x,
+        "world": world,
+        "fwd_mb": fwd - logit_f / rate,
+        "logit_mb": logit_f / rate,
+        "rec_mb": rec,
+        "comm_mb": tp_mb + cp_mb + ep_mb + z3_mb,
+        "p2p_bytes": p2p_msg,
+        "x_bytes": x_bytes,
+        "uplink_min": up_min,
+        "dp_local_s": d_local,
+        "dp_cross_s": d_x,
+        "slices": k,
+    }
+
+
+BREAKDOWN_KEYS = ("compute", "bubble", "tp_comm", "cp_comm", "ep_comm", "zero3_gather",
+                  "pp_comm", "dp_comm", "optimizer")
