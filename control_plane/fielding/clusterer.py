@@ -79,6 +79,7 @@ class FieldingClusterer:
         self.centres: dict[int, np.ndarray] = {}
         self._next_id = 0
         self.history: list[ClusterUpdate] = []
+        self._before: tuple[dict, dict] = ({}, {})
 
     # ----------------------------------------------------------------- queries
     @property
@@ -109,6 +110,8 @@ class FieldingClusterer:
         for c, r in reps.items():
             self.reps[c] = np.asarray(r, dtype=float)
         update = ClusterUpdate(drifted=drifted)
+        # the clustering as it was before this round (re-clustering compares with it)
+        self._before = (dict(self.assignment), {k: v.copy() for k, v in self.centres.items()})
         if not drifted:
             self.history.append(update)
             return update
@@ -165,9 +168,8 @@ class FieldingClusterer:
         clients, result = fresh
         X = np.array([self.reps[c] for c in clients])
         centres = centres_of(X, result.labels, result.k)
-        old_assignment = dict(self.assignment)
-        old_ids = list(self.centres)
-        old_centres = {k: v.copy() for k, v in self.centres.items()}
+        old_assignment, old_centres = self._before
+        old_ids = list(old_centres)
         # Reuse an old id for the new cluster that holds most of its members (one to one),
         # so that a re-clustering that changes little also changes few ids.
         overlap = np.zeros((result.k, len(old_ids)), dtype=int)
@@ -205,7 +207,7 @@ class FieldingClusterer:
         update.reclustered = True
         update.reason = reason
         update.parents = parents
-        update.removed = sorted(set(update.removed) | (set(old_ids) - set(self.centres)))
+        update.removed = sorted(set(old_ids) - set(self.centres))
         update.migrated = {
             c: (old_assignment.get(c), k)
             for c, k in self.assignment.items()
