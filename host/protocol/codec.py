@@ -29,6 +29,12 @@ def _struct_format(hdr: tuple[lay.Field, ...]) -> str:
 _HEADER = struct.Struct(_struct_format(lay.THC_HEADER))
 _FIELD_NAMES = tuple(f.name for f in lay.THC_HEADER)
 assert _HEADER.size == lay.THC_HEADER_BYTES
+#: The header's ``struct.Struct`` (fields in ``layout.THC_HEADER`` order) for hot paths that
+#: pack into preallocated buffers instead of building :class:`Header` objects.
+HEADER_STRUCT = _HEADER
+#: Field names in ``HEADER_STRUCT`` order.
+FIELD_NAMES = _FIELD_NAMES
+THC_VERSION = lay.THC_VERSION
 
 
 @dataclass

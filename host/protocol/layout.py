@@ -75,6 +75,12 @@ class Flag(enum.IntFlag):
     RETX = 0x01
     #: set by the switch on a stored result sent again to answer a retransmission.
     RESENT = 0x02
+    #: worker (partial policy): the slot's deadline passed; release the current sum as the
+    #: result with its count m and bitmap (THC decodes S/m without bias).
+    DEADLINE = 0x04
+    #: worker: answer this sender only with the copy's current count and bitmap (a RESULT
+    #: flagged PEEK, sums not meaningful); changes no state. Used to name missing ranks.
+    PEEK = 0x08
 
 
 class DropReason(enum.IntEnum):
