@@ -22,6 +22,8 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("bench", "host.cli.bench", "benchmarks that print one JSON object"),
     ("train", "host.training.cli", "train a task with N workers and a gradient compressor (THC, ...)"),
     ("p4", "host.cli.p4", "build the P4 programs (runs p4c when present)"),
+    ("switch", "host.cli.switch", "run the software aggregation target (same protocol as the P4 switch)"),
+    ("controller", "control_plane.cli", "P4Runtime controller: apply, diff and show desired state"),
     ("explore", "control_plane.scaleacross.cli", "ScaleAcross Explorer: plan training across buildings"),
     ("fielding", "control_plane.fielding.cli", "FIELDING: clustered federated learning under drift"),
 ]
