@@ -8,9 +8,10 @@ search space. The model, per pipeline stage and microbatch (Narayanan et al. SC'
 * on the critical path per microbatch: TP all-reduces (4 per layer, 6 with full recompute), the
   part of CP KV exchange not hidden by attention, the part of EP all-to-all not hidden by the
   MoE MLP (``overlap_ep``), ZeRO-3 parameter gathers not hidden by compute;
-* pipeline: ``(m + (p-1)/v)·τ`` plus point-to-point: a fill/drain latency ``2·Σσ`` over the
-  ``vp-1`` chunk transitions and, in steady state, the 1F1B round trip ``2(p-1)σ/p`` per
-  microbatch; never faster than the busiest cross-building uplink allows;
+* pipeline: ``m·τ + (p-1)/v·τ'`` (τ' without the logits of the last stage) plus point-to-point:
+  a fill/drain latency ``2·Σσ`` over the ``vp-1`` chunk transitions and, in steady state,
+  the 1F1B round trip ``2(p-1)σ/p`` per microbatch; never faster than the busiest
+  cross-building uplink allows;
 * DP gradient sync per stage (flat ring, hierarchical RS/AR/AG, in-network aggregation or THC
   for the cross-building phase): stages finish their last backward ``δ`` apart (stage p-1
   first), their cross-building phases share the uplinks first-come first-served, and with
@@ -49,9 +50,10 @@ GRAD_BYTES = 2.0
 class Efficiency:
     """The calibrated global constants (see ``validate``)."""
 
-    eta_max: float = 0.62
-    h0: float = 600.0
-    eta_net: float = 0.80
+    # fitted by ``netco explore validate`` (see validate.py); a test keeps them in sync
+    eta_max: float = 0.6039
+    h0: float = 547.1
+    eta_net: float = 0.9009
 
     def compute(self, h):
         return self.eta_max * h / (h + self.h0)
@@ -224,11 +226,14 @@ def evaluate(sc: Scenario, P: Plans, eff: Efficiency | None = None) -> dict[str,
         v * ((p - 1 - n_xb) * sig_in + n_xb * sig_x) + (v - 1) * np.where(wrap_x, sig_x, sig_in),
         0.0)
     sig_mean = np.where(p > 1, sig_sum / np.maximum(v * p - 1, 1), 0.0)
-    ideal = (m + (p - 1) / v) * tau
+    # the last stage (logits) sets the steady-state period; fill and drain run through the
+    # other stages
+    tau_other = tau - 3 * logit_f / rate
+    ideal = m * tau + (p - 1) / v * tau_other
     latency = 2 * sig_sum + np.maximum(m - p, 0) * 2 * (p - 1) * sig_mean / p
     # busiest uplink: 2v transfers per microbatch leave a boundary building
     busy = np.where(pp_cross, 2 * v * x_bytes / up_min, 0.0)
-    t_pipe = np.maximum(ideal + latency, m * busy + (p - 1) / v * tau + 2 * sig_sum)
+    t_pipe = np.maximum(ideal + latency, m * busy + (p - 1) / v * tau_other + 2 * sig_sum)
     pp_comm = t_pipe - ideal
 
     # ---- DP gradient sync of one stage (dense params over n_dp, experts over n_edp)
@@ -262,10 +267,16 @@ def evaluate(sc: Scenario, P: Plans, eff: Efficiency | None = None) -> dict[str,
     tau_b = (2 * fwd + rec) + tp_mb * (n_ar - 2) / n_ar
     delta = tau_b / v + sig_mean
     w = np.where(odp, tau_b / v, 0.0)
+    # with overlap and v chunks, chunk j's gradients are ready ~j·p backward chunks before the
+    # end: the tail left after the last chunk is max(D/v, D - (v-1)·Δ) of a sync of length D
+    gap = np.minimum(p, m) * tau_b / v
+    tail = np.where(odp & (v > 1), np.maximum(1 / v, 1 - (v - 1) * gap / np.maximum(
+        d_local + d_x, 1e-30)), 1.0)
+    d_local, d_x = d_local * tail, d_x * tail
     # stages release δ apart; shared uplink serves equal demands first-come first-served
     kstar = np.where(d_x > delta, p - 1, 0.0)
     finish = d_local + (kstar + 1) * d_x - kstar * delta - w
-    dp_exposed = np.maximum(0.0, np.where(dp_cross, finish, dp_total - w))
+    dp_exposed = np.maximum(0.0, np.where(dp_cross, finish, d_local - w))
 
     # ---- optimizer step (HBM bound on the optimizer shard)
     shard = np.where(zero >= 1, psi_dense / n_dp + psi_exp / n_edp, psi_dense + psi_exp)
@@ -273,7 +284,7 @@ def evaluate(sc: Scenario, P: Plans, eff: Efficiency | None = None) -> dict[str,
 
     iteration = t_pipe + dp_exposed + opt
     compute = m * tau_c
-    bubble = (p - 1) / v * tau
+    bubble = (p - 1) / v * tau_other
 
     # ---- memory per GPU
     states = fm.model_state_bytes(psi_dense, n_dp, zero) + fm.model_state_bytes(psi_exp, n_edp, zero)

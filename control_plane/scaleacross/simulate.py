@@ -99,6 +99,8 @@ def simulate(sc: Scenario, plan: Plan, eff: Efficiency | None = None) -> SimResu
     eff = eff or Efficiency()
     r = {k: np.asarray(val)[0] if np.ndim(val) and np.shape(val)[0] == 1 else val
          for k, val in evaluate(sc, plan.to_arrays(), eff).items()}
+    if not bool(r["placeable"]):
+        raise ValueError(f"plan does not place on the buildings (cross={plan.cross})")
     p, v = plan.pp, plan.interleave
     m = plan.microbatches(sc.global_batch)
     if v > 1 and m % p:

@@ -1,0 +1,119 @@
+"""Network plan file and the ``netco explore`` command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from control_plane.scaleacross.netplan import build_network_plan
+from control_plane.scaleacross.plan import resolve_plan
+from host.cli.main import main
+
+sys.path.insert(0, str(Path(__file__).parent))
+from scaleacross_testutil import raw, scenario
+
+INA = {"cross_building": {"ina": True, "thc": True, "parallel_links": 2, "gbps": 400}}
+
+
+def test_plan_maps_every_rank_once_and_trees_cover_dp_groups():
+    sc = scenario(cluster=INA, parallel={"tp": 4, "pp": 2, "cp": 2, "dp_sync": "thc"})
+    pl = resolve_plan(sc)
+    assert pl.cross == "dp" and pl.world == 128
+    doc = build_network_plan(sc, pl)
+    assert doc["version"] == 1
+    ranks = doc["ranks"]
+    assert sorted(r["rank"] for r in ranks) == list(range(128))
+    assert Counter(r["building"] for r in ranks) == {"A": 64, "B": 64}
+    assert len({(r["host"], r["gpu"]) for r in ranks}) == 128
+    # TP groups stay on one host
+    by_group = {}
+    for r in ranks:
+        by_group.setdefault((r["cp"], r["dp"], r["pp"]), set()).add(r["host"])
+    assert all(len(h) == 1 for h in by_group.values())
+    # one tree per (stage, TP rank); its leaves hold exactly the DP x CP group
+    trees = doc["aggregation_trees"]
+    assert len(trees) == pl.pp * pl.tp
+    for t in trees:
+        members = {r["rank"] for r in ranks
+                   if r["pp"] == t["group"]["pp"] and r["tp"] == t["group"]["tp"]}
+        leaf_ranks = [x for leaf in t["leaves"] for x in leaf["ranks"]]
+        assert sorted(leaf_ranks) == sorted(members) and len(members) == pl.dp * pl.cp
+        assert t["root"] == "xcore" and all(leaf["parent"] == "xcore" for leaf in t["leaves"])
+        assert t["compression"] == {"up_bits": 4, "down_bits": 8}
+    # cross-building flows: explicit hops over named uplinks, split over the 2 parallel links
+    links = {x["name"] for x in doc["cross_links"]}
+    assert links == {"A-x0", "A-x1", "B-x0", "B-x1"}
+    flows = doc["cross_building_flows"]
+    assert {f["class"] for f in flows} == {"dp_thc_up", "dp_thc_down"}
+    for f in flows:
+        assert f["mode"] == "split"
+        assert sum(p["share"] for p in f["paths"]) == pytest.approx(1.0)
+        for p in f["paths"]:
+            assert p["hops"][0] == f["src"] and p["hops"][-1] == f["dst"]
+            assert all(h in links or h in ("A", "B", "xcore") for h in p["hops"])
+    up = next(f for f in flows if f["class"] == "dp_thc_up")["bytes_per_iteration"]
+    down = next(f for f in flows if f["class"] == "dp_thc_down")["bytes_per_iteration"]
+    assert down == pytest.approx(2 * up)  # 8-bit down vs 4-bit up
+
+
+def test_pp_crossing_plan_lists_boundary_flows():
+    sc = scenario(parallel={"tp": 8, "pp": 2, "dp": 8, "cross": "pp", "interleave": 2})
+    doc = build_network_plan(sc, resolve_plan(sc))
+    pp = next(c for c in doc["traffic_classes"] if c["class"] == "pp")
+    crossing = [b for b in pp["boundaries"] if b["crosses_buildings"]]
+    assert {(b["from_stage"], b["to_stage"]) for b in crossing} == {(0, 1), (1, 0)}
+    flows = doc["cross_building_flows"]
+    assert {f["class"] for f in flows} == {"pp_activations", "pp_gradients"}
+    assert all(f["mode"] == "pinned" and len(f["paths"]) == 1 for f in flows)
+    assert all(len(t["leaves"]) == 1 for t in doc["aggregation_trees"])  # DP stays inside
+
+
+def _write(tmp_path, data) -> str:
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps(data))
+    return str(p)
+
+
+def test_cli_predict_json(tmp_path, capsys):
+    path = _write(tmp_path, raw(parallel={"tp": 8, "pp": 2}))
+    assert main(["explore", "predict", path, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"iteration_s", "breakdown", "memory_gb_per_gpu", "fits"} <= set(out)
+    assert out["fits"] is True and out["iteration_s"] > 0
+    assert out["simulated"]["iteration_s"] == pytest.approx(out["iteration_s"], rel=0.25)
+
+
+def test_cli_bad_scenario_names_the_field(tmp_path, capsys):
+    bad = raw()
+    bad["model"]["heads"] = 0
+    assert main(["explore", "predict", _write(tmp_path, bad)]) == 2
+    assert "model.heads" in capsys.readouterr().err
+
+
+def test_cli_search_plot_and_plan(tmp_path, capsys):
+    path = _write(tmp_path, raw())
+    png = tmp_path / "b.png"
+    assert main(["explore", "search", path, "--top", "3", "--json", "--plot", str(png),
+                 "--simulate", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["plans"]) == 3 and out["plans"][0]["rank"] == 1
+    assert "simulated" in out["plans"][0] and "simulated" not in out["plans"][1]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    plan = tmp_path / "plan.json"
+    assert main(["explore", "plan", path, "--out", str(plan)]) == 0
+    doc = json.loads(plan.read_text())
+    assert doc["version"] == 1 and doc["plan"] == out["plans"][0]["plan"]
+
+
+def test_cli_validate_json(capsys):
+    assert main(["explore", "validate", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out["constants"]) == {"eta_max", "h0", "eta_net"}
+    held = [r for r in out["rows"] if not r["used_for_calibration"]]
+    assert len(out["rows"]) == 13 and len(held) == 8
+    errs = [abs(r["error_pct"]) for r in held if r["source"].startswith("Narayanan")]
+    assert out["mape_heldout_table1_pct"] == pytest.approx(sum(errs) / len(errs), abs=0.02)
