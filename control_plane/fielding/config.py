@@ -43,8 +43,8 @@ class FieldingConfig:
         K is chosen by silhouette score over ``2..k_max`` (capped at clients - 1).
     representation : str
         ``"hist"`` (normalised label histogram, FIELDING v1) or ``"hist+embed"`` (histogram
-        plus the mean and the centred per-class mean of a fixed random sketch of the input,
-        for feature and concept drift; a knob standing in for the v2/v3 generalisation).
+        plus the class mass times the centred per-class mean of a fixed random sketch of the
+        input, for feature and concept drift; a knob standing in for the v2/v3 form).
     embed_dim : int
         Width of the random sketch per class (``hist+embed`` only).
     embed_weight : float
@@ -63,7 +63,7 @@ class FieldingConfig:
 
     tau: float = 0.15
     theta: float = 0.3
-    epsilon: float = 0.2
+    epsilon: float = 0.1
     k_max: int = 8
     representation: str = "hist+embed"
     embed_dim: int = 8
@@ -79,7 +79,7 @@ class FieldingConfig:
         if not 0 < self.theta <= 1:
             raise ConfigError(f"theta={self.theta}: must be in (0, 1] (try 0.3)")
         if not self.epsilon >= 0:
-            raise ConfigError(f"epsilon={self.epsilon}: must be >= 0 (try 0.2)")
+            raise ConfigError(f"epsilon={self.epsilon}: must be >= 0 (try 0.1)")
         if self.k_max < 2:
             raise ConfigError(f"k_max={self.k_max}: must be >= 2 (silhouette needs 2 clusters)")
         if self.representation not in REPRESENTATIONS:

@@ -38,8 +38,8 @@ def test_representation_sizes_and_sensitivity():
     hist_cfg = FieldingConfig(representation="hist")
     emb_cfg = FieldingConfig(embed_dim=3)
     assert client_representation(X, y, 4, hist_cfg).shape == (4,)
-    assert client_representation(X, y, 4, emb_cfg).shape == (4 + 3 + 12,)
-    assert representation_bytes(4, emb_cfg) == 19 * 4
+    assert client_representation(X, y, 4, emb_cfg).shape == (4 + 12,)
+    assert representation_bytes(4, emb_cfg) == 16 * 4
     # concept drift (labels permuted, same inputs): histogram of a balanced set cannot see it,
     # the embedding can.
     yb = np.repeat(np.arange(4), 10)
