@@ -322,5 +322,6 @@ class THCCodec:
 
     def values(self, enc: Encoded) -> torch.Tensor:
         """The table values (int32) of an encoding: one worker's contribution to a sum."""
-        levels = torch.as_tensor(self.table, dtype=torch.int32)
-        return levels[self.indices(enc).to(torch.int64)]
+        idx = self.indices(enc).to(torch.int64)
+        levels = torch.as_tensor(self.table, dtype=torch.int32, device=idx.device)
+        return levels[idx]
