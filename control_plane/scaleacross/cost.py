@@ -264,7 +264,10 @@ def evaluate(sc: Scenario, P: Plans, eff: Efficiency | None = None) -> dict[str,
     d_local = np.where(dp_cross, x_local + exp_local, local_dp)
     d_x = np.where(dp_cross, x_phase, 0.0)
     dp_total = d_local + d_x
-    tau_b = (2 * fwd + rec) + tp_mb * (n_ar - 2) / n_ar
+    # backward share of the per-microbatch collectives: 2 of 4 (2 forward, 2 backward), or 4 of
+    # 6 with full recompute (the recomputed forward repeats its collectives)
+    bwd_share = (n_ar - 2) / n_ar
+    tau_b = (2 * fwd + rec) + (tau - tau_c) * bwd_share
     delta = tau_b / v + sig_mean
     w = np.where(odp, tau_b / v, 0.0)
     # with overlap and v chunks, chunk j's gradients are ready ~j·p backward chunks before the
@@ -272,10 +275,15 @@ def evaluate(sc: Scenario, P: Plans, eff: Efficiency | None = None) -> dict[str,
     gap = np.minimum(p, m) * tau_b / v
     tail = np.where(odp & (v > 1), np.maximum(1 / v, 1 - (v - 1) * gap / np.maximum(
         d_local + d_x, 1e-30)), 1.0)
+    d_local_raw, d_x_raw = d_local, d_x
     d_local, d_x = d_local * tail, d_x * tail
     # stages release δ apart; shared uplink serves equal demands first-come first-served
     kstar = np.where(d_x > delta, p - 1, 0.0)
     finish = d_local + (kstar + 1) * d_x - kstar * delta - w
+    # the shared uplink cannot finish all p stages' work before it gets it: it starts at the
+    # first release at the earliest
+    spread = np.where(odp & (v > 1), (v - 1) * gap, 0.0)
+    finish = np.maximum(finish, p * d_x_raw - (p - 1) * delta - spread - w)
     dp_exposed = np.maximum(0.0, np.where(dp_cross, finish, d_local - w))
 
     # ---- optimizer step (HBM bound on the optimizer shard)
@@ -324,11 +332,12 @@ def evaluate(sc: Scenario, P: Plans, eff: Efficiency | None = None) -> dict[str,
         "logit_mb": logit_f / rate,
         "rec_mb": rec,
         "comm_mb": tp_mb + cp_mb + ep_mb + z3_mb,
+        "comm_bwd_share": bwd_share,
         "p2p_bytes": p2p_msg,
         "x_bytes": x_bytes,
         "uplink_min": up_min,
-        "dp_local_s": d_local,
-        "dp_cross_s": d_x,
+        "dp_local_s": d_local_raw,
+        "dp_cross_s": d_x_raw,
         "slices": k,
     }
 

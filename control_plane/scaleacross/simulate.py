@@ -110,8 +110,9 @@ def simulate(sc: Scenario, plan: Plan, eff: Efficiency | None = None) -> SimResu
     fwd_stage = float(r["fwd_mb"]) / v
     rec_stage = float(r["rec_mb"]) / v
     logit = float(r["logit_mb"])
-    f_dur = fwd_stage + comm / 3 / v
-    b_dur = 2 * fwd_stage + rec_stage + 2 * comm / 3 / v
+    share = float(r["comm_bwd_share"])
+    f_dur = fwd_stage + comm * (1 - share) / v
+    b_dur = 2 * fwd_stage + rec_stage + comm * share / v
 
     def dur(kind: str, stage: int, chunk: int) -> float:
         last = stage == p - 1 and chunk == v - 1
