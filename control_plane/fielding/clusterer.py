@@ -195,6 +195,8 @@ class FieldingClusterer:
         for j in range(result.k):
             if not old_ids:
                 parents[new_ids[j]] = None
+            elif cfg.init_policy == "fresh":
+                parents[new_ids[j]] = new_ids[j] if new_ids[j] in old_ids else None
             elif cfg.init_policy == "nearest-centre":
                 d = [l1(centres[j], old_centres[o]) for o in old_ids]
                 parents[new_ids[j]] = old_ids[int(np.argmin(d))]

@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 #: Representations a client can compute (see :mod:`control_plane.fielding.representation`).
 REPRESENTATIONS = ("hist", "hist+embed")
 #: How a cluster created by a global re-clustering gets its first model.
-INIT_POLICIES = ("nearest-centre", "max-overlap")
+INIT_POLICIES = ("nearest-centre", "max-overlap", "fresh")
 
 
 class ConfigError(ValueError):
@@ -54,7 +54,8 @@ class FieldingConfig:
     init_policy : str
         ``"nearest-centre"`` (reference default): a new cluster starts from the model of the
         old cluster whose centre is nearest to its centre; ``"max-overlap"``: from the old
-        cluster that holds most of its members.
+        cluster that holds most of its members; ``"fresh"``: a cluster with a new id starts
+        from the initial model (kept ids keep their model).
     kmeans_n_init : int
         k-means restarts per K.
     seed : int

@@ -163,3 +163,21 @@ def test_carry_models_uses_parents():
     assert set(out) == {1, 3, 5, 6}
     assert np.allclose(out[5], 1) and out[5] is not models[1]
     assert np.allclose(out[6], -1) and out[3] is models[3]
+
+
+@pytest.mark.parametrize("policy", ["nearest-centre", "max-overlap", "fresh"])
+def test_init_policies_on_new_cluster(policy):
+    rng = np.random.default_rng(4)
+    reps, _ = _initial(rng)
+    cl = FieldingClusterer(FieldingConfig(tau=0.5, theta=0.5, init_policy=policy))
+    cl.observe(reps)
+    old = set(cl.centres)
+    up = cl.observe({c: np.array([0.0, 0.0, 6.0]) for c in [0, 1, 6, 7, 12]})
+    assert up.reclustered
+    new = next(k for k in cl.centres if k not in old)
+    kept = [k for k in cl.centres if k in old]
+    if policy == "fresh":
+        assert up.parents[new] is None
+        assert all(up.parents[k] == k for k in kept)
+    else:
+        assert up.parents[new] in old
