@@ -33,6 +33,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--plot", nargs="?", const="scaleacross_search.png", default=None,
                    metavar="PNG", help="write the breakdown of the top plans (default name "
                    "scaleacross_search.png)")
+    s.add_argument("--all", action="store_true",
+                   help="list every plan; default: only the fastest plan of each layout "
+                   "(degrees, microbatch, schedule, recompute, crossing)")
     s.add_argument("--simulate", type=int, default=3, metavar="K",
                    help="check the K best plans with the event simulation (default 3, 0 = off)")
     s.set_defaults(func=run_search)
@@ -143,7 +146,7 @@ def run_search(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     if res.n_feasible == 0:
         raise UsageError("no plan fits memory and the buildings; add GPUs or memory")
-    top = ranked(res, args.top)
+    top = ranked(res, args.top, distinct=not args.all)
     rb = evaluate(sc, base.to_arrays())
     base_t = float(rb["iteration_s"][0])
     plans = []

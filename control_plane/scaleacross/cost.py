@@ -210,6 +210,10 @@ def evaluate(sc: Scenario, P: Plans, eff: Efficiency | None = None) -> dict[str,
     dbw, dal = group_bw(t * c * d)
     # two all-gathers of the stage's parameters move as much as one all-reduce
     z3_raw = np.where(zero == 3, fm.allreduce_time(psi_dense * GRAD_BYTES, n_dp, dbw, dal), 0.0)
+    # across buildings each building fetches the other buildings' shards of the whole stage
+    # (t ranks), forward and backward, while all p stages gather at once over the uplinks
+    z3_x = 2 * (G - 1) / G * t * psi_dense * GRAD_BYTES * p / up_min + 2 * a_x
+    z3_raw = np.where((zero == 3) & dp_cross, np.maximum(z3_raw, z3_x), z3_raw)
     z3_mb = np.maximum(0.0, z3_raw - tau_c)
 
     tau = tau_c + tp_mb + cp_mb + ep_mb + z3_mb

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from control_plane.scaleacross.cost import BREAKDOWN_KEYS
@@ -21,8 +22,8 @@ def plot_breakdown(rows: list[tuple[str, dict[str, float]]], path: str | Path,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(10, 0.55 * len(rows) + 1.6))
-    labels = [r[0] for r in rows][::-1]
+    fig, ax = plt.subplots(figsize=(11, 0.75 * len(rows) + 1.6))
+    labels = [textwrap.fill(r[0], 42) for r in rows][::-1]
     left = [0.0] * len(rows)
     for key in BREAKDOWN_KEYS:
         vals = [r[1].get(key, 0.0) for r in rows][::-1]
@@ -32,7 +33,7 @@ def plot_breakdown(rows: list[tuple[str, dict[str, float]]], path: str | Path,
         left = [a + b for a, b in zip(left, vals, strict=True)]
     ax.set_xlabel("time per iteration (s)")
     ax.set_title(title or "iteration time breakdown")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     ax.tick_params(axis="y", labelsize=8)
     fig.tight_layout()
     path = Path(path)

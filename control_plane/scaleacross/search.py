@@ -159,16 +159,33 @@ def search(sc: Scenario, eff: Efficiency | None = None, progress: bool = False) 
     metrics = {k: np.concatenate(v) for k, v in out.items()}
     ok = metrics["fits"] & metrics["placeable"]
     idx = np.flatnonzero(ok)
-    order = idx[np.argsort(metrics["iteration_s"][idx], kind="stable")]
+    # fastest first; equal times (to 1 us) go to the plan that needs less memory
+    order = idx[np.lexsort((metrics["memory_gb_per_gpu"][idx],
+                            np.round(metrics["iteration_s"][idx], 6)))]
     dt = time.perf_counter() - t0
     log.info("priced %d plans (%d feasible) in %.2f s", n, order.size, dt)
     return SearchResult(P, metrics, order, dt)
 
 
-def ranked(res: SearchResult, top: int) -> list[tuple[Plan, dict]]:
-    """The ``top`` fastest plans with their metrics (breakdown in seconds)."""
+#: columns that make two plans different layouts (the rest: ZeRO stage, DP sync, overlap)
+LAYOUT = ("tp", "pp", "dp", "ep", "cp", "mb", "v", "rc", "cross")
+
+
+def ranked(res: SearchResult, top: int, distinct: bool = False) -> list[tuple[Plan, dict]]:
+    """The ``top`` fastest plans with their metrics (breakdown in seconds).
+
+    ``distinct`` keeps only the fastest plan of each layout (see :data:`LAYOUT`).
+    """
     out = []
-    for i in res.order[:top]:
+    seen: set[tuple[int, ...]] = set()
+    for i in res.order:
+        if len(out) >= top:
+            break
+        if distinct:
+            key = tuple(int(res.plans[k][i]) for k in LAYOUT)
+            if key in seen:
+                continue
+            seen.add(key)
         pl = plans_to_list(res.plans, [i])[0]
         met = {k: float(res.metrics[k][i]) for k in ("iteration_s", "memory_gb_per_gpu")}
         met["breakdown"] = {k: float(res.metrics[k][i]) for k in BREAKDOWN_KEYS}
