@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import resource
 import shutil
 import subprocess
 import sys
@@ -87,10 +88,13 @@ def compile_p4(p4c: str, outdir: Path) -> dict:
         t0 = time.monotonic()
         proc = subprocess.run(cmd, cwd=HERE, capture_output=True, text=True, check=False)
         seconds = time.monotonic() - t0
+        # Peak RSS of the largest child so far (p4c's backend dominates), in MiB.
+        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         result = {
             "command": " ".join(["p4c", *cmd[1:]]),
             "returncode": proc.returncode,
             "seconds": round(seconds, 1),
+            "peak_rss_mib": round(peak),
             "output": (proc.stdout + proc.stderr).strip(),
         }
         if proc.returncode == 0:
@@ -127,6 +131,7 @@ def build(p4c: str | None = None, check: bool = False) -> tuple[int, dict]:
         "sources_sha256": sources_sha256(),
         "p4c_version": version,
         "compile_seconds": result["seconds"],
+        "peak_rss_mib": result["peak_rss_mib"],
         "warnings": sum(1 for line in result["output"].splitlines() if "warning" in line.lower()),
     }, indent=2) + "\n")
     report["outputs"] = [str(JSON_OUT.relative_to(REPO)), str(P4INFO_OUT.relative_to(REPO))]

@@ -286,3 +286,49 @@ def test_ordinary_ipv4_routed_and_unrouted_dropped(single_switch):
     net.send("w6", bytes(Ether() / IP(dst="172.16.0.1") / UDP() / b"x"))
     net.recv("w7", count=1, timeout=0.3)
     assert drops_delta(before, net.drop_counts(SWITCH)) == {DropReason.NO_ROUTE: 1}
+
+
+def test_peek_names_contributors_without_changing_state(single_switch):
+    net = single_switch
+    hosts = WORKERS[:3]
+    job = new_job(net, hosts)
+    idxs = [np.full(C, i + 1) for i in range(3)]
+    net.send("w0", data(net, job, "w0", 0, 0, 0, idxs[0]))
+    net.send("w2", data(net, job, "w2", 2, 0, 0, idxs[2]))
+    net.send("w1", data(net, job, "w1", 1, 0, 0, idxs[1], flags=Flag.RETX | Flag.PEEK))
+    got = collect(net, hosts, timeout=1.0)
+    assert got["w0"] == [] and got["w2"] == []
+    assert len(got["w1"]) == 1
+    hd = got["w1"][0].msg.header
+    assert hd.flags & Flag.PEEK and hd.count == 2 and hd.bitmap == 0b101 and hd.round == 0
+    # The peek added nothing: w1's real contribution completes the slot with all three.
+    net.send("w1", data(net, job, "w1", 1, 0, 0, idxs[1]))
+    got = collect(net, hosts)
+    for h in hosts:
+        assert len(got[h]) == 1 and got[h][0].msg.header.count == 3
+        np.testing.assert_array_equal(got[h][0].msg.values, expected_sums(idxs))
+
+
+def test_deadline_releases_partial_sum_and_late_sender_gets_it(single_switch):
+    net = single_switch
+    hosts = WORKERS[:3]
+    job = new_job(net, hosts)
+    rng = np.random.default_rng(21)
+    idxs = [rng.integers(0, 16, C) for _ in hosts]
+    net.send("w0", data(net, job, "w0", 0, 1, 0, idxs[0]))
+    net.send("w1", data(net, job, "w1", 1, 1, 0, idxs[1]))
+    net.send("w0", data(net, job, "w0", 0, 1, 0, idxs[0], flags=Flag.RETX | Flag.DEADLINE))
+    got = collect(net, hosts)
+    part = expected_sums(idxs[:2])
+    for h in hosts:
+        assert len(got[h]) == 1, h
+        hd = got[h][0].msg.header
+        assert hd.count == 2 and hd.bitmap == 0b011
+        np.testing.assert_array_equal(got[h][0].msg.values, part)
+    # w2 arrives late: it is not added, it gets the released result.
+    net.send("w2", data(net, job, "w2", 2, 1, 0, idxs[2]))
+    got = collect(net, hosts, timeout=1.0)
+    assert got["w0"] == [] and got["w1"] == [] and len(got["w2"]) == 1
+    hd = got["w2"][0].msg.header
+    assert hd.flags & Flag.RESENT and hd.count == 2
+    np.testing.assert_array_equal(got["w2"][0].msg.values, part)

@@ -63,7 +63,6 @@ struct local_metadata_t {
     bit<1>  is_up;        // a contribution (DATA, NORM, PARTIAL, NORM_PARTIAL)
     bit<1>  kind;         // KIND_DATA or KIND_NORM
     bit<1>  from_switch;  // the validated sender is a child switch
-    bit<1>  retx;         // resending a partial upwards
     thc_job_t job;
     bit<32> contrib_bit;      // this contributor's bit at this switch
     bit<8>  contrib_count;    // worker contributions this packet carries
@@ -73,6 +72,7 @@ struct local_metadata_t {
     bit<32> keep;             // 0: first contributor overwrites, ~0: add to stored sums
     bit<8>  acc_mode;         // ACC_*
     bit<8>  out_action;       // OUT_*
+    bit<8>  out_flags;        // FLAG_* of the outgoing message
     bit<8>  out_count;
     bit<32> out_bitmap;
     thc_acc_t acc;

@@ -39,25 +39,27 @@ control ThcOutput(inout headers_t hdr, inout local_metadata_t meta,
             if (meta.out_action == OUT_UP) {
                 hdr.thc.msg_type = norm ? MSG_NORM_PARTIAL : MSG_PARTIAL;
                 hdr.thc.rank = meta.job.self_id;
-                hdr.thc.flags = (meta.retx == 1) ? FLAG_RETX : 8w0;
+                hdr.thc.flags = meta.out_flags;
                 hdr.ipv4.src_addr = meta.job.self_addr;
                 hdr.ipv4.dst_addr = meta.job.parent_addr;
                 std.egress_spec = meta.job.parent_port;
                 results.count((bit<32>)meta.job.index);
             } else if (meta.out_action == OUT_ANSWER) {
                 hdr.thc.msg_type = norm ? MSG_NORM_RESULT : MSG_RESULT;
-                hdr.thc.flags = FLAG_RESENT;   // rank stays: the requester's
+                hdr.thc.flags = meta.out_flags;   // RESENT or PEEK; rank stays the requester's
                 hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
                 hdr.ipv4.src_addr = meta.job.self_addr;
                 mac_t m = hdr.ethernet.dst_addr;
                 hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
                 hdr.ethernet.src_addr = m;
                 std.egress_spec = std.ingress_port;
-                resent.count((bit<32>)meta.job.index);
+                if (meta.out_flags == FLAG_RESENT) {
+                    resent.count((bit<32>)meta.job.index);
+                }
             } else {
                 hdr.thc.msg_type = norm ? MSG_NORM_RESULT : MSG_RESULT;
                 hdr.thc.rank = THC_RANK_ALL;
-                hdr.thc.flags = 0;
+                hdr.thc.flags = meta.out_flags;
                 hdr.ipv4.src_addr = meta.job.self_addr;
                 std.mcast_grp = meta.job.mcast_grp;
                 results.count((bit<32>)meta.job.index);

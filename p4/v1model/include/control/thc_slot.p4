@@ -39,7 +39,15 @@ control ThcSlot(inout headers_t hdr, inout local_metadata_t meta) {
         count_reg.read(cnt, meta.cell);
         workers_reg.read(wb, meta.cell);
 
-        if (meta.is_up == 1) {
+        bool peek = (hdr.thc.flags & FLAG_PEEK) != 0;
+        bool deadline = (hdr.thc.flags & FLAG_DEADLINE) != 0;
+        if (meta.is_up == 1 && peek) {
+            // Status request: who is in this copy for this round? Changes no state.
+            if (st == ST_EMPTY || rnd != hdr.thc.round) {
+                cnt = 0; wb = 0;
+            }
+            meta.acc_mode = ACC_NONE; meta.out_action = OUT_ANSWER; meta.out_flags = FLAG_PEEK;
+        } else if (meta.is_up == 1) {
             bool fresh = false;
             if (st == ST_EMPTY) {
                 fresh = true;
@@ -52,6 +60,7 @@ control ThcSlot(inout headers_t hdr, inout local_metadata_t meta) {
                 }
             }
             if (meta.drop_reason == 0) {
+                bool release = false;
                 if (fresh) {
                     rnd = hdr.thc.round; st = ST_COLLECTING;
                     cb = 0; nc = 0; cnt = 0; wb = 0;
@@ -63,13 +72,21 @@ control ThcSlot(inout headers_t hdr, inout local_metadata_t meta) {
                     // Retransmission of a counted contribution: never counted twice.
                     if (st == ST_FINAL) {
                         meta.acc_mode = ACC_READ; meta.out_action = OUT_ANSWER;
+                        meta.out_flags = FLAG_RESENT;
                     } else if (st == ST_SENT_UP) {
-                        meta.acc_mode = ACC_READ; meta.out_action = OUT_UP; meta.retx = 1;
+                        meta.acc_mode = ACC_READ; meta.out_action = OUT_UP;
+                        meta.out_flags = FLAG_RETX | (hdr.thc.flags & FLAG_DEADLINE);
+                    } else if (deadline) {
+                        meta.acc_mode = ACC_READ; release = true;
                     } else {
                         meta.drop_reason = DROP_DUPLICATE;
                     }
+                } else if (st == ST_FINAL) {
+                    // Released early (deadline) without this contributor: send it the result.
+                    meta.acc_mode = ACC_READ; meta.out_action = OUT_ANSWER;
+                    meta.out_flags = FLAG_RESENT;
                 } else if (st != ST_COLLECTING) {
-                    meta.drop_reason = DROP_STALE;  // round already complete without this sender
+                    meta.drop_reason = DROP_STALE;  // sent up without it; retry gets the result
                 } else {
                     cb = cb | meta.contrib_bit;
                     nc = nc + 1;
@@ -77,14 +94,19 @@ control ThcSlot(inout headers_t hdr, inout local_metadata_t meta) {
                     wb = wb | meta.contrib_workers;
                     meta.acc_mode = ACC_ADD;
                     contributions.count((bit<32>)meta.job.index);
-                    if (nc >= meta.job.expected) {
-                        if (meta.job.has_parent == 1) {
-                            st = ST_SENT_UP; meta.out_action = OUT_UP;
-                        } else {
-                            st = ST_FINAL; meta.out_action = OUT_MULTICAST;
-                        }
+                    if (nc >= meta.job.expected || deadline) {
+                        release = true;
                     } else {
                         meta.out_action = OUT_ABSORB;
+                    }
+                }
+                if (release) {
+                    // Complete (or deadline): the root multicasts, a child sends up.
+                    if (meta.job.has_parent == 1) {
+                        st = ST_SENT_UP; meta.out_action = OUT_UP;
+                        meta.out_flags = hdr.thc.flags & FLAG_DEADLINE;
+                    } else {
+                        st = ST_FINAL; meta.out_action = OUT_MULTICAST; meta.out_flags = 0;
                     }
                 }
                 round_reg.write(meta.cell, rnd);
@@ -106,6 +128,7 @@ control ThcSlot(inout headers_t hdr, inout local_metadata_t meta) {
                 workers_reg.write(meta.cell, wb);
                 meta.acc_mode = ACC_STORE;
                 meta.out_action = OUT_MULTICAST;
+                meta.out_flags = 0;
             } else {
                 meta.drop_reason = DROP_STALE;
             }
