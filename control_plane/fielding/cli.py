@@ -70,6 +70,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     fl.add_argument("--clients", type=int, default=20)
     fl.add_argument("--rounds", type=int, default=12)
     fl.add_argument("--seed", type=int, default=0)
+    fl.add_argument("--engine", default="local", choices=("local", "simulation"),
+                    help="local: Strategy.start over an in-process grid; simulation: "
+                    "Flower's simulation engine (needs Ray)")
     fl.add_argument("--json", action="store_true", help="print one JSON object")
     fl.set_defaults(func=run_flower)
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
@@ -164,12 +167,18 @@ def _print_table(res: dict) -> None:
 
 
 def run_flower(args: argparse.Namespace) -> int:
-    """Run :func:`control_plane.fielding.flower.run_local` and print its summary."""
-    from control_plane.fielding.flower import run_local
+    """Run the Flower strategy end to end and print accuracy and clusters per round."""
+    from control_plane.fielding.flower import run_engine, run_local
 
     if args.clients < 8 or args.rounds < 3:
         raise _usage("--clients must be >= 8 and --rounds >= 3")
-    out = run_local(args.scenario, args.clients, args.rounds, args.seed)
+    if args.engine == "local":
+        out = run_local(args.scenario, args.clients, args.rounds, args.seed)
+    else:
+        try:
+            out = run_engine(args.scenario, args.clients, args.rounds, args.seed)
+        except RuntimeError as exc:
+            raise _usage(str(exc)) from None
     if args.json:
         print(json.dumps(out, indent=1))
     else:

@@ -15,12 +15,14 @@ Each round:
 
 The matching client side is :func:`make_client_app`. :class:`LocalGrid` runs real ``ClientApp``
 objects in-process so that Flower's own ``Strategy.start`` can drive a whole run without a
-simulation backend (Flower's simulation engine needs Ray, which is not installed here).
+simulation backend; :func:`run_engine` runs the same strategy and clients on Flower's
+simulation engine (``flwr.simulation.run_simulation``), which needs Ray.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable
 from itertools import count
 
@@ -98,6 +100,9 @@ class FieldingStrategy(Strategy):
         Keys of the model and config records in messages (as Flower's FedAvg).
     query_timeout : float
         Seconds to wait for representation replies.
+    min_available_nodes : int
+        Wait until this many nodes are connected before the first query (as Flower's
+        ``sample_nodes``). Every connected node takes part in every round.
     """
 
     def __init__(
@@ -107,12 +112,14 @@ class FieldingStrategy(Strategy):
         arrayrecord_key: str = "arrays",
         configrecord_key: str = "config",
         query_timeout: float = 600.0,
+        min_available_nodes: int = 2,
     ) -> None:
         self.config = config or FieldingConfig()
         self.weighted_by_key = weighted_by_key
         self.arrayrecord_key = arrayrecord_key
         self.configrecord_key = configrecord_key
         self.query_timeout = query_timeout
+        self.min_available_nodes = min_available_nodes
         self.clusterer = FieldingClusterer(self.config)
         self.models: dict[int, dict[str, np.ndarray]] = {}
         self.initial: dict[str, np.ndarray] | None = None
@@ -144,7 +151,10 @@ class FieldingStrategy(Strategy):
             self.models = packed
 
     def _collect_representations(self, server_round: int, grid: Grid) -> dict[int, np.ndarray]:
-        nodes = list(grid.get_node_ids())
+        while len(nodes := list(grid.get_node_ids())) < self.min_available_nodes:
+            log.info("waiting for nodes: %d of %d connected", len(nodes),
+                     self.min_available_nodes)
+            time.sleep(1)
         cfg = self._query_config(server_round)
         msgs = [
             Message(RecordDict({self.configrecord_key: cfg}), dst_node_id=n,
@@ -415,13 +425,7 @@ def _payload_bytes(msg: Message) -> int:
     )
 
 
-def run_local(kind: str = "concept", n_clients: int = 20, rounds: int = 12, seed: int = 0,
-              config: FieldingConfig | None = None) -> dict:
-    """Run :class:`FieldingStrategy` with Flower's ``Strategy.start`` over a :class:`LocalGrid`.
-
-    Clients hold the data of a :func:`~control_plane.fielding.scenarios.make_scenario`
-    scenario (drift included). Returns accuracy per round and clusters per round.
-    """
+def _scenario_app(kind: str, n_clients: int, rounds: int, seed: int):
     from control_plane.fielding.models import Model
     from control_plane.fielding.scenarios import make_scenario
 
@@ -431,18 +435,72 @@ def run_local(kind: str = "concept", n_clients: int = 20, rounds: int = 12, seed
         d = sc.data(int(context.node_config["partition-id"]), rnd)
         return d.X_train, d.y_train, d.X_test, d.y_test
 
-    app = make_client_app(data_fn, sc.n_classes)
-    grid = LocalGrid(app, n_clients)
-    strategy = FieldingStrategy(config)
     model = Model(sc.n_features, sc.n_classes)
     init = ArrayRecord(array_dict={"w": Array(model.init(np.random.default_rng(seed)))})
-    result = strategy.start(grid=grid, initial_arrays=init, num_rounds=rounds)
+    return sc, make_client_app(data_fn, sc.n_classes), init
+
+
+def _summary(result, sc, strategy: FieldingStrategy, rounds: int) -> dict:
     acc = [float(result.evaluate_metrics_clientapp[r]["eval_acc"]) for r in range(1, rounds + 1)]
-    clusters = [float(result.train_metrics_clientapp[r]["clusters"]) for r in range(1, rounds + 1)]
+    clusters = [int(result.train_metrics_clientapp[r]["clusters"]) for r in range(1, rounds + 1)]
     return {
-        "scenario": kind, "clients": n_clients, "rounds": rounds, "seed": seed,
-        "drift_rounds": sc.events, "accuracy": acc, "clusters": [int(c) for c in clusters],
+        "scenario": sc.kind, "clients": sc.n_clients, "rounds": rounds, "seed": sc.seed,
+        "drift_rounds": sc.events, "accuracy": acc, "clusters": clusters,
         "representation_bytes": strategy.representation_bytes,
-        "bytes_to_clients": grid.bytes_to_clients, "bytes_from_clients": grid.bytes_from_clients,
-        "engine": "flwr Strategy.start over an in-process Grid (no Ray)",
+        "reclusterings": [u.reason for u in strategy.updates if u.reclustered],
     }
+
+
+def run_local(kind: str = "concept", n_clients: int = 20, rounds: int = 12, seed: int = 0,
+              config: FieldingConfig | None = None) -> dict:
+    """Run :class:`FieldingStrategy` with Flower's ``Strategy.start`` over a :class:`LocalGrid`.
+
+    Clients hold the data of a :func:`~control_plane.fielding.scenarios.make_scenario`
+    scenario (drift included). Returns accuracy per round and clusters per round.
+    """
+    sc, app, init = _scenario_app(kind, n_clients, rounds, seed)
+    grid = LocalGrid(app, n_clients)
+    strategy = FieldingStrategy(config)
+    result = strategy.start(grid=grid, initial_arrays=init, num_rounds=rounds)
+    out = _summary(result, sc, strategy, rounds)
+    out |= {"bytes_to_clients": grid.bytes_to_clients,
+            "bytes_from_clients": grid.bytes_from_clients,
+            "engine": "flwr Strategy.start over an in-process Grid (no Ray)"}
+    return out
+
+
+def run_engine(kind: str = "concept", n_clients: int = 10, rounds: int = 6, seed: int = 0,
+               config: FieldingConfig | None = None, num_cpus: int = 2) -> dict:
+    """Run the same job on Flower's simulation engine (``run_simulation``; needs Ray).
+
+    The ``ServerApp`` runs :class:`FieldingStrategy` with ``Strategy.start`` on the engine's
+    grid; every virtual SuperNode runs :func:`make_client_app` in a Ray actor.
+    """
+    try:
+        import ray  # noqa: F401
+    except ImportError as exc:
+        raise RuntimeError(
+            "Flower's simulation engine needs Ray (pip install 'flwr[simulation]'); "
+            "use run_local() for the in-process grid"
+        ) from exc
+    from flwr.serverapp import ServerApp
+    from flwr.simulation import run_simulation
+
+    sc, client_app, init = _scenario_app(kind, n_clients, rounds, seed)
+    box: dict = {}
+    server_app = ServerApp()
+
+    @server_app.main()
+    def main(grid: Grid, context: Context) -> None:
+        strategy = FieldingStrategy(config, min_available_nodes=n_clients)
+        result = strategy.start(grid=grid, initial_arrays=init, num_rounds=rounds)
+        box["out"] = _summary(result, sc, strategy, rounds)
+
+    run_simulation(
+        server_app=server_app, client_app=client_app, num_supernodes=n_clients,
+        backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                        "init_args": {"num_cpus": num_cpus, "include_dashboard": False}},
+    )
+    if "out" not in box:
+        raise RuntimeError("the Flower simulation ended without a result (see its log)")
+    return box["out"] | {"engine": "flwr.simulation.run_simulation (Ray backend)"}
