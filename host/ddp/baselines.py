@@ -1,0 +1,76 @@
+"""The compressors compared with THC, each as (state, DDP hook): PyTorch's own hooks.
+
+``none``: ``allreduce_hook`` (plain averaging), ``fp16``: ``fp16_compress_hook``, ``powersgd``:
+``powerSGD_hook`` (Vogels et al., "PowerSGD", NeurIPS 2019) with error feedback and warm start,
+``thc``/``thc-noef``: :func:`host.ddp.thc_hook` with and without error feedback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+from host.ddp.thc_hook import THCHookState, thc_hook
+from host.thc.config import THCConfig
+
+COMPRESSORS = ("none", "fp16", "powersgd", "thc")
+
+#: PowerSGD with error feedback needs two plain steps first (DDP rebuilds buckets at step 1).
+POWERSGD_START_ITER = 2
+
+
+@dataclass(frozen=True)
+class CompressorSpec:
+    """One compressor setting: ``kind`` plus its knobs; ``label`` names it in reports."""
+
+    kind: str
+    rank: int = 4
+    error_feedback: bool = True
+    start_iter: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in COMPRESSORS:
+            raise ValueError(f"compressor {self.kind!r}: choose one of {', '.join(COMPRESSORS)}")
+        if self.rank < 1:
+            raise ValueError(f"powersgd rank={self.rank}: must be >= 1")
+
+    @property
+    def label(self) -> str:
+        if self.kind == "powersgd":
+            return f"powersgd-r{self.rank}"
+        if self.kind == "thc" and not self.error_feedback:
+            return "thc-noef"
+        return self.kind
+
+
+def compare_set(powersgd_ranks: tuple[int, ...] = (1, 4)) -> list[CompressorSpec]:
+    """The baselines of one ``--compare`` run: none, fp16, PowerSGD ranks, THC with/without EF."""
+    return [
+        CompressorSpec("none"),
+        CompressorSpec("fp16"),
+        *(CompressorSpec("powersgd", rank=r) for r in powersgd_ranks),
+        CompressorSpec("thc"),
+        CompressorSpec("thc", error_feedback=False),
+    ]
+
+
+def make_hook(spec: CompressorSpec, *, seed: int = 0, thc_config: THCConfig | None = None,
+              group: dist.ProcessGroup | None = None) -> tuple[Any, Callable]:
+    """(state, hook) for ``ddp_model.register_comm_hook(state, hook)``."""
+    if spec.kind == "none":
+        return group, default_hooks.allreduce_hook
+    if spec.kind == "fp16":
+        return group, default_hooks.fp16_compress_hook
+    if spec.kind == "powersgd":
+        state = powerSGD_hook.PowerSGDState(
+            process_group=group, matrix_approximation_rank=spec.rank,
+            start_powerSGD_iter=max(POWERSGD_START_ITER, spec.start_iter),
+            use_error_feedback=True, warm_start=True, random_seed=seed,
+        )
+        return state, powerSGD_hook.powerSGD_hook
+    return (THCHookState(thc_config, process_group=group, error_feedback=spec.error_feedback,
+                         start_thc_iter=spec.start_iter), thc_hook)

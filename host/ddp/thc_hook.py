@@ -1,0 +1,259 @@
+"""THC gradient compression as a DDP communication hook.
+
+Usage, one line after wrapping the model::
+
+    ddp.register_comm_hook(THCHookState(THCConfig()), thc_hook)
+
+Per gradient bucket (THC reference ``shared/reference/thc.md`` steps 1-11; Li et al., NSDI 2024):
+add the error-feedback memory, compute the per-chunk norms, agree on their maximum across workers
+(:meth:`Aggregator.max_floats`, which also carries one "non-finite" flag per rank so every rank
+stops together), encode with this rank's rounding randomness and the shared signs keyed by
+(step, bucket index), sum the integer table values (:meth:`Aggregator.sum_encoded_async`), and
+decode the sum with its contribution count into the averaged bucket.
+
+The shape follows PyTorch's own hooks (a state object plus a function ``hook(state, bucket)``
+returning a :class:`torch.futures.Future`, e.g. ``powerSGD_hook``): the first
+``start_thc_iter`` steps may run as plain averaging, like PowerSGD's ``start_powerSGD_iter``.
+Unlike PowerSGD, the error memory is kept per parameter, not per bucket index, so it survives
+DDP rebuilding its buckets after the first iteration and THC can start at step 0.
+"""
+
+# No `from __future__ import annotations`: DDP checks the hook's annotations at registration.
+
+import logging
+import math
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from host.aggregation import Aggregator, Count, TorchDistributedAggregator
+from host.thc.codec import NonFiniteError, THCCodec
+from host.thc.config import THCConfig
+from host.thc.lanes import lane_bits
+
+log = logging.getLogger(__name__)
+
+
+class NonFiniteGradientError(FloatingPointError):
+    """Some rank's gradient bucket holds NaN or Inf; raised on every rank at the same bucket."""
+
+
+@dataclass
+class StepBytes:
+    """Bytes one worker sent and received in one step (THC wire model, ``docs/training.md``)."""
+
+    step: int
+    sent: int
+    received: int
+
+
+class THCHookState:
+    """State of :func:`thc_hook`: codec, aggregator, error memory, step and byte counters.
+
+    Parameters
+    ----------
+    config : THCConfig, optional
+        Shared by all workers (default: the THC defaults, b=4, g=30).
+    aggregator : Aggregator, optional
+        How sums and maxima are computed; default :class:`TorchDistributedAggregator` on
+        ``process_group`` (created at the first bucket, so the state may be built before
+        ``init_process_group``).
+    process_group : ProcessGroup, optional
+        Used only when no aggregator is given.
+    error_feedback : bool
+        Carry each worker's compression error into its next step (THC reference, steps 1, 7).
+    start_thc_iter : int
+        Steps of plain float averaging before THC starts (warm-up; 0 = compress from the start).
+    backend : str
+        Codec backend (``auto``, ``torch``, ``fused``).
+    trace : bool
+        Keep, per bucket call, the parameters and the error memory applied (tests, debugging).
+
+    Attributes
+    ----------
+    iter : int
+        Steps completed (advanced after the last bucket of a step).
+    memory : dict
+        Error memory per parameter (flat float32), keyed by :meth:`param_key`.
+    history : list of StepBytes
+        Bytes sent/received by this worker in every completed step.
+    """
+
+    def __init__(
+        self,
+        config: THCConfig | None = None,
+        *,
+        aggregator: Aggregator | None = None,
+        process_group: dist.ProcessGroup | None = None,
+        error_feedback: bool = True,
+        start_thc_iter: int = 0,
+        backend: str = "auto",
+        trace: bool = False,
+    ) -> None:
+        if start_thc_iter < 0:
+            raise ValueError(f"start_thc_iter={start_thc_iter}: must be >= 0")
+        self.codec = THCCodec(config, backend=backend)
+        self.aggregator = aggregator
+        self.process_group = process_group
+        self.error_feedback = error_feedback
+        self.start_thc_iter = start_thc_iter
+        self.iter = 0
+        self.memory: dict[Hashable, torch.Tensor] = {}
+        self.bytes_sent = 0
+        self.bytes_received = 0
+        self.total_bytes_sent = 0
+        self.total_bytes_received = 0
+        self.history: list[StepBytes] = []
+        self.trace: list[dict] | None = [] if trace else None
+        self._keys: dict[int, int] = {}
+
+    # ------------------------------------------------------------------ helpers
+    def agg(self) -> Aggregator:
+        """The aggregator (created on first use)."""
+        if self.aggregator is None:
+            self.aggregator = TorchDistributedAggregator(self.process_group)
+        return self.aggregator
+
+    def param_key(self, p: torch.Tensor) -> int:
+        """A stable key for parameter ``p``: its first-seen order (independent of buckets)."""
+        return self._keys.setdefault(id(p), len(self._keys))
+
+    def count(self, sent: int, received: int) -> None:
+        """Add bytes to the current step's counters."""
+        self.bytes_sent += sent
+        self.bytes_received += received
+
+    def end_step(self) -> None:
+        """Close the current step's byte counters and advance :attr:`iter`."""
+        self.history.append(StepBytes(self.iter, self.bytes_sent, self.bytes_received))
+        self.total_bytes_sent += self.bytes_sent
+        self.total_bytes_received += self.bytes_received
+        self.bytes_sent = self.bytes_received = 0
+        self.iter += 1
+
+    def bytes_per_bucket(self, numel: int, world_size: int) -> tuple[int, int]:
+        """(up, down) bytes of one compressed bucket of ``numel`` elements for one worker.
+
+        Up: packed ``b``-bit indices of the padded coordinates, plus the chunk norms and one
+        flag per rank of the maximum agreement (float32). Down: one lane per padded coordinate,
+        its width from ``n·g`` (8 bits for ``n·g ≤ 255``, THC reference step 10), plus the
+        agreed norms and flags.
+        """
+        lay = self.codec.layout(numel)
+        agree = 4 * (len(lay.chunks) + world_size)
+        up = self.codec.payload_bytes(numel) + agree
+        lane = lane_bits(world_size, self.codec.cfg.granularity)
+        down = math.ceil(lay.padded * lane / 8) + agree
+        return up, down
+
+    def _segments(self, bucket: dist.GradBucket, buf: torch.Tensor) -> list[tuple[int, int, int]]:
+        """(key, offset, numel) of every parameter's gradient inside the bucket buffer."""
+        base = buf.storage_offset()
+        segs = []
+        for p, g in zip(bucket.parameters(), bucket.gradients(), strict=True):
+            segs.append((self.param_key(p), g.storage_offset() - base, g.numel()))
+        return segs
+
+    def _gather_memory(self, segs: list[tuple[int, int, int]], numel: int) -> torch.Tensor:
+        mem = torch.zeros(numel, dtype=torch.float32)
+        for key, off, n in segs:
+            m = self.memory.get(key)
+            if m is not None and m.numel() == n:
+                mem[off : off + n] = m
+        return mem
+
+    def _scatter_memory(self, segs: list[tuple[int, int, int]], residual: torch.Tensor) -> None:
+        for key, off, n in segs:
+            self.memory[key] = residual[off : off + n].clone()
+
+
+def _check_finite(state: THCHookState, agg: Aggregator, x: torch.Tensor, bucket_index: int
+                  ) -> torch.Tensor:
+    """Agree on the chunk norms and, in the same all-reduce, on which ranks hold NaN/Inf."""
+    n, rank = agg.world_size, agg.rank
+    local_error = None
+    try:
+        norms = state.codec.chunk_norms(x)
+    except NonFiniteError as exc:
+        local_error = str(exc)
+        norms = torch.zeros(len(state.codec.layout(x.numel()).chunks), dtype=torch.float32)
+    flags = torch.zeros(n, dtype=torch.float32)
+    if local_error is not None:
+        flags[rank] = 1.0
+    agreed = agg.max_floats(torch.cat([norms, flags]))
+    bad = [int(r) for r in (agreed[norms.numel():] > 0).nonzero().flatten()]
+    if bad:
+        here = f"; on this rank: {local_error}" if local_error else ""
+        raise NonFiniteGradientError(
+            f"THC hook, step {state.iter}, bucket {bucket_index}: rank(s) {bad} of {n} passed "
+            f"NaN/Inf gradients (raised on rank {rank}){here}"
+        )
+    return agreed[: norms.numel()].contiguous()
+
+
+def thc_hook(state: THCHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """Average a DDP gradient bucket across workers through THC.
+
+    Parameters
+    ----------
+    state : THCHookState
+    bucket : dist.GradBucket
+        DDP's flattened gradient bucket; it is overwritten with the average.
+
+    Returns
+    -------
+    torch.futures.Future
+        Completes with the averaged bucket buffer.
+
+    Raises
+    ------
+    NonFiniteGradientError
+        On every rank, when any rank's bucket holds NaN or Inf.
+    """
+    agg = state.agg()
+    buf = bucket.buffer()
+    idx = bucket.index()
+    numel = buf.numel()
+    n = agg.world_size
+    last = bucket.is_last()
+
+    if state.iter < state.start_thc_iter:
+        nbytes = numel * buf.element_size()
+        state.count(nbytes, nbytes)
+        if last:
+            state.end_step()
+
+        def average(f: torch.futures.Future[tuple[torch.Tensor, Count]]) -> torch.Tensor:
+            sums, count = f.value()
+            return buf.copy_(sums / count)
+
+        return agg.sum_floats_async(buf).then(average)
+
+    segs = state._segments(bucket, buf)
+    x = buf.detach().to(torch.float32).reshape(-1)
+    if state.error_feedback:
+        mem = state._gather_memory(segs, numel)
+        if state.trace is not None:
+            state.trace.append({"iter": state.iter, "bucket": idx, "keys": [s[0] for s in segs],
+                                "memory": mem.clone()})
+        x = x + mem
+    norms = _check_finite(state, agg, x, idx)
+    rnd = state.iter
+    enc = state.codec.encode(x, norms, worker=agg.rank, round=rnd, stream=idx,
+                             residual=state.error_feedback)
+    if state.error_feedback and enc.residual is not None:
+        state._scatter_memory(segs, enc.residual)
+    up, down = state.bytes_per_bucket(numel, n)
+    state.count(up, down)
+    if last:
+        state.end_step()
+    codec = state.codec
+
+    def decode(f: torch.futures.Future[tuple[torch.Tensor, Count]]) -> torch.Tensor:
+        sums, count = f.value()
+        out = codec.decode(sums, count, norms, numel, round=rnd, stream=idx, dtype=buf.dtype)
+        return buf.copy_(out)
+
+    return agg.sum_encoded_async(enc, codec).then(decode)

@@ -1,0 +1,180 @@
+"""Train a task with N worker processes on one machine, one compressor per run.
+
+Workers are ``torch.multiprocessing`` processes joined by gloo over loopback (a ``FileStore``
+rendezvous in a temporary directory, so no port is raced for). Each wraps the task's model in
+``DistributedDataParallel``, registers the compressor's communication hook, and trains for a
+fixed number of steps with deterministic batches. Rank 0 records, per step: the loss averaged
+over workers, the held-out metric (every ``eval_every`` steps), the bytes this worker sent and
+received as the compressor transmits them, and the step's wall time split into communication
+(time some all-reduce was in flight) and compute (the rest, including encode/decode).
+
+A rank that fails (e.g. NaN gradients) writes its error and exits cleanly; the parent raises
+:class:`TrainingError` with every rank's message. A run that exceeds ``timeout_s`` is killed.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from host.aggregation import CollectiveMeter
+from host.ddp.baselines import CompressorSpec, make_hook
+from host.ddp.thc_hook import THCHookState
+from host.thc.config import THCConfig
+from host.training.launch import LaunchTimeoutError, run_workers
+from host.training.tasks import make_task
+
+log = logging.getLogger(__name__)
+
+
+class TrainingError(RuntimeError):
+    """One or more worker processes failed; the message holds every rank's error."""
+
+    def __init__(self, message: str, errors: dict[int, str]) -> None:
+        super().__init__(message)
+        self.errors = errors
+
+
+@dataclass
+class TrainConfig:
+    """One training run.
+
+    Parameters
+    ----------
+    task : str
+        ``digits`` or ``charlm``.
+    spec : CompressorSpec
+        The compressor.
+    workers : int
+        Worker processes (the data-parallel group size).
+    steps, eval_every : int, optional
+        Default: the task's.
+    seed : int
+        Model initialisation, batches and compressor randomness.
+    lr : float, optional
+        Learning rate (default: the task's).
+    thc : THCConfig, optional
+        THC parameters (default: THC defaults).
+    bucket_cap_mb : float
+        DDP bucket size.
+    threads : int
+        torch intra-op threads per worker.
+    progress : bool
+        tqdm progress bar on stderr (rank 0).
+    inject_nan : tuple of int, optional
+        (rank, step): that rank's loss becomes NaN at that step (tests and demonstrations).
+    timeout_s : float
+        Kill the workers after this long; also the collectives' timeout.
+    """
+
+    task: str
+    spec: CompressorSpec = field(default_factory=lambda: CompressorSpec("thc"))
+    workers: int = 2
+    steps: int | None = None
+    eval_every: int | None = None
+    seed: int = 0
+    lr: float | None = None
+    thc: THCConfig | None = None
+    bucket_cap_mb: float = 25.0
+    threads: int = 1
+    progress: bool = False
+    inject_nan: tuple[int, int] | None = None
+    timeout_s: float = 900.0
+
+
+def _train(rank: int, cfg: TrainConfig) -> dict:
+    n = cfg.workers
+    task = make_task(cfg.task, seed=cfg.seed, lr=cfg.lr)
+    steps = cfg.steps or task.default_steps
+    eval_every = cfg.eval_every or task.default_eval_every
+    model = task.build_model()
+    n_params = sum(p.numel() for p in model.parameters())
+    ddp = DistributedDataParallel(model, bucket_cap_mb=cfg.bucket_cap_mb)
+    state, hook = make_hook(cfg.spec, seed=cfg.seed, thc_config=cfg.thc)
+    ddp.register_comm_hook(state, hook)
+    opt = task.build_optimizer(ddp.parameters())
+    sched = task.build_scheduler(opt, steps)
+    meter = CollectiveMeter().install()
+    records: list[dict] = []
+    bar = None
+    if rank == 0 and cfg.progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=steps, desc=f"{cfg.task}/{cfg.spec.label}", file=sys.stderr, leave=False)
+    try:
+        for step in range(steps):
+            x, y = task.batch(step, rank, n)
+            meter.take()
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            loss = task.loss(ddp, x, y)
+            if cfg.inject_nan is not None and cfg.inject_nan == (rank, step):
+                loss = loss * float("nan")
+            loss.backward()
+            opt.step()
+            sched.step()
+            wall = time.perf_counter() - t0
+            nbytes, comm = meter.take()
+            if isinstance(state, THCHookState):
+                sent, recv = state.history[-1].sent, state.history[-1].received
+            else:
+                sent = recv = nbytes
+            # Instrumentation outside the measured step: mean loss over workers.
+            lt = torch.tensor([float(loss.detach())], dtype=torch.float64)
+            dist.all_reduce(lt)
+            meter.take()
+            rec = {"step": step + 1, "loss": float(lt) / n, "metric": None, "eval_loss": None,
+                   "bytes_sent": int(sent), "bytes_received": int(recv),
+                   "compute_s": max(wall - comm, 0.0), "comm_s": comm, "wall_s": wall}
+            if rank == 0 and ((step + 1) % eval_every == 0 or step + 1 == steps):
+                ev = task.evaluate(model)
+                rec["metric"], rec["eval_loss"] = ev.metric, ev.loss
+                if bar is not None:
+                    bar.set_postfix({task.metric_name: f"{ev.metric:.4f}"})
+            records.append(rec)
+            if bar is not None:
+                bar.update(1)
+    finally:
+        meter.uninstall()
+        if bar is not None:
+            bar.close()
+    return {"task": cfg.task, "compressor": cfg.spec.label, "workers": n, "steps": steps,
+            "eval_every": eval_every, "seed": cfg.seed, "params": n_params,
+            "metric_name": task.metric_name, "higher_is_better": task.higher_is_better,
+            "default_target": task.default_target, "records": records}
+
+
+def _worker(rank: int, world: int, cfg: TrainConfig) -> dict | None:
+    report = _train(rank, cfg)
+    return report if rank == 0 else None
+
+
+def train(cfg: TrainConfig) -> dict:
+    """Run ``cfg`` with ``cfg.workers`` processes and return rank 0's report.
+
+    Raises
+    ------
+    TrainingError
+        If any rank failed (the message lists each rank's error) or the run timed out.
+    """
+    if cfg.workers < 1:
+        raise ValueError(f"workers={cfg.workers}: must be >= 1")
+    try:
+        results = run_workers(_worker, cfg.workers, (cfg,), timeout_s=cfg.timeout_s,
+                              threads=cfg.threads)
+    except LaunchTimeoutError as exc:
+        raise TrainingError(str(exc), {r: "timeout" for r in range(cfg.workers)}) from exc
+    errors = {r.rank: r.error for r in results if not r.ok}
+    if errors:
+        lines = "; ".join(f"rank {r}: {e}" for r, e in sorted(errors.items()))
+        raise TrainingError(f"{len(errors)} of {cfg.workers} workers failed: {lines}", errors)
+    report = results[0].value
+    report["config"] = {"spec": asdict(cfg.spec), "lr": cfg.lr,
+                        "thc": (cfg.thc or THCConfig()).describe() if cfg.spec.kind == "thc" else None}
+    return report

@@ -1,0 +1,270 @@
+"""Two small training tasks that run offline with deterministic data, splits and batches.
+
+``digits``: the 8×8 handwritten digits bundled with scikit-learn (1797 images; Alpaydin &
+Kaynak, UCI "Optical Recognition of Handwritten Digits"), a small CNN, a fixed stratified
+75/25 split, held-out accuracy.
+
+``charlm``: a character-level causal transformer language model on the Python standard
+library's own source files (every Python installation has them), a fixed split of the text
+(first 90 % train, last 10 % held out), held-out loss reported as bits per character
+(``loss / ln 2``).
+
+Every worker draws its batch for step ``s`` as a pure function of (seed, step, rank), so runs
+are reproducible and workers see disjoint data within a step.
+"""
+
+from __future__ import annotations
+
+import math
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F  # noqa: N812 - the usual alias
+
+
+@dataclass
+class EvalResult:
+    """Held-out evaluation: the task's metric and the held-out loss (nats per target)."""
+
+    metric: float
+    loss: float
+
+
+@dataclass
+class Task:
+    """A training task: model, batches, evaluation and sensible defaults.
+
+    Subclasses set the class attributes and implement the four methods.
+    """
+
+    name: str = ""
+    metric_name: str = ""
+    higher_is_better: bool = True
+    default_steps: int = 200
+    default_eval_every: int = 10
+    default_target: float = 0.0
+    batch_per_worker: int = 32
+    seed: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def build_model(self) -> nn.Module:
+        raise NotImplementedError
+
+    def build_optimizer(self, params) -> torch.optim.Optimizer:
+        raise NotImplementedError
+
+    def build_scheduler(self, opt: torch.optim.Optimizer, steps: int):
+        """Cosine decay of the learning rate to 0 over ``steps`` (Loshchilov & Hutter 2017)."""
+        return torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
+
+    def batch(self, step: int, rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module) -> EvalResult:
+        raise NotImplementedError
+
+    def reached(self, metric: float, target: float) -> bool:
+        """Whether ``metric`` meets ``target`` in this task's direction."""
+        return metric >= target if self.higher_is_better else metric <= target
+
+
+# ---------------------------------------------------------------------------- digits
+class DigitsCNN(nn.Module):
+    """Two 3×3 convolutions, one pooling, two dense layers (about 38 k parameters)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.fc1 = nn.Linear(32 * 4 * 4, 64)
+        self.fc2 = nn.Linear(64, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.relu(self.conv1(x))
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+class DigitsTask(Task):
+    """scikit-learn digits, small CNN, SGD with momentum; metric: held-out accuracy."""
+
+    def __init__(self, seed: int = 0, lr: float | None = None) -> None:
+        super().__init__(name="digits", metric_name="accuracy", higher_is_better=True,
+                         default_steps=150, default_eval_every=5, default_target=0.95,
+                         batch_per_worker=32, seed=seed)
+        from sklearn.datasets import load_digits
+        from sklearn.model_selection import train_test_split
+
+        d = load_digits()
+        X = (d.data.astype(np.float32) / 16.0).reshape(-1, 1, 8, 8)
+        y = d.target.astype(np.int64)
+        # The split is fixed (random_state=0) whatever the training seed.
+        Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.25, random_state=0, stratify=y)
+        self.Xtr, self.ytr = torch.from_numpy(Xtr), torch.from_numpy(ytr)
+        self.Xte, self.yte = torch.from_numpy(Xte), torch.from_numpy(yte)
+        self.lr = lr if lr is not None else 0.1
+
+    def build_model(self) -> nn.Module:
+        torch.manual_seed(self.seed)
+        return DigitsCNN()
+
+    def build_optimizer(self, params) -> torch.optim.Optimizer:
+        return torch.optim.SGD(params, lr=self.lr, momentum=0.9)
+
+    def batch(self, step: int, rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor]:
+        B = self.batch_per_worker
+        per_epoch = len(self.ytr) // (B * world)
+        epoch, k = divmod(step, per_epoch)
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        perm = torch.randperm(len(self.ytr), generator=g)
+        start = (k * world + rank) * B
+        idx = perm[start : start + B]
+        return self.Xtr[idx], self.ytr[idx]
+
+    def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(model(x), y)
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module) -> EvalResult:
+        logits = model(self.Xte)
+        acc = float((logits.argmax(1) == self.yte).float().mean())
+        return EvalResult(acc, float(F.cross_entropy(logits, self.yte)))
+
+
+# ---------------------------------------------------------------------------- charlm
+VOCAB = 128  # 7-bit ASCII; other characters map to 0
+
+
+def stdlib_corpus(n_chars: int) -> str:
+    """The first ``n_chars`` characters of the standard library's top-level ``*.py`` files.
+
+    Files are read in sorted name order from ``sysconfig.get_paths()["stdlib"]`` and joined
+    with newlines, so every machine with the same Python version gets the same text.
+    """
+    root = Path(sysconfig.get_paths()["stdlib"])
+    parts: list[str] = []
+    total = 0
+    for f in sorted(root.glob("*.py")):
+        try:
+            text = f.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        parts.append(text)
+        total += len(text) + 1
+        if total >= n_chars:
+            break
+    corpus = "\n".join(parts)[:n_chars]
+    if len(corpus) < n_chars // 2:
+        raise RuntimeError(f"standard library at {root} holds only {len(corpus)} characters of *.py")
+    return corpus
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block with causal self-attention (Vaswani et al. 2017)."""
+
+    def __init__(self, d: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.ff1 = nn.Linear(d, 4 * d)
+        self.ff2 = nn.Linear(4 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, D = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(D, dim=2)
+        q, k, v = (t.view(B, T, self.heads, D // self.heads).transpose(1, 2) for t in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(B, T, D))
+        return x + self.ff2(F.gelu(self.ff1(self.ln2(x))))
+
+
+class CharTransformer(nn.Module):
+    """Token and position embeddings, ``layers`` blocks, a linear head (about 110 k parameters)."""
+
+    def __init__(self, vocab: int = VOCAB, d: int = 64, layers: int = 2, heads: int = 4,
+                 context: int = 64) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(context, d)
+        self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+        for b in self.blocks:
+            x = b(x)
+        return self.head(self.ln(x))
+
+
+class CharLMTask(Task):
+    """Character-level transformer LM on stdlib source; metric: held-out bits per character."""
+
+    context = 64
+    n_chars = 400_000
+    eval_windows = 128
+
+    def __init__(self, seed: int = 0, lr: float | None = None) -> None:
+        super().__init__(name="charlm", metric_name="bits_per_char", higher_is_better=False,
+                         default_steps=300, default_eval_every=15, default_target=3.3,
+                         batch_per_worker=16, seed=seed)
+        text = stdlib_corpus(self.n_chars)
+        codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+        codes = np.where(codes < VOCAB, codes, 0).astype(np.int64)
+        split = int(len(codes) * 0.9)
+        self.train_ids = torch.from_numpy(codes[:split].copy())
+        self.test_ids = torch.from_numpy(codes[split:].copy())
+        self.lr = lr if lr is not None else 5e-3
+        n = len(self.test_ids) - self.context - 1
+        starts = torch.linspace(0, n, self.eval_windows).long()
+        self._eval = self._windows(self.test_ids, starts)
+
+    def _windows(self, ids: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        off = torch.arange(self.context + 1)
+        w = ids[starts[:, None] + off[None, :]]
+        return w[:, :-1], w[:, 1:]
+
+    def build_model(self) -> nn.Module:
+        torch.manual_seed(self.seed)
+        return CharTransformer(context=self.context)
+
+    def build_optimizer(self, params) -> torch.optim.Optimizer:
+        return torch.optim.Adam(params, lr=self.lr)
+
+    def batch(self, step: int, rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(((self.seed * 1_000_003 + step) * 1009 + rank) % (2**62))
+        hi = len(self.train_ids) - self.context - 1
+        starts = torch.randint(0, hi, (self.batch_per_worker,), generator=g)
+        return self._windows(self.train_ids, starts)
+
+    def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        logits = model(x)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module) -> EvalResult:
+        x, y = self._eval
+        logits = model(x)
+        loss = float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)))
+        return EvalResult(loss / math.log(2), loss)
+
+
+TASKS: dict[str, type[Task]] = {"digits": DigitsTask, "charlm": CharLMTask}
+
+
+def make_task(name: str, seed: int = 0, lr: float | None = None) -> Task:
+    """Build task ``name`` (``digits`` or ``charlm``)."""
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}: choose one of {', '.join(TASKS)}")
+    return TASKS[name](seed=seed, lr=lr)
