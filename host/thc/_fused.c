@@ -70,77 +70,94 @@ static int get_buf(PyObject *obj, Py_buffer *view, int writable, const char *nam
 }
 
 static PyObject *py_encode(PyObject *self, PyObject *args) {
-    PyObject *ox, *opay, *ores, *olo, *op, *olev;
-    Py_ssize_t d, B, offset;
-    float scale, a1, b1, rs, T, inv_delta;
+    /* One segment: `count` chunks of `length` real elements, each padded to `padded`
+     * (a multiple of `block`), starting at padded position `offset`; per-chunk constants. */
+    PyObject *ox, *opay, *ores, *oscale, *oa1, *ob1, *olo, *op, *olev;
+    Py_ssize_t count, length, padded, B, offset;
+    float rs, T, inv_delta;
     int G, bits, nthreads;
     unsigned long long skey, rkey;
-    if (!PyArg_ParseTuple(args, "OOOnnnffffffiOOOiKKi", &ox, &opay, &ores, &d, &B, &offset, &scale,
-                          &a1, &b1, &rs, &T, &inv_delta, &G, &olo, &op, &olev, &bits, &skey,
-                          &rkey, &nthreads))
+    if (!PyArg_ParseTuple(args, "OOOnnnnnOOOfffiOOOiKKi", &ox, &opay, &ores, &count, &length,
+                          &padded, &B, &offset, &oscale, &oa1, &ob1, &rs, &T, &inv_delta, &G,
+                          &olo, &op, &olev, &bits, &skey, &rkey, &nthreads))
         return NULL;
-    Py_buffer bx, bpay, bres = {0}, blo, bp, blev;
+    Py_buffer bx, bpay, bres = {0}, bsc, ba1, bb1, blo, bp, blev;
     if (get_buf(ox, &bx, 0, "x") < 0) return NULL;
     if (get_buf(opay, &bpay, 1, "payload") < 0) { PyBuffer_Release(&bx); return NULL; }
     int have_res = ores != Py_None;
     if (have_res && get_buf(ores, &bres, 1, "residual") < 0) {
         PyBuffer_Release(&bx); PyBuffer_Release(&bpay); return NULL;
     }
-    if (get_buf(olo, &blo, 0, "lo") < 0 || get_buf(op, &bp, 0, "p_up") < 0 ||
-        get_buf(olev, &blev, 0, "levels") < 0) {
+    int got = 0;
+    if (get_buf(oscale, &bsc, 0, "scale") == 0) got++;
+    if (got == 1 && get_buf(oa1, &ba1, 0, "a1") == 0) got++;
+    if (got == 2 && get_buf(ob1, &bb1, 0, "b1") == 0) got++;
+    if (got == 3 && get_buf(olo, &blo, 0, "lo") == 0) got++;
+    if (got == 4 && get_buf(op, &bp, 0, "p_up") == 0) got++;
+    if (got == 5 && get_buf(olev, &blev, 0, "levels") == 0) got++;
+    if (got < 6) {
+        Py_buffer *all[] = {&bsc, &ba1, &bb1, &blo, &bp, &blev};
+        for (int i = 0; i < got; i++) PyBuffer_Release(all[i]);
         PyBuffer_Release(&bx); PyBuffer_Release(&bpay);
         if (have_res) PyBuffer_Release(&bres);
         return NULL;
     }
     const float *x = (const float *)bx.buf;
-    Py_ssize_t n = bx.len / 4;
     uint8_t *pay = (uint8_t *)bpay.buf;
     float *res = have_res ? (float *)bres.buf : NULL;
+    const float *scale = (const float *)bsc.buf, *a1 = (const float *)ba1.buf;
+    const float *b1 = (const float *)bb1.buf;
     const int32_t *lo = (const int32_t *)blo.buf;
     const float *pup = (const float *)bp.buf;
     const float *lev = (const float *)blev.buf;
     int nibbles = bits <= 4;
     Py_ssize_t base = nibbles ? offset / 2 : offset;
-    Py_ssize_t nblocks = d / B;
+    Py_ssize_t nblocks = count * padded / B;
     /* Blocks share a byte only with odd block lengths or odd offsets: then run serially. */
     if (nibbles && ((B & 1) || (offset & 1))) nthreads = 1;
     int fail = 0;
     Py_BEGIN_ALLOW_THREADS
 #pragma omp parallel num_threads(nthreads)
     {
-        float *buf = (float *)aligned_alloc(64, ((size_t)B * 4 + 63) / 64 * 64);
-        float *rbuf = have_res ? (float *)aligned_alloc(64, ((size_t)B * 4 + 63) / 64 * 64) : NULL;
+        size_t fb = ((size_t)B * 4 + 63) / 64 * 64;
+        float *buf = (float *)aligned_alloc(64, fb);
+        float *rbuf = have_res ? (float *)aligned_alloc(64, fb) : NULL;
+        float *sb = (float *)aligned_alloc(64, fb);
         uint8_t *qb = (uint8_t *)malloc((size_t)B);
-        float *sb = (float *)aligned_alloc(64, ((size_t)B * 4 + 63) / 64 * 64);
         if (!buf || (have_res && !rbuf) || !qb || !sb) {
 #pragma omp atomic write
             fail = 1;
         } else {
 #pragma omp for schedule(static)
             for (Py_ssize_t bi = 0; bi < nblocks; bi++) {
-                Py_ssize_t p0 = bi * B;
+                Py_ssize_t p0 = bi * B;             /* padded position in the segment */
+                Py_ssize_t c = p0 / padded;         /* chunk */
+                Py_ssize_t j0 = p0 - c * padded;    /* position in the chunk */
+                Py_ssize_t xi = c * length + j0;    /* real element index */
+                Py_ssize_t valid = length - j0;
+                if (valid > B) valid = B;
+                if (valid < 0) valid = 0;
+                float sc = scale[c], ca = a1[c], cb = b1[c];
                 fill_signs(sb, skey, (uint64_t)(offset + p0), B);
-                Py_ssize_t valid = n - p0 < B ? n - p0 : B;
-                for (Py_ssize_t j = 0; j < valid; j++) buf[j] = x[p0 + j] * sb[j];
+                for (Py_ssize_t j = 0; j < valid; j++) buf[j] = x[xi + j] * sb[j];
                 for (Py_ssize_t j = valid; j < B; j++) buf[j] = 0.0f * sb[j];
                 fwht(buf, B);
                 for (Py_ssize_t j = 0; j < B; j++) {
-                    Py_ssize_t p = p0 + j;
                     float y = buf[j] * rs;
-                    float z = y * scale;
+                    float z = y * sc;
                     z = z < -T ? -T : (z > T ? T : z);
                     float u = (z + T) * inv_delta;
                     float k0 = floorf(u);
                     if (k0 < 0.0f) k0 = 0.0f;
                     if (k0 > (float)(G - 2)) k0 = (float)(G - 2);
                     float frac = u - k0;
-                    uint64_t h = hash_pos(rkey, (uint64_t)(offset + p));
+                    uint64_t h = hash_pos(rkey, (uint64_t)(offset + p0 + j));
                     float r1 = (float)(h >> 40) * (1.0f / 16777216.0f);
                     float r2 = (float)((h >> 8) & 0xFFFFFF) * (1.0f / 16777216.0f);
                     int kk = (int)k0 + (r1 < frac);
                     int q = lo[kk] + (r2 < pup[kk]);
                     qb[j] = (uint8_t)q;
-                    if (rbuf) rbuf[j] = y - (lev[q] * a1 - b1);
+                    if (rbuf) rbuf[j] = y - (lev[q] * ca - cb);
                 }
                 if (nibbles) {
                     for (Py_ssize_t j = 0; j < B; j++) {
@@ -154,7 +171,7 @@ static PyObject *py_encode(PyObject *self, PyObject *args) {
                 }
                 if (rbuf) {
                     fwht(rbuf, B);
-                    for (Py_ssize_t j = 0; j < valid; j++) res[p0 + j] = rbuf[j] * rs * sb[j];
+                    for (Py_ssize_t j = 0; j < valid; j++) res[xi + j] = rbuf[j] * rs * sb[j];
                 }
             }
         }
@@ -166,6 +183,7 @@ static PyObject *py_encode(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&bx); PyBuffer_Release(&bpay);
     if (have_res) PyBuffer_Release(&bres);
+    PyBuffer_Release(&bsc); PyBuffer_Release(&ba1); PyBuffer_Release(&bb1);
     PyBuffer_Release(&blo); PyBuffer_Release(&bp); PyBuffer_Release(&blev);
     if (fail) return PyErr_NoMemory();
     Py_RETURN_NONE;
@@ -190,15 +208,15 @@ static void load_sums(float *restrict buf, const void *s, char kind, Py_ssize_t 
 }
 
 static PyObject *py_decode(PyObject *self, PyObject *args) {
-    PyObject *os, *ocnt, *oout;
-    Py_ssize_t m, d, B, offset;
-    float a1, b1, rs;
+    PyObject *os, *ocnt, *oout, *oa1, *ob1;
+    Py_ssize_t m, count, length, padded, B, offset;
+    float rs;
     unsigned long long skey;
     int nthreads;
-    if (!PyArg_ParseTuple(args, "OOnOnnnfffKi", &os, &ocnt, &m, &oout, &d, &B, &offset, &a1, &b1,
-                          &rs, &skey, &nthreads))
+    if (!PyArg_ParseTuple(args, "OOnOnnnnnOOfKi", &os, &ocnt, &m, &oout, &count, &length, &padded,
+                          &B, &offset, &oa1, &ob1, &rs, &skey, &nthreads))
         return NULL;
-    Py_buffer bs, bc = {0}, bo;
+    Py_buffer bs, bc = {0}, bo, ba1, bb1;
     if (get_buf(os, &bs, 0, "sums") < 0) return NULL;
     char kind;
     const char *f = bs.format ? bs.format : "B";
@@ -222,18 +240,23 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
         if (have_cnt) PyBuffer_Release(&bc);
         return NULL;
     }
+    if (get_buf(oa1, &ba1, 0, "a1") < 0 || get_buf(ob1, &bb1, 0, "b1") < 0) {
+        PyBuffer_Release(&bs); PyBuffer_Release(&bo);
+        if (have_cnt) PyBuffer_Release(&bc);
+        return NULL;
+    }
     const void *s = bs.buf;
     const int32_t *cnt = have_cnt ? (const int32_t *)bc.buf : NULL;
     float *out = (float *)bo.buf;
-    Py_ssize_t n = bo.len / 4;
-    Py_ssize_t nblocks = d / B;
-    float a = a1 / (float)m;
+    const float *a1 = (const float *)ba1.buf, *b1 = (const float *)bb1.buf;
+    Py_ssize_t nblocks = count * padded / B;
     int fail = 0;
     Py_BEGIN_ALLOW_THREADS
 #pragma omp parallel num_threads(nthreads)
     {
-        float *buf = (float *)aligned_alloc(64, ((size_t)B * 4 + 63) / 64 * 64);
-        float *sb = (float *)aligned_alloc(64, ((size_t)B * 4 + 63) / 64 * 64);
+        size_t fb = ((size_t)B * 4 + 63) / 64 * 64;
+        float *buf = (float *)aligned_alloc(64, fb);
+        float *sb = (float *)aligned_alloc(64, fb);
         if (!buf || !sb) {
 #pragma omp atomic write
             fail = 1;
@@ -241,17 +264,24 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
 #pragma omp for schedule(static)
             for (Py_ssize_t bi = 0; bi < nblocks; bi++) {
                 Py_ssize_t p0 = bi * B;
+                Py_ssize_t c = p0 / padded;
+                Py_ssize_t j0 = p0 - c * padded;
+                Py_ssize_t xi = c * length + j0;
+                Py_ssize_t valid = length - j0;
+                if (valid > B) valid = B;
+                if (valid < 0) valid = 0;
+                float ca = a1[c], cb = b1[c];
                 load_sums(buf, s, kind, p0, B);
                 if (cnt) {
                     for (Py_ssize_t j = 0; j < B; j++)
-                        buf[j] = buf[j] * (a1 / (float)cnt[p0 + j]) - b1;
+                        buf[j] = buf[j] * (ca / (float)cnt[p0 + j]) - cb;
                 } else {
-                    for (Py_ssize_t j = 0; j < B; j++) buf[j] = buf[j] * a - b1;
+                    float a = ca / (float)m;
+                    for (Py_ssize_t j = 0; j < B; j++) buf[j] = buf[j] * a - cb;
                 }
                 fwht(buf, B);
                 fill_signs(sb, skey, (uint64_t)(offset + p0), B);
-                Py_ssize_t valid = n - p0 < B ? n - p0 : B;
-                for (Py_ssize_t j = 0; j < valid; j++) out[p0 + j] = buf[j] * rs * sb[j];
+                for (Py_ssize_t j = 0; j < valid; j++) out[xi + j] = buf[j] * rs * sb[j];
             }
         }
         free(buf);
@@ -260,8 +290,43 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&bs);
     if (have_cnt) PyBuffer_Release(&bc);
-    PyBuffer_Release(&bo);
+    PyBuffer_Release(&bo); PyBuffer_Release(&ba1); PyBuffer_Release(&bb1);
     if (fail) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_chunk_sumsq(PyObject *self, PyObject *args) {
+    /* out[c] = sum of squares of x[c*length .. (c+1)*length), accumulated in double. */
+    PyObject *ox, *oout;
+    Py_ssize_t length;
+    int nthreads;
+    if (!PyArg_ParseTuple(args, "OnOi", &ox, &length, &oout, &nthreads)) return NULL;
+    Py_buffer bx, bo;
+    if (get_buf(ox, &bx, 0, "x") < 0) return NULL;
+    if (get_buf(oout, &bo, 1, "out") < 0) { PyBuffer_Release(&bx); return NULL; }
+    const float *x = (const float *)bx.buf;
+    double *out = (double *)bo.buf;
+    Py_ssize_t count = bo.len / 8;
+    Py_BEGIN_ALLOW_THREADS
+    if (count >= nthreads) {
+#pragma omp parallel for num_threads(nthreads) schedule(static)
+        for (Py_ssize_t c = 0; c < count; c++) {
+            double acc = 0.0;
+            const float *p = x + c * length;
+            for (Py_ssize_t i = 0; i < length; i++) acc += (double)p[i] * (double)p[i];
+            out[c] = acc;
+        }
+    } else {
+        for (Py_ssize_t c = 0; c < count; c++) {
+            double acc = 0.0;
+            const float *p = x + c * length;
+#pragma omp parallel for reduction(+ : acc) num_threads(nthreads) schedule(static)
+            for (Py_ssize_t i = 0; i < length; i++) acc += (double)p[i] * (double)p[i];
+            out[c] = acc;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&bx); PyBuffer_Release(&bo);
     Py_RETURN_NONE;
 }
 
@@ -303,28 +368,10 @@ static PyObject *py_accumulate(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *py_sumsq(PyObject *self, PyObject *args) {
-    /* Sum of squares of a float32 buffer, accumulated in double (the chunk norm²). */
-    PyObject *ox;
-    int nthreads;
-    if (!PyArg_ParseTuple(args, "Oi", &ox, &nthreads)) return NULL;
-    Py_buffer bx;
-    if (get_buf(ox, &bx, 0, "x") < 0) return NULL;
-    const float *x = (const float *)bx.buf;
-    Py_ssize_t n = bx.len / 4;
-    double acc = 0.0;
-    Py_BEGIN_ALLOW_THREADS
-#pragma omp parallel for reduction(+ : acc) num_threads(nthreads) schedule(static)
-    for (Py_ssize_t i = 0; i < n; i++) acc += (double)x[i] * (double)x[i];
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&bx);
-    return PyFloat_FromDouble(acc);
-}
-
 static PyMethodDef methods[] = {
-    {"sumsq", py_sumsq, METH_VARARGS, "Sum of squares of a float32 buffer (double)."},
-    {"encode", py_encode, METH_VARARGS, "Fused THC encode of one chunk."},
-    {"decode", py_decode, METH_VARARGS, "Fused THC decode of one chunk."},
+    {"chunk_sumsq", py_chunk_sumsq, METH_VARARGS, "Per-chunk sums of squares (double)."},
+    {"encode", py_encode, METH_VARARGS, "Fused THC encode of one segment of chunks."},
+    {"decode", py_decode, METH_VARARGS, "Fused THC decode of one segment of chunks."},
     {"accumulate", py_accumulate, METH_VARARGS, "Add one packed 4-bit contribution to lanes."},
     {NULL, NULL, 0, NULL}};
 

@@ -24,6 +24,8 @@ def add_codec_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--granularity", type=int, default=30, help="g, table values 0..g (default 30)")
     p.add_argument("--clip", default="1/32", help="p, clipped tail mass (default 1/32)")
     p.add_argument("--block", type=int, default=1024, help="Hadamard block (0: full length)")
+    p.add_argument("--chunk", type=int, default=1024,
+                   help="elements per norm (default 1024; the THC reference uses 1048576)")
     p.add_argument("--seed", type=int, default=42, help="shared seed of the random signs")
 
 
@@ -31,7 +33,8 @@ def config_from_args(args: argparse.Namespace) -> THCConfig:
     """Build a :class:`THCConfig` from :func:`add_codec_args` arguments."""
     try:
         return THCConfig(bits=args.bits, granularity=args.granularity,
-                         clip_mass=parse_fraction(args.clip), block=args.block, seed=args.seed)
+                         clip_mass=parse_fraction(args.clip), block=args.block, seed=args.seed,
+                         chunk=args.chunk)
     except THCConfigError as exc:
         raise UsageError(str(exc)) from exc
 

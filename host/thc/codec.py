@@ -23,7 +23,7 @@ import torch
 from host.thc import fused
 from host.thc.config import THCConfig
 from host.thc.hadamard import fwht_
-from host.thc.layout import Chunk, Layout, make_layout
+from host.thc.layout import Layout, Segment, make_layout
 from host.thc.packing import pack_indices, packed_size, unpack_indices
 from host.thc.rng import rounding_key, sign_tensor, signs_key, uniform_pair
 from host.thc.table import rounding_tables
@@ -60,11 +60,13 @@ class Encoded:
 
 
 @dataclass(frozen=True)
-class _ChunkConsts:
-    scale: float  # √d / M (0 when M = 0), float32
-    a1: float  # inc·M/√d: value of one table unit after decoding, float32
-    b1: float  # (g/2)·inc·M/√d, float32
-    rs: float  # 1/√block, float32
+class _SegConsts:
+    """Per-chunk float32 constants of one segment (same values in both backends)."""
+
+    scale: np.ndarray  # √len / M (0 when M = 0)
+    a1: np.ndarray  # inc·M/√len: value of one table unit after decoding
+    b1: np.ndarray  # (g/2)·inc·M/√len
+    rs: float  # 1/√block
 
 
 def _f32(v: float) -> float:
@@ -96,12 +98,20 @@ class THCCodec:
         self._p_up = rt.p_up
         self._T = _f32(cfg.T)
         self._inv_delta = _f32((cfg.fine_grid - 1) / (2.0 * cfg.T))
+        self._lo32 = rt.lo.astype(np.int32)
+        self._levels32 = np.asarray(self.table, dtype=np.float32)
         self._dev_cache: dict[torch.device, tuple[torch.Tensor, ...]] = {}
+        self._layouts: dict[int, Layout] = {}
 
     # ------------------------------------------------------------------ helpers
     def layout(self, numel: int) -> Layout:
-        """Chunk layout of a tensor with ``numel`` elements."""
-        return make_layout(numel, self.cfg)
+        """Chunk layout of a tensor with ``numel`` elements (cached: buckets repeat)."""
+        lay = self._layouts.get(numel)
+        if lay is None:
+            if len(self._layouts) > 256:
+                self._layouts.clear()
+            lay = self._layouts[numel] = make_layout(numel, self.cfg)
+        return lay
 
     def payload_bytes(self, numel: int) -> int:
         """Uplink bytes of one encoding of ``numel`` elements."""
@@ -121,20 +131,20 @@ class THCCodec:
             )
         return self._dev_cache[device]
 
-    def _consts(self, c: Chunk, M: float) -> _ChunkConsts:
+    def _consts(self, seg: Segment, norms: torch.Tensor) -> _SegConsts:
+        """Scale constants of the chunks of ``seg`` from their global norms (float64 → f32)."""
         cfg = self.cfg
-        M = float(np.float32(M))
+        M = norms[seg.first : seg.first + seg.count].numpy().astype(np.float64)
         # Scale by the chunk's real length, not its padded one: the zero padding carries no
         # energy, so √(padded)/M would inflate the blocks that hold the data and clip them
         # (a 1025-element chunk pads to 2048). Identical to the reference's d without padding.
-        d = c.length
-        if M > 0:
-            scale = _f32(math.sqrt(d) / M)
-            a1 = _f32(cfg.inc * M / math.sqrt(d))
-            b1 = _f32(cfg.granularity / 2 * cfg.inc * M / math.sqrt(d))
-        else:
-            scale = a1 = b1 = 0.0
-        return _ChunkConsts(scale, a1, b1, _f32(1.0 / math.sqrt(c.block)))
+        sq = math.sqrt(seg.length)
+        with np.errstate(divide="ignore"):
+            scale = np.where(M > 0, sq / np.where(M > 0, M, 1.0), 0.0)
+        a1 = cfg.inc * M / sq
+        b1 = cfg.granularity / 2 * cfg.inc * M / sq
+        return _SegConsts(scale.astype(np.float32), a1.astype(np.float32), b1.astype(np.float32),
+                          _f32(1.0 / math.sqrt(seg.block)))
 
     @staticmethod
     def _flat32(x: torch.Tensor) -> torch.Tensor:
@@ -153,23 +163,28 @@ class THCCodec:
         """
         flat = x.reshape(-1)
         lay = self.layout(flat.numel())
-        norms = torch.empty(len(lay.chunks), dtype=torch.float32)
+        parts = []
         fast = flat.dtype == torch.float32 and flat.is_contiguous() and self._use_fused(flat)
-        for c in lay.chunks:
-            seg = flat[c.start : c.start + c.length]
+        for seg in lay.segments:
+            part = flat[seg.start : seg.start + seg.numel]
             if fast:
-                nrm = torch.tensor(math.sqrt(fused.sumsq(seg)), dtype=torch.float64)
+                sq = torch.from_numpy(fused.chunk_sumsq(part, seg.length))
             else:
-                nrm = torch.linalg.vector_norm(seg, dtype=torch.float64)
-            if not torch.isfinite(nrm):
-                bad = (~torch.isfinite(seg)).nonzero()
-                where = f"element {c.start + int(bad[0])}" if bad.numel() else "norm overflow"
-                raise NonFiniteError(
-                    f"chunk {c.index} (elements {c.start}..{c.start + c.length - 1}) holds a "
-                    f"NaN or Inf value ({where})"
-                )
-            norms[c.index] = float(nrm)
-        return norms
+                sq = torch.linalg.vector_norm(part.reshape(seg.count, seg.length), dim=1,
+                                              dtype=torch.float64).cpu() ** 2
+            parts.append(sq)
+        sumsq = torch.cat(parts)
+        bad = ~torch.isfinite(sumsq)
+        if bool(bad.any()):
+            c = lay.chunks[int(bad.nonzero()[0])]
+            seg = flat[c.start : c.start + c.length]
+            nf = (~torch.isfinite(seg)).nonzero()
+            where = f"element {c.start + int(nf[0])}" if nf.numel() else "norm overflow"
+            raise NonFiniteError(
+                f"chunk {c.index} (elements {c.start}..{c.start + c.length - 1}) holds a "
+                f"NaN or Inf value ({where})"
+            )
+        return sumsq.sqrt().to(torch.float32)
 
     # ------------------------------------------------------------------ encode
     def encode(
@@ -199,48 +214,61 @@ class THCCodec:
         flat = self._flat32(x)
         lay = self.layout(flat.numel())
         norms = torch.as_tensor(norms, dtype=torch.float32).reshape(-1).cpu()
-        if norms.numel() != len(lay.chunks):
-            raise ValueError(f"got {norms.numel()} norms for {len(lay.chunks)} chunks")
+        if norms.numel() != lay.n_chunks:
+            raise ValueError(f"got {norms.numel()} norms for {lay.n_chunks} chunks")
         skey = signs_key(self.cfg.seed, stream, round)
         rkey = rounding_key(self.cfg.seed, stream, worker, round)
         nb = packed_size(lay.padded, self.cfg.bits)
         res = torch.empty_like(flat) if residual else None
         if self._use_fused(flat):
             payload = torch.empty(nb, dtype=torch.uint8)
-            for c in lay.chunks:
-                k = self._consts(c, float(norms[c.index]))
-                fused.encode_chunk(self, flat, c, k, skey, rkey, payload, res)
+            for seg in lay.segments:
+                fused.encode_segment(self, flat, seg, self._consts(seg, norms), skey, rkey,
+                                     payload, res)
             return Encoded(payload, lay, norms, res)
         q = torch.empty(lay.padded, dtype=torch.uint8, device=flat.device)
-        for c in lay.chunks:
-            k = self._consts(c, float(norms[c.index]))
-            qc, rc = self._encode_chunk_torch(flat, c, k, skey, rkey, residual)
-            q[c.offset : c.offset + c.padded] = qc
+        for seg in lay.segments:
+            k = self._consts(seg, norms)
+            qs, rs = self._encode_segment_torch(flat, seg, k, skey, rkey, residual)
+            q[seg.offset : seg.offset + seg.padded_total] = qs
             if res is not None:
-                res[c.start : c.start + c.length] = rc
+                res[seg.start : seg.start + seg.numel] = rs
         return Encoded(pack_indices(q, self.cfg.bits), lay, norms, res)
 
-    def _encode_chunk_torch(
-        self, flat: torch.Tensor, c: Chunk, k: _ChunkConsts, skey: int, rkey: int, residual: bool
+    def _pad(self, flat: torch.Tensor, seg: Segment) -> torch.Tensor:
+        """The segment's chunks as rows ``(count, padded)``, zero-padded."""
+        x = flat[seg.start : seg.start + seg.numel].reshape(seg.count, seg.length)
+        if seg.padded == seg.length:
+            return x
+        out = torch.zeros(seg.count, seg.padded, dtype=torch.float32, device=flat.device)
+        out[:, : seg.length] = x
+        return out
+
+    def _encode_segment_torch(
+        self, flat: torch.Tensor, seg: Segment, k: _SegConsts, skey: int, rkey: int, residual: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         dev = flat.device
         lo, p_up, levels = self._tables_on(dev)
-        x = torch.zeros(c.padded, dtype=torch.float32, device=dev)
-        x[: c.length] = flat[c.start : c.start + c.length]
-        D = sign_tensor(skey, c.offset, c.padded, dev)
-        y = fwht_(x * D, c.block) * k.rs
-        z = torch.clamp(y * k.scale, -self._T, self._T)
+        n = seg.padded_total
+        x = self._pad(flat, seg).reshape(-1)
+        D = sign_tensor(skey, seg.offset, n, dev)
+        y = fwht_(x * D, seg.block) * k.rs
+        scale = torch.from_numpy(k.scale).to(dev)[:, None]
+        z = torch.clamp(y.view(seg.count, seg.padded) * scale, -self._T, self._T).reshape(-1)
         u = (z + self._T) * self._inv_delta
         k0 = torch.clamp(torch.floor(u), 0, self.cfg.fine_grid - 2)
         frac = u - k0
-        r1, r2 = uniform_pair(rkey, c.offset, c.padded, dev)
+        r1, r2 = uniform_pair(rkey, seg.offset, n, dev)
         kk = k0.to(torch.int64) + (r1 < frac).to(torch.int64)
         q = lo[kk] + (r2 < p_up[kk]).to(torch.int64)
-        rc = None
+        rs = None
         if residual:
-            yhat = levels[q] * k.a1 - k.b1
-            rc = (fwht_(y - yhat, c.block) * k.rs * D)[: c.length]
-        return q.to(torch.uint8), rc
+            a1 = torch.from_numpy(k.a1).to(dev)[:, None]
+            b1 = torch.from_numpy(k.b1).to(dev)[:, None]
+            yhat = (levels[q].view(seg.count, seg.padded) * a1 - b1).reshape(-1)
+            back = (fwht_(y - yhat, seg.block) * k.rs * D).view(seg.count, seg.padded)
+            rs = back[:, : seg.length].reshape(-1)
+        return q.to(torch.uint8), rs
 
     # ------------------------------------------------------------------ decode
     def decode(
@@ -297,22 +325,23 @@ class THCCodec:
         dev = torch.device(device) if device is not None else sums.device
         out = torch.empty(numel, dtype=torch.float32, device=dev)
         if dev.type == "cpu" and self._use_fused(out):
-            for c in lay.chunks:
-                k = self._consts(c, float(norms[c.index]))
-                fused.decode_chunk(self, sums, count, c, k, skey, out)
+            for seg in lay.segments:
+                fused.decode_segment(self, sums, count, seg, self._consts(seg, norms), skey, out)
         else:
-            for c in lay.chunks:
-                k = self._consts(c, float(norms[c.index]))
-                s = sums[c.offset : c.offset + c.padded].to(dev, torch.float32)
-                m = (
-                    count[c.offset : c.offset + c.padded].to(dev, torch.float32)
-                    if per_coord
-                    else torch.tensor(float(count), device=dev)
-                )
-                a = torch.tensor(k.a1, dtype=torch.float32, device=dev) / m
-                yhat = s * a - k.b1
-                D = sign_tensor(skey, c.offset, c.padded, dev)
-                out[c.start : c.start + c.length] = (fwht_(yhat, c.block) * k.rs * D)[: c.length]
+            for seg in lay.segments:
+                k = self._consts(seg, norms)
+                n = seg.padded_total
+                s = sums[seg.offset : seg.offset + n].to(dev, torch.float32).view(seg.count, -1)
+                a1 = torch.from_numpy(k.a1).to(dev)[:, None]
+                b1 = torch.from_numpy(k.b1).to(dev)[:, None]
+                if per_coord:
+                    m = count[seg.offset : seg.offset + n].to(dev, torch.float32).view(seg.count, -1)
+                else:
+                    m = torch.tensor(float(count), device=dev)
+                yhat = (s * (a1 / m) - b1).reshape(-1)
+                D = sign_tensor(skey, seg.offset, n, dev)
+                back = (fwht_(yhat, seg.block) * k.rs * D).view(seg.count, seg.padded)
+                out[seg.start : seg.start + seg.numel] = back[:, : seg.length].reshape(-1)
         return out.to(dtype)
 
     # ------------------------------------------------------------------ conveniences

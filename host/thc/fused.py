@@ -8,8 +8,8 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:  # pragma: no cover
-    from host.thc.codec import THCCodec, _ChunkConsts
-    from host.thc.layout import Chunk
+    from host.thc.codec import THCCodec, _SegConsts
+    from host.thc.layout import Segment
 
 try:
     from host.thc import _fused  # type: ignore[attr-defined]
@@ -47,82 +47,63 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().numpy()
 
 
-def encode_chunk(
+def encode_segment(
     codec: THCCodec,
     flat: torch.Tensor,
-    c: Chunk,
-    k: _ChunkConsts,
+    seg: Segment,
+    k: _SegConsts,
     skey: int,
     rkey: int,
     payload: torch.Tensor,
     residual: torch.Tensor | None,
 ) -> None:
-    """Encode one chunk into its slice of ``payload`` (and ``residual``)."""
+    """Encode one segment of chunks into its slice of ``payload`` (and ``residual``)."""
     cfg = codec.cfg
-    nb0 = c.offset // 2 if cfg.bits <= 4 else c.offset
-    nb1 = (c.offset + c.padded + 1) // 2 if cfg.bits <= 4 else c.offset + c.padded
+    end = seg.offset + seg.padded_total
+    nb0 = seg.offset // 2 if cfg.bits <= 4 else seg.offset
+    nb1 = (end + 1) // 2 if cfg.bits <= 4 else end
     _fused.encode(
-        _np(flat[c.start : c.start + c.length]),
+        _np(flat[seg.start : seg.start + seg.numel]),
         _np(payload[nb0:nb1]),
-        None if residual is None else _np(residual[c.start : c.start + c.length]),
-        c.padded,
-        c.block,
-        c.offset,
-        k.scale,
-        k.a1,
-        k.b1,
-        k.rs,
-        codec._T,
-        codec._inv_delta,
-        cfg.fine_grid,
-        codec._lo.astype(np.int32),
-        codec._p_up,
-        np.asarray(codec.table, dtype=np.float32),
-        cfg.bits,
-        skey,
-        rkey,
-        threads(c.padded),
+        None if residual is None else _np(residual[seg.start : seg.start + seg.numel]),
+        seg.count, seg.length, seg.padded, seg.block, seg.offset,
+        k.scale, k.a1, k.b1, k.rs,
+        codec._T, codec._inv_delta, cfg.fine_grid,
+        codec._lo32, codec._p_up, codec._levels32, cfg.bits,
+        skey, rkey, threads(seg.padded_total),
     )
 
 
-def decode_chunk(
+def decode_segment(
     codec: THCCodec,
     sums: torch.Tensor,
     count: int | torch.Tensor,
-    c: Chunk,
-    k: _ChunkConsts,
+    seg: Segment,
+    k: _SegConsts,
     skey: int,
     out: torch.Tensor,
 ) -> None:
-    """Decode one chunk of lane sums into its slice of ``out``."""
-    s = sums[c.offset : c.offset + c.padded].contiguous()
+    """Decode one segment of lane sums into its slice of ``out``."""
+    n = seg.padded_total
+    s = sums[seg.offset : seg.offset + n].contiguous()
     if s.dtype not in (torch.uint8, torch.int16, torch.int32, torch.int64, torch.uint16, torch.uint32):
         s = s.to(torch.int32)
     if isinstance(count, int):
-        cnt = None
-        m = count
+        cnt, m = None, count
     else:
-        cnt = _np(count[c.offset : c.offset + c.padded].to(torch.int32).contiguous())
-        m = 1
+        cnt, m = _np(count[seg.offset : seg.offset + n].to(torch.int32).contiguous()), 1
     _fused.decode(
-        _np(s),
-        cnt,
-        m,
-        _np(out[c.start : c.start + c.length]),
-        c.padded,
-        c.block,
-        c.offset,
-        k.a1,
-        k.b1,
-        k.rs,
-        skey,
-        threads(c.padded),
+        _np(s), cnt, m, _np(out[seg.start : seg.start + seg.numel]),
+        seg.count, seg.length, seg.padded, seg.block, seg.offset,
+        k.a1, k.b1, k.rs, skey, threads(n),
     )
 
 
-def sumsq(x: torch.Tensor) -> float:
-    """Sum of squares of a contiguous float32 CPU tensor, accumulated in double."""
-    return float(_fused.sumsq(_np(x), threads(x.numel())))
+def chunk_sumsq(x: torch.Tensor, length: int) -> np.ndarray:
+    """Sums of squares (float64) of consecutive chunks of ``length`` in a float32 CPU tensor."""
+    out = np.empty(x.numel() // length, dtype=np.float64)
+    _fused.chunk_sumsq(_np(x), length, out, threads(x.numel()))
+    return out
 
 
 def accumulate(acc: np.ndarray, payload: np.ndarray, lut: np.ndarray) -> None:

@@ -1,8 +1,14 @@
-"""How a flat tensor is cut into chunks, padded, and split into Hadamard blocks."""
+"""How a flat tensor is cut into chunks, padded, and split into Hadamard blocks.
+
+All chunks but the last have ``cfg.chunk`` elements and need no padding (``chunk`` is a multiple
+of the block), so a layout is at most two *segments* of identical chunks: the full chunks, then
+the last one. The kernels work segment by segment, with one scale per chunk.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from host.thc.config import THCConfig
 
@@ -26,15 +32,52 @@ class Chunk:
 
 
 @dataclass(frozen=True)
+class Segment:
+    """``count`` consecutive chunks of identical geometry, the first being chunk ``first``."""
+
+    first: int
+    count: int
+    start: int
+    offset: int
+    length: int
+    padded: int
+    block: int
+
+    @property
+    def numel(self) -> int:
+        """Real elements in the segment."""
+        return self.count * self.length
+
+    @property
+    def padded_total(self) -> int:
+        """Padded coordinates in the segment."""
+        return self.count * self.padded
+
+
+@dataclass(frozen=True)
 class Layout:
     """Chunks of a flat tensor of ``numel`` elements; ``padded`` coordinates go on the wire."""
 
     numel: int
-    chunks: tuple[Chunk, ...]
+    segments: tuple[Segment, ...]
 
     @property
     def padded(self) -> int:
-        return sum(c.padded for c in self.chunks)
+        return sum(s.padded_total for s in self.segments)
+
+    @property
+    def n_chunks(self) -> int:
+        return sum(s.count for s in self.segments)
+
+    @cached_property
+    def chunks(self) -> tuple[Chunk, ...]:
+        """Every chunk (built on first use)."""
+        return tuple(
+            Chunk(s.first + k, s.start + k * s.length, s.length, s.offset + k * s.padded,
+                  s.padded, s.block)
+            for s in self.segments
+            for k in range(s.count)
+        )
 
 
 def make_layout(numel: int, cfg: THCConfig) -> Layout:
@@ -45,13 +88,20 @@ def make_layout(numel: int, cfg: THCConfig) -> Layout:
     """
     if numel < 1:
         raise ValueError("cannot encode an empty tensor")
-    chunks = []
-    offset = 0
-    for i, start in enumerate(range(0, numel, cfg.chunk)):
-        length = min(cfg.chunk, numel - start)
+
+    def geometry(length: int) -> tuple[int, int]:
         full = next_pow2(length)
         block = min(cfg.block, full) if cfg.block else full
-        padded = -(-length // block) * block
-        chunks.append(Chunk(i, start, length, offset, padded, block))
-        offset += padded
-    return Layout(numel, tuple(chunks))
+        return -(-length // block) * block, block
+
+    segs = []
+    n_full, rest = divmod(numel, cfg.chunk)
+    if n_full:
+        padded, block = geometry(cfg.chunk)
+        segs.append(Segment(0, n_full, 0, 0, cfg.chunk, padded, block))
+    if rest:
+        padded, block = geometry(rest)
+        start = n_full * cfg.chunk
+        offset = segs[0].padded_total if segs else 0
+        segs.append(Segment(n_full, 1, start, offset, rest, padded, block))
+    return Layout(numel, tuple(segs))

@@ -84,7 +84,7 @@ def allreduce(
     )
     avg = codec.decode(sums, len(who), norms, numel, round=round, stream=stream,
                        dtype=tensors[0].dtype).reshape(shape)
-    n_chunks = len(encs[0].layout.chunks)
+    n_chunks = encs[0].layout.n_chunks
     return RoundResult(
         average=avg,
         sums=sums,

@@ -229,3 +229,15 @@ def test_payload_is_four_bits_per_coordinate(codec):
     assert enc.payload.dtype == torch.uint8
     idx = codec.indices(enc)
     assert int(idx.max()) <= 15 and int(idx.min()) >= 0
+
+
+def test_per_block_norms_follow_layer_scales(codec):
+    """Energy that differs between blocks (layers) is scaled per block by default."""
+    g = torch.Generator().manual_seed(13)
+    scales = torch.logspace(-3, 1, 64).repeat_interleave(1024)
+    x = torch.randn(64 * 1024, generator=g) * scales
+    ref = THCCodec(THCConfig(chunk=1 << 20), backend=codec.backend)
+    e_default = nmse(roundtrip(codec, x), x)
+    e_reference = nmse(roundtrip(ref, x), x)
+    assert e_default < 0.025
+    assert e_reference > 2 * e_default

@@ -31,8 +31,9 @@ def test_roundtrip_writes_average_and_reports(workers, tmp_path, capsys):
     assert rep["nmse"] == pytest.approx(err, rel=1e-3)
     assert rep["nmse"] < 0.05
     assert rep["lane_bits"] == 8 and rep["contributions"] == 3
-    assert rep["bytes_up_per_worker"] == 2048 // 2 + 4  # 2000 -> 2048 padded, 4 bits, + norm
-    assert rep["bytes_down_per_worker"] == 2048 + 4
+    # 2000 elements = chunks of 1024 + 976, padded to 2048 coordinates; 4 bits each + 2 norms
+    assert rep["bytes_up_per_worker"] == 2048 // 2 + 2 * 4
+    assert rep["bytes_down_per_worker"] == 2048 + 2 * 4
 
 
 def test_roundtrip_options_change_the_codec(workers, tmp_path, capsys):
