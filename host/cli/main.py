@@ -24,6 +24,7 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("p4", "host.cli.p4", "build the P4 programs (runs p4c when present)"),
     ("switch", "host.cli.switch", "run the software aggregation target (same protocol as the P4 switch)"),
     ("controller", "control_plane.cli", "P4Runtime controller: apply, diff and show desired state"),
+    ("testbed", "control_plane.testbed.cli", "Mininet testbeds from a topology file: up, down, status"),
     ("explore", "control_plane.scaleacross.cli", "ScaleAcross Explorer: plan training across buildings"),
     ("fielding", "control_plane.fielding.cli", "FIELDING: clustered federated learning under drift"),
 ]
