@@ -246,26 +246,29 @@ def evaluate(sc: Scenario, P: Plans, eff: Efficiency | None = None) -> dict[str,
     gbw, gal = group_bw(t * c * d)
     local_dp = fm.allreduce_time(g_dense, n_dp, gbw, gal) + fm.allreduce_time(
         g_exp, n_edp, group_bw(t * c * d / np.maximum(e, 1))[0], gal)
-    # cross-building variants (dense part; experts are synced inside a building unless EP
-    # groups cross, then they follow the same path)
-    ring_x = np.maximum(fm.bus_factor("allreduce", n_dp) * g_dense / gbw,
-                        t * fm.bus_factor("allreduce", n_dp) * g_dense / up_min)
+    # cross-building variants. Expert replicas sit in every building's DP block, so the
+    # expert gradients (all e shards of the stage) cross like the dense ones.
+    bus_d, bus_e = fm.bus_factor("allreduce", n_dp), fm.bus_factor("allreduce", n_edp)
+    ring_x = np.maximum((bus_d * g_dense + bus_e * g_exp) / gbw,
+                        t * (bus_d * g_dense + e * bus_e * g_exp) / up_min)
     ring_lat = 2 * (n_dp - 1) * a_x
     n_loc = np.maximum(kmax * c, 1.0)
+    n_eloc = np.maximum(n_loc / e, 1.0)
     loc_bw, loc_al = group_bw(t * c * kmax)
     hier_local = 2 * (fm.bus_factor("reducescatter", n_loc) * g_dense / loc_bw
                       + (n_loc - 1) * loc_al)
-    full_stage = t * g_dense  # one stage's gradient bytes, whole replica
+    hier_local += 2 * (fm.bus_factor("reducescatter", n_eloc) * g_exp / loc_bw
+                       + (n_eloc - 1) * loc_al)
+    full_stage = t * (g_dense + e * g_exp)  # one stage's gradient bytes, whole replica
+    coords = (g_dense + g_exp) / GRAD_BYTES
     x_phase = np.select(
         [sync == 1, sync == 2, sync == 3],
         [fm.bus_factor("allreduce", G) * full_stage / up_min + 2 * (G - 1) * a_x,
          full_stage / up_min + 2 * a_x,
-         0.5 * full_stage / up_min + 2 * a_x
-         + 5.5 * (g_dense / GRAD_BYTES) / (hw.hbm_gb_s * 1e9)],
+         0.5 * full_stage / up_min + 2 * a_x + 5.5 * coords / (hw.hbm_gb_s * 1e9)],
         ring_x + ring_lat)
     x_local = np.where(sync == 0, 0.0, hier_local)
-    exp_local = fm.allreduce_time(g_exp, n_edp, gbw, gal)
-    d_local = np.where(dp_cross, x_local + exp_local, local_dp)
+    d_local = np.where(dp_cross, x_local, local_dp)
     d_x = np.where(dp_cross, x_phase, 0.0)
     dp_total = d_local + d_x
     # backward share of the per-microbatch collectives: 2 of 4 (2 forward, 2 backward), or 4 of

@@ -140,6 +140,15 @@ def build_network_plan(sc: Scenario, pl: Plan, eff: Efficiency | None = None) ->
         classes.append({"class": "ep", "priority": 1, "groups": pl.world // pl.ep,
                         "group_size": pl.ep, "crosses_buildings": bool(r["ep_crosses"]),
                         "bytes_per_rank_per_iteration": m * n_a2a * (pl.ep - 1) / pl.ep * a2a})
+    if md.is_moe and pl.ep > 1:
+        n_edp = max(n_dp // pl.ep, 1)
+        psi_exp = pr["expert"] * L_s / md.layers / (pl.tp * pl.ep)
+        classes.append({"class": "expert_dp", "priority": 2, "groups": pl.world // n_edp,
+                        "group_size": n_edp, "method": pl.dp_sync,
+                        "crosses_buildings": pl.cross == "dp" and n_edp > 1
+                        and int(r["buildings_used"]) > 1,
+                        "bytes_per_rank_per_iteration":
+                        2 * (n_edp - 1) / n_edp * psi_exp * 2.0 if n_edp > 1 else 0.0})
     dp_cross = pl.cross == "dp" and int(r["buildings_used"]) > 1
     classes.append({"class": "dp", "priority": 2, "groups": pl.world // n_dp,
                     "group_size": n_dp, "method": pl.dp_sync, "crosses_buildings": dp_cross,
@@ -161,7 +170,8 @@ def build_network_plan(sc: Scenario, pl: Plan, eff: Efficiency | None = None) ->
     blds_used = sorted({x["building"] for x in ranks},
                        key=lambda n: [b.name for b in sc.cluster.buildings].index(n))
     G = len(blds_used)
-    stage_full = grad * pl.tp * pl.pp  # whole replica's gradient bytes
+    # whole replica's gradient bytes: dense shards of every stage plus every expert
+    stage_full = grad * pl.tp * pl.pp + 2.0 * pr["expert"]
     if dp_cross:
         if pl.dp_sync in ("ina", "thc"):
             up = stage_full * (0.25 if pl.dp_sync == "thc" else 1.0)
