@@ -1,0 +1,17 @@
+"""Software aggregation target: the netco v1model program's semantics in Python/numpy.
+
+Same wire protocol (``docs/protocol.md``), same controller interface (a P4Runtime server that
+accepts the program's P4Info and entries), same drop counters — for machines without a Tofino
+or BMv2. Run it with ``netco switch`` (or ``python -m host.softswitch``); see
+``docs/softswitch.md``.
+
+Modules: :mod:`~host.softswitch.pipeline` (data plane), :mod:`~host.softswitch.netio` (ports,
+batched I/O), :mod:`~host.softswitch.server` (P4Runtime), :mod:`~host.softswitch.entities`
+(entity store and validation), :mod:`~host.softswitch.config` (compiled tables),
+:mod:`~host.softswitch.p4info` (P4Info), :mod:`~host.softswitch.switch` (the process),
+:mod:`~host.softswitch.testnet` (the packet-suite target).
+"""
+
+from host.softswitch.switch import SoftSwitch
+
+__all__ = ["SoftSwitch"]

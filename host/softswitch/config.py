@@ -1,0 +1,177 @@
+"""Compile the controller's entries of the netco program into arrays the data plane reads.
+
+The P4Runtime store (:mod:`host.softswitch.entities`) is generic; this module knows the
+program's tables by name (``docs/protocol.md``, "Controller-installed state") and turns them
+into numpy lookups: job id -> job number, per-job parameters, a 256-entry byte -> (high, low)
+THC-table lookup per job (THC step 9, Li et al. NSDI 2024: the switch adds L[q]), sorted sender
+keys, member addresses and multicast replicas. A new :class:`Compiled` is built after every
+write and swapped in atomically; the data plane reads one reference per batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from host.protocol import layout as lay
+from host.softswitch.entities import EntityStore
+
+JOBS = "ingress.thc_validate.jobs"
+SET_JOB = "ingress.thc_validate.set_job"
+SENDERS = "ingress.thc_validate.senders"
+SENDER = "ingress.thc_validate.sender"
+TABLES = "ingress.thc_load.tables"
+LOAD_TABLE = "ingress.thc_load.load_table"
+MEMBERS = "egress.thc_members.members"
+SET_MEMBER = "egress.thc_members.set_member"
+ROUTES = "ingress.routing.routes"
+ROUTE = "ingress.routing.route"
+DROPS = "ingress.drops"
+CONTRIBUTIONS = "ingress.thc_slot.contributions"
+RESULTS = "ingress.thc_output.results"
+RESENT = "ingress.thc_output.resent"
+
+#: tables, actions and counters the data plane implements (a pushed P4Info must have them).
+REQUIRED_TABLES = (JOBS, SENDERS, TABLES, MEMBERS, ROUTES)
+REQUIRED_ACTIONS = (SET_JOB, SENDER, LOAD_TABLE, SET_MEMBER, ROUTE)
+REQUIRED_COUNTERS = (DROPS, CONTRIBUTIONS, RESULTS, RESENT)
+
+JOB_PARAMS = ("index", "slot_base", "num_slots", "expected", "lane_bits", "mcast_grp",
+              "has_parent", "parent_port", "parent_addr", "self_addr", "self_id")
+
+
+def sender_key(job: np.ndarray | int, rank, port, addr):
+    """64-bit key of a (job number, rank, port, IPv4 address) sender binding."""
+    return ((np.uint64(job) << np.uint64(49)) | (np.uint64(rank) << np.uint64(41))
+            | (np.uint64(port) << np.uint64(32)) | np.uint64(addr))
+
+
+def member_key(job_id, port):
+    """Key of a (job id, egress port) member entry."""
+    return (np.int64(job_id) << np.int64(9)) | np.int64(port)
+
+
+@dataclass
+class Compiled:
+    """Everything the data plane reads, as arrays (one immutable snapshot)."""
+
+    #: job id (0..65535) -> job number, -1 without an entry
+    job_map: np.ndarray = field(default_factory=lambda: np.full(1 << 16, -1, dtype=np.int32))
+    #: per job number (plus one dummy row so that index -1 is harmless): the set_job parameters
+    job: dict[str, np.ndarray] = field(default_factory=dict)
+    job_id: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
+    has_table: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=bool))
+    #: (jobs + 1, 256, 2) uint32: packed byte -> (L[high nibble], L[low nibble])
+    lut: np.ndarray = field(default_factory=lambda: np.zeros((1, 256, 2), dtype=np.uint32))
+    sender_keys: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
+    sender_is_switch: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint8))
+    member_keys: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    member_mac: np.ndarray = field(default_factory=lambda: np.zeros((0, 6), dtype=np.uint8))
+    member_addr: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint32))
+    groups: dict[int, np.ndarray] = field(default_factory=dict)
+    #: ordinary routes, longest prefix first: (prefix_len, value, port, src_mac, dst_mac)
+    routes: list[tuple[int, int, int, bytes, bytes]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for p in JOB_PARAMS:
+            self.job.setdefault(p, np.zeros(1, dtype=np.int64))
+
+    @property
+    def lut64(self) -> np.ndarray:
+        """:attr:`lut` with each (high, low) pair as one uint64 (one gather per byte)."""
+        return self.lut.view(np.uint64).reshape(self.lut.shape[0], 256)
+
+
+def _params(store: EntityStore, action: str, params: dict[int, int]) -> dict[str, int]:
+    a = store.index.action(action)
+    return {a.params[pid][0]: v for pid, v in params.items()}
+
+
+def _field_values(store: EntityStore, table: str, key: tuple) -> dict[str, tuple]:
+    t = store.index.table(table)
+    return {t.fields[fid].name: val for fid, val in key[0]}
+
+
+def compile_store(store: EntityStore) -> Compiled:
+    """Build the data plane's view of ``store`` (tables looked up by name)."""
+    idx = store.index
+    c = Compiled()
+    jobs_t = store.tables[idx.table(JOBS).id]
+    set_job = idx.action(SET_JOB).id
+    rows: list[dict[str, int]] = []
+    ids: list[int] = []
+    for e in jobs_t.entries.values():
+        if e.action_id != set_job:
+            continue
+        k = _field_values(store, JOBS, e.key)
+        ids.append(k["job_id"][1])
+        rows.append(_params(store, SET_JOB, e.params))
+    n = len(rows)
+    for i, jid in enumerate(ids):
+        c.job_map[jid] = i
+    c.job = {p: np.array([r[p] for r in rows] + [0], dtype=np.int64) for p in JOB_PARAMS}
+    c.job_id = np.array([*ids, 0], dtype=np.int64)
+    c.has_table = np.zeros(n + 1, dtype=bool)
+    c.lut = np.zeros((n + 1, 256, 2), dtype=np.uint32)
+    load = idx.action(LOAD_TABLE).id
+    b = np.arange(256)
+    for e in store.tables[idx.table(TABLES).id].entries.values():
+        jn = c.job_map[_field_values(store, TABLES, e.key)["job_id"][1]]
+        if jn < 0 or e.action_id != load:
+            continue
+        p = _params(store, LOAD_TABLE, e.params)
+        table = np.array([p[f"v{i}"] for i in range(lay.TABLE_ENTRIES)], dtype=np.uint32)
+        c.lut[jn, :, 0] = table[b >> 4]      # even element: high nibble (THC step 8)
+        c.lut[jn, :, 1] = table[b & 0x0F]
+        c.has_table[jn] = True
+    keys, sw = [], []
+    sender = idx.action(SENDER).id
+    for e in store.tables[idx.table(SENDERS).id].entries.values():
+        f = _field_values(store, SENDERS, e.key)
+        jn = c.job_map[f["job_id"][1]]
+        if jn < 0 or e.action_id != sender:
+            continue  # no job entry: the packet is dropped as UNKNOWN_JOB before this table
+        keys.append(int(sender_key(jn, f["rank"][1], f["ingress_port"][1], f["src_addr"][1])))
+        sw.append(_params(store, SENDER, e.params)["is_switch"])
+    order = np.argsort(np.array(keys, dtype=np.uint64), kind="stable")
+    c.sender_keys = np.array(keys, dtype=np.uint64)[order]
+    c.sender_is_switch = np.array(sw, dtype=np.uint8)[order]
+    mk, macs, addrs = [], [], []
+    set_member = idx.action(SET_MEMBER).id
+    for e in store.tables[idx.table(MEMBERS).id].entries.values():
+        if e.action_id != set_member:
+            continue
+        f = _field_values(store, MEMBERS, e.key)
+        p = _params(store, SET_MEMBER, e.params)
+        mk.append(int(member_key(f["job_id"][1], f["egress_port"][1])))
+        macs.append(list(p["dst_mac"].to_bytes(6, "big")))
+        addrs.append(p["dst_addr"])
+    order = np.argsort(np.array(mk, dtype=np.int64), kind="stable")
+    c.member_keys = np.array(mk, dtype=np.int64)[order]
+    c.member_mac = np.array(macs, dtype=np.uint8).reshape(-1, 6)[order]
+    c.member_addr = np.array(addrs, dtype=np.uint32)[order]
+    c.groups = {g: np.array([p for p, _ in reps], dtype=np.int64) for g, reps in store.groups.items()}
+    route = idx.action(ROUTE).id
+    for e in store.tables[idx.table(ROUTES).id].entries.values():
+        if e.action_id != route:
+            continue
+        _, val, plen = _field_values(store, ROUTES, e.key)["dst_addr"]
+        p = _params(store, ROUTE, e.params)
+        c.routes.append((plen, val, p["port"], p["src_mac"].to_bytes(6, "big"),
+                         p["dst_mac"].to_bytes(6, "big")))
+    c.routes.sort(key=lambda r: -r[0])
+    return c
+
+
+def check_program(store: EntityStore) -> list[str]:
+    """Names the data plane needs that the P4Info lacks (empty when it fits)."""
+    idx = store.index
+    missing = [t for t in REQUIRED_TABLES if t not in idx.table_by_name]
+    missing += [a for a in REQUIRED_ACTIONS if a not in idx.action_by_name]
+    missing += [k for k in REQUIRED_COUNTERS if k not in idx.counter_by_name]
+    if not missing:
+        a = idx.action(SET_JOB)
+        names = {n for n, _ in a.params.values()}
+        missing += [f"{SET_JOB}({p})" for p in JOB_PARAMS if p not in names]
+    return missing

@@ -1,0 +1,306 @@
+"""Batched packet I/O for the software target: ``recvmmsg``/``sendmmsg`` through ctypes.
+
+Python's ``socket`` has no ``recvmmsg``; calling libc's directly on preallocated buffers moves a
+whole batch per system call. The message headers, I/O vectors and socket addresses live in
+numpy structured arrays so that lengths and addresses of a batch are read and written as
+columns, not per packet.
+
+Three port kinds carry a switch port (``docs/softswitch.md``):
+
+``afpacket`` (:class:`AfPacketPort`)
+    raw Ethernet frames on a named interface (veth in a namespace, Mininet); needs root.
+``udp`` (:class:`UdpPort`)
+    THC messages as UDP datagrams on a bound address, no root. The switch synthesizes the
+    Ethernet/IPv4/UDP header of each datagram from its source address (so the sender check
+    sees the sender's IPv4 address) and sends what egresses the port to the frame's IPv4
+    destination, at the UDP port learned from that address (else :data:`THC_UDP_PORT`), or to
+    a fixed ``peer``.
+``tunnel`` (:class:`TunnelPort`)
+    whole Ethernet frames inside UDP datagrams between two fixed addresses: raw-frame tests
+    and links between software switches without root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import ipaddress
+import os
+import socket
+
+import numpy as np
+
+from host.protocol import layout as lay
+from host.softswitch.pipeline import ROW, THC_OFF
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_recvmmsg = _libc.recvmmsg
+_recvmmsg.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_void_p]
+_recvmmsg.restype = ctypes.c_int
+_sendmmsg = _libc.sendmmsg
+_sendmmsg.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int]
+_sendmmsg.restype = ctypes.c_int
+
+MSG_DONTWAIT = 0x40
+ETH_P_ALL = 0x0003
+SOL_PACKET = 263
+PACKET_IGNORE_OUTGOING = 23
+
+#: struct mmsghdr on LP64 Linux (struct msghdr + unsigned int msg_len)
+MMSG = np.dtype({"names": ["name", "namelen", "iov", "iovlen", "control", "controllen", "flags", "len"],
+                 "formats": ["u8", "u4", "u8", "u8", "u8", "u8", "i4", "u4"],
+                 "offsets": [0, 8, 16, 24, 32, 40, 48, 56], "itemsize": 64})
+IOVEC = np.dtype({"names": ["base", "len"], "formats": ["u8", "u8"], "offsets": [0, 8], "itemsize": 16})
+#: struct sockaddr_in
+SOCKADDR_IN = np.dtype({"names": ["family", "port", "addr"], "formats": ["<u2", ">u2", ">u4"],
+                        "offsets": [0, 2, 4], "itemsize": 16})
+
+
+class MsgBatch:
+    """``capacity`` message slots over the rows of a ``(capacity, ROW)`` byte buffer."""
+
+    def __init__(self, capacity: int, buf: np.ndarray | None = None) -> None:
+        self.capacity = capacity
+        self.buf = buf if buf is not None else np.zeros((capacity, ROW), dtype=np.uint8)
+        self.hdr = np.zeros(capacity, dtype=MMSG)
+        self.iov = np.zeros(capacity, dtype=IOVEC)
+        self.names = np.zeros(capacity, dtype=SOCKADDR_IN)
+        self.rows = self.buf.ctypes.data + ROW * np.arange(capacity, dtype=np.uint64)
+        self.hdr["iov"] = self.iov.ctypes.data + IOVEC.itemsize * np.arange(capacity, dtype=np.uint64)
+        self.hdr["iovlen"] = 1
+        self.name_ptr = self.names.ctypes.data + SOCKADDR_IN.itemsize * np.arange(capacity, dtype=np.uint64)
+        self.iov["base"] = self.rows
+        self.iov["len"] = ROW
+
+    def rebind(self, buf: np.ndarray) -> None:
+        """Point the I/O vectors at a new buffer of the same shape."""
+        self.buf = buf
+        self.rows = buf.ctypes.data + ROW * np.arange(self.capacity, dtype=np.uint64)
+
+    def recv(self, fd: int, start: int, count: int, offset: int, named: bool) -> int:
+        """Receive up to ``count`` datagrams/frames into rows ``start..`` at byte ``offset``.
+
+        Returns the number received (0 when nothing is waiting).
+        """
+        sl = slice(start, start + count)
+        self.iov["base"][sl] = self.rows[sl] + offset
+        self.iov["len"][sl] = ROW - offset
+        if named:
+            self.hdr["name"][sl] = self.name_ptr[sl]
+            self.hdr["namelen"][sl] = SOCKADDR_IN.itemsize
+        else:
+            self.hdr["name"][sl] = 0
+            self.hdr["namelen"][sl] = 0
+        k = _recvmmsg(fd, self.hdr.ctypes.data + MMSG.itemsize * start, count, MSG_DONTWAIT, None)
+        if k < 0:
+            e = ctypes.get_errno()
+            if e in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
+                return 0
+            raise OSError(e, os.strerror(e))
+        return k
+
+    def send(self, fd: int, start: int, count: int) -> int:
+        """Send messages ``start..start+count`` (headers prepared by the caller)."""
+        sent = 0
+        while sent < count:
+            k = _sendmmsg(fd, self.hdr.ctypes.data + MMSG.itemsize * (start + sent), count - sent, 0)
+            if k < 0:
+                e = ctypes.get_errno()
+                if e == errno.EINTR:
+                    continue
+                if e in (errno.EAGAIN, errno.ENOBUFS, errno.ECONNREFUSED):
+                    return sent   # the rest is lost, as on a congested link
+                raise OSError(e, os.strerror(e))
+            sent += k
+        return sent
+
+
+def _ip(addr: str) -> int:
+    return int(ipaddress.IPv4Address(addr))
+
+
+class Port:
+    """A switch port: a socket and how frames map to and from it."""
+
+    kind = "base"
+    offset = 0        # where a received message starts in its buffer row
+    named = False     # whether receive needs the source address
+
+    def __init__(self, number: int, sock: socket.socket) -> None:
+        self.number = number
+        self.sock = sock
+        self.fd = sock.fileno()
+
+    def after_recv(self, batch: MsgBatch, lens: np.ndarray, start: int, k: int) -> None:
+        """Turn received messages in rows ``start..start+k`` into frames (lengths in place)."""
+
+    def prepare_send(self, batch: MsgBatch, lens: np.ndarray, start: int, k: int) -> None:
+        """Fill message headers of rows ``start..start+k`` (frames) for this port."""
+        sl = slice(start, start + k)
+        batch.iov["base"][sl] = batch.rows[sl]
+        batch.iov["len"][sl] = lens[sl]
+        batch.hdr["name"][sl] = 0
+        batch.hdr["namelen"][sl] = 0
+
+    def close(self) -> None:
+        """Close the socket."""
+        self.sock.close()
+
+    def describe(self) -> str:
+        """One line for logs."""
+        return f"{self.number}={self.kind}"
+
+
+class AfPacketPort(Port):
+    """Raw frames on interface ``ifname`` (needs CAP_NET_RAW)."""
+
+    kind = "afpacket"
+
+    def __init__(self, number: int, ifname: str, rcvbuf: int = 1 << 23) -> None:
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        # (kernels before 4.20 lack it: our own frames then come back and are dropped)
+        with contextlib.suppress(OSError):
+            s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+        for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+            s.setsockopt(socket.SOL_SOCKET, opt, rcvbuf)
+        s.bind((ifname, 0))
+        super().__init__(number, s)
+        self.ifname = ifname
+
+    def describe(self) -> str:
+        return f"{self.number}=afpacket:{self.ifname}"
+
+
+class UdpPort(Port):
+    """THC datagrams on ``bind`` (``ip``, ``port``); see the module docstring."""
+
+    kind = "udp"
+    offset = THC_OFF
+    named = True
+
+    def __init__(self, number: int, bind: tuple[str, int], peer: tuple[str, int] | None = None,
+                 rcvbuf: int = 1 << 23) -> None:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+            s.setsockopt(socket.SOL_SOCKET, opt, rcvbuf)
+        s.bind(bind)
+        super().__init__(number, s)
+        self.bind = s.getsockname()
+        self.peer = peer
+        self.peer_addr = _ip(peer[0]) if peer else 0
+        self.learned: dict[int, int] = {}
+        t = np.zeros(THC_OFF, dtype=np.uint8)
+        t[0:6] = (0x02, 0, 0, 0, 0xFF, 0xFE)          # switch side
+        t[6:12] = (0x02, 0, 0, 0, 0xFF, number & 0xFF)
+        t[12:14] = (0x08, 0x00)
+        t[14], t[22], t[23] = 0x45, 64, 17
+        t[30:34] = np.frombuffer(_ip(self.bind[0]).to_bytes(4, "big"), dtype=np.uint8)
+        t[36:38] = (lay.THC_UDP_PORT >> 8, lay.THC_UDP_PORT & 0xFF)
+        self.template = t
+
+    def after_recv(self, batch: MsgBatch, lens: np.ndarray, start: int, k: int) -> None:
+        sl = slice(start, start + k)
+        rows = batch.buf[sl]
+        rows[:, :THC_OFF] = self.template
+        names = batch.names[sl]
+        addr = names["addr"]
+        sport = names["port"]
+        rows[:, 26:30] = addr.astype(">u4").view(np.uint8).reshape(k, 4)
+        rows[:, 34:36] = sport.astype(">u2").view(np.uint8).reshape(k, 2)
+        n = lens[sl]
+        rows[:, 16:18] = (n + 28).astype(">u2").view(np.uint8).reshape(k, 2)
+        rows[:, 38:40] = (n + 8).astype(">u2").view(np.uint8).reshape(k, 2)
+        lens[sl] = n + THC_OFF
+        if self.peer is None:
+            a, p = addr.tolist(), sport.tolist()
+            if len(self.learned) < 4096:
+                self.learned.update(zip(a, p, strict=True))
+
+    def prepare_send(self, batch: MsgBatch, lens: np.ndarray, start: int, k: int) -> None:
+        sl = slice(start, start + k)
+        batch.iov["base"][sl] = batch.rows[sl] + THC_OFF
+        batch.iov["len"][sl] = lens[sl] - THC_OFF
+        names = batch.names[sl]
+        names["family"] = socket.AF_INET
+        if self.peer is not None:
+            names["addr"] = self.peer_addr
+            names["port"] = self.peer[1]
+        else:
+            dst = batch.buf[sl, 30:34].copy().view(">u4")[:, 0]
+            names["addr"] = dst
+            get = self.learned.get
+            names["port"] = [get(d, lay.THC_UDP_PORT) for d in dst.tolist()]
+        batch.hdr["name"][sl] = batch.name_ptr[sl]
+        batch.hdr["namelen"][sl] = SOCKADDR_IN.itemsize
+
+    def describe(self) -> str:
+        peer = f",peer={self.peer[0]}:{self.peer[1]}" if self.peer else ""
+        return f"{self.number}=udp:{self.bind[0]}:{self.bind[1]}{peer}"
+
+
+class TunnelPort(Port):
+    """Ethernet frames carried whole in UDP datagrams between ``bind`` and ``peer``."""
+
+    kind = "tunnel"
+
+    def __init__(self, number: int, bind: tuple[str, int], peer: tuple[str, int],
+                 rcvbuf: int = 1 << 23) -> None:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+            s.setsockopt(socket.SOL_SOCKET, opt, rcvbuf)
+        s.bind(bind)
+        s.connect(peer)
+        super().__init__(number, s)
+        self.bind = s.getsockname()
+        self.peer = peer
+
+    def describe(self) -> str:
+        return f"{self.number}=tunnel:{self.bind[0]}:{self.bind[1]},peer={self.peer[0]}:{self.peer[1]}"
+
+
+def _hostport(text: str, what: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"{what}: expected IP:PORT, got {text!r}")
+    ipaddress.IPv4Address(host)
+    return host, int(port)
+
+
+def parse_port(spec: str) -> tuple[int, str, dict]:
+    """Parse ``N=afpacket:IFNAME``, ``N=IFNAME``, ``N=udp:IP:PORT[,peer=IP:PORT]`` or
+    ``N=tunnel:IP:PORT,peer=IP:PORT`` into (number, kind, options).
+
+    Raises ``ValueError`` naming the problem and the expected form.
+    """
+    num, sep, rest = spec.partition("=")
+    if not sep or not num.isdigit():
+        raise ValueError(f"--port {spec!r}: expected N=KIND:..., e.g. 1=udp:127.0.0.1:9001 or 1=veth0")
+    n = int(num)
+    if not 0 <= n < 511:
+        raise ValueError(f"--port {spec!r}: port number must be 0..510 (9-bit port, 511 is drop)")
+    head, _, opts = rest.partition(",")
+    kw = dict(o.split("=", 1) for o in opts.split(",") if "=" in o)
+    kind, sep, addr = head.partition(":")
+    if kind == "udp":
+        peer = _hostport(kw["peer"], f"--port {spec} peer") if "peer" in kw else None
+        return n, "udp", {"bind": _hostport(addr, f"--port {spec}"), "peer": peer}
+    if kind == "tunnel":
+        if "peer" not in kw:
+            raise ValueError(f"--port {spec!r}: a tunnel port needs ,peer=IP:PORT")
+        return n, "tunnel", {"bind": _hostport(addr, f"--port {spec}"),
+                             "peer": _hostport(kw["peer"], f"--port {spec} peer")}
+    if kind == "afpacket":
+        return n, "afpacket", {"ifname": addr}
+    if sep:
+        raise ValueError(f"--port {spec!r}: unknown kind {kind!r} (afpacket, udp, tunnel)")
+    return n, "afpacket", {"ifname": head}
+
+
+def open_port(number: int, kind: str, opts: dict) -> Port:
+    """Open the socket of a parsed port."""
+    if kind == "udp":
+        return UdpPort(number, opts["bind"], opts.get("peer"))
+    if kind == "tunnel":
+        return TunnelPort(number, opts["bind"], opts["peer"])
+    return AfPacketPort(number, opts["ifname"])

@@ -1,0 +1,657 @@
+"""The data plane of the software target: the v1model program's semantics on frame batches.
+
+One call of :meth:`Pipeline.process` takes a batch of Ethernet frames (rows of a preallocated
+``uint8`` buffer, with their lengths and ingress ports) and produces the frames to transmit.
+It follows ``p4/v1model/main.p4`` step by step (``docs/protocol.md`` is the specification):
+
+1. parse Ethernet / IPv4 (no options, not fragmented) / UDP / THC / payload;
+2. validate — version, type, (type, lane width), slot set = round parity, element count,
+   rank, job entry, lane width of the job, slot range, sender binding (job, rank, ingress port,
+   source address) or the parent binding of a result, THC table — all vectorized with numpy;
+   a rejected packet touches no state and increments ``ingress.drops[reason]``;
+3. the per-copy slot state machine (round, state, contributor bitmap, distinct contributors,
+   worker count and bitmap per copy, SwitchML-style two copies per slot): a short Python loop
+   over the accepted packets, because each decision depends on the previous one;
+4. accumulation (THC step 9, Li et al. NSDI 2024: add the table values L[q]; norms: maximum of
+   float32 bit patterns compared as unsigned integers, THC step 3), vectorized over the batch
+   and flushed only where a later packet must see an earlier packet's result;
+5. output — multicast of results to the job's group (each copy rewritten by the members table),
+   answers to retransmissions, partial aggregates to the parent — built as numpy rows.
+
+Everything is done in the same order the P4 program does it; differences are listed in
+``docs/softswitch.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from host.protocol import layout as lay
+from host.softswitch.config import Compiled, member_key, sender_key
+
+log = logging.getLogger(__name__)
+
+ETH, IP4, UDP = 14, 20, 8
+THC_OFF = ETH + IP4 + UDP
+PAY_OFF = THC_OFF + lay.THC_HEADER_BYTES
+#: bytes per buffer row (a 1500-byte MTU frame plus room)
+ROW = 2048
+RESULT_TTL = 64
+
+ST_EMPTY, ST_COLLECTING, ST_SENT_UP, ST_FINAL = 0, 1, 2, 3
+OUT_MULTICAST, OUT_ANSWER, OUT_UP = 2, 3, 4
+KIND_DATA, KIND_NORM = 0, 1
+R = lay.DropReason
+T = lay.MsgType
+
+# Payload classes: indices, lanes 8/16/32, norms (index into _PCLASS_*).
+PC_NONE, PC_INDICES, PC_L8, PC_L16, PC_L32, PC_NORMS = 0, 1, 2, 3, 4, 5
+
+
+def _thc_fields() -> list[tuple[str, int, str]]:
+    out, off = [], THC_OFF
+    for f in lay.THC_HEADER:
+        out.append((f.name, off, {8: "u1", 16: ">u2", 32: ">u4"}[f.bits]))
+        off += f.bits // 8
+    return out
+
+
+_FIELDS = [("ethertype", 12, ">u2"), ("verihl", 14, "u1"), ("ip_len", 16, ">u2"),
+           ("frag", 20, ">u2"), ("ttl", 22, "u1"), ("proto", 23, "u1"), ("ip_csum", 24, ">u2"),
+           ("src", 26, ">u4"), ("dst", 30, ">u4"), ("sport", 34, ">u2"), ("dport", 36, ">u2"),
+           ("udp_len", 38, ">u2"), ("udp_csum", 40, ">u2"), *_thc_fields()]
+#: a structured view of a buffer row: every header field the pipeline reads or writes
+ROW_DTYPE = np.dtype({"names": [f[0] for f in _FIELDS], "formats": [f[2] for f in _FIELDS],
+                      "offsets": [f[1] for f in _FIELDS], "itemsize": ROW})
+
+
+def _payload_tables() -> tuple[np.ndarray, np.ndarray]:
+    """(msg_type, lane_bits) -> payload bytes (-1: undefined) and payload class."""
+    nbytes = np.full((256, 256), -1, dtype=np.int32)
+    pclass = np.zeros((256, 256), dtype=np.int8)
+    cls = {lay.INDICES.name: PC_INDICES, lay.LANES[8].name: PC_L8, lay.LANES[16].name: PC_L16,
+           lay.LANES[32].name: PC_L32, lay.NORMS.name: PC_NORMS}
+    for t in lay.MsgType:
+        for w in range(256):
+            p = lay.payload_for(t, w)
+            if p is not None:
+                nbytes[t, w] = p.nbytes
+                pclass[t, w] = cls[p.name]
+    return nbytes, pclass
+
+
+PAYLOAD_BYTES, PAYLOAD_CLASS = _payload_tables()
+_IS_UP = np.zeros(256, dtype=bool)
+_IS_UP[[int(t) for t in lay.UP_TYPES]] = True
+_IS_NORM = np.zeros(256, dtype=bool)
+_IS_NORM[[int(t) for t in lay.NORM_TYPES]] = True
+_IS_SWITCH_TYPE = np.zeros(256, dtype=bool)
+_IS_SWITCH_TYPE[[T.PARTIAL, T.NORM_PARTIAL]] = True
+_LANE_DT = {8: np.dtype("u1"), 16: np.dtype(">u2"), 32: np.dtype(">u4")}
+#: the same fields over a row cut to the headers (Ethernet .. THC)
+ROW_DTYPE_HDR = np.dtype({"names": ROW_DTYPE.names,
+                          "formats": [ROW_DTYPE.fields[n][0] for n in ROW_DTYPE.names],
+                          "offsets": [ROW_DTYPE.fields[n][1] for n in ROW_DTYPE.names],
+                          "itemsize": PAY_OFF})
+_NO_PORTS = np.zeros(0, dtype=np.int64)
+# plain ints (enum attribute access is slow in the per-batch code)
+_THC_PORT = int(lay.THC_UDP_PORT)
+_T_RESULT, _T_NORM_RESULT = int(T.RESULT), int(T.NORM_RESULT)
+_T_PARTIAL, _T_NORM_PARTIAL = int(T.PARTIAL), int(T.NORM_PARTIAL)
+_F_RETX, _F_RESENT = int(lay.Flag.RETX), int(lay.Flag.RESENT)
+_F_DEADLINE, _F_PEEK = int(lay.Flag.DEADLINE), int(lay.Flag.PEEK)
+
+
+class _Pending:
+    """Work decided by the slot loop but not yet applied (see ``Pipeline._flush``)."""
+
+    __slots__ = ("adds", "emits", "reads", "stores", "touched")
+
+    def __init__(self) -> None:
+        self.adds: list[tuple[int, int, bool, int]] = []   # (row, cell, overwrite, occurrence)
+        self.stores: list[tuple[int, int]] = []            # (row, cell)
+        self.emits: list[tuple[int, ...]] = []             # (row, cell, action, cnt, wb, retx, job)
+        self.touched: dict[int, int] = {}                  # cell -> pending adds
+        self.reads: set[int] = set()                       # cells with pending reads
+
+
+@dataclass
+class Counters:
+    """The program's counters (``ingress.*``) plus software-only totals."""
+
+    drops: np.ndarray
+    contributions: np.ndarray
+    results: np.ndarray
+    resent: np.ndarray
+
+    @classmethod
+    def empty(cls, jobs: int = 16) -> Counters:
+        """Counters not bound to a P4Runtime store."""
+        z = lambda n: np.zeros(n, dtype=np.int64)  # noqa: E731
+        return cls(z(lay.DROP_REASONS), z(jobs), z(jobs), z(jobs))
+
+
+def _count(counter: np.ndarray, index: np.ndarray) -> None:
+    """counter.count(index) for each index; out-of-range indices are ignored (as BMv2 does)."""
+    index = index[(index >= 0) & (index < counter.size)]
+    if index.size:
+        counter += np.bincount(index, minlength=counter.size)[: counter.size]
+
+
+class Outputs:
+    """Frames to transmit: rows of ``buf`` with lengths and egress ports, sorted by port."""
+
+    def __init__(self, capacity: int) -> None:
+        self.buf = np.zeros((capacity, ROW), dtype=np.uint8)
+        self.lens = np.zeros(capacity, dtype=np.int64)
+        self.ports = np.zeros(capacity, dtype=np.int64)
+        self.n = 0
+
+    def reserve(self, k: int) -> None:
+        """Make room for ``k`` frames (buffers grow, never shrink)."""
+        if k > len(self.lens):
+            cap = max(k, 2 * len(self.lens))
+            self.buf = np.zeros((cap, ROW), dtype=np.uint8)
+            self.lens = np.zeros(cap, dtype=np.int64)
+            self.ports = np.zeros(cap, dtype=np.int64)
+
+    def frames(self) -> list[tuple[int, bytes]]:
+        """(port, frame) pairs (tests and the slow path)."""
+        return [(int(self.ports[i]), self.buf[i, : self.lens[i]].tobytes()) for i in range(self.n)]
+
+
+class Pipeline:
+    """Aggregation state and the per-batch processing of the netco v1model program.
+
+    Parameters
+    ----------
+    pool_slots : int
+        Slots shared by all jobs (``THC_SLOTS`` of ``p4/v1model/include/size.p4``); each has
+        two copies for data and two for norms, 256 32-bit sums each.
+    counters : Counters
+        Counter arrays to add to (bound to the P4Runtime store by the switch).
+    """
+
+    def __init__(self, pool_slots: int = 256, counters: Counters | None = None) -> None:
+        self.pool_slots = pool_slots
+        cells = pool_slots * 4
+        self.sums = np.zeros((cells, lay.COORDS_PER_PACKET), dtype=np.uint32)
+        self.c_round = [0] * cells
+        self.c_state = [ST_EMPTY] * cells
+        self.c_contrib = [0] * cells
+        self.c_nc = [0] * cells
+        self.c_cnt = [0] * cells
+        self.c_wb = [0] * cells
+        self.cfg = Compiled()
+        self.counters = counters or Counters.empty()
+        self.out = Outputs(256)
+        #: software-only totals: frames in, frames out, frames routed
+        self.rx = 0
+        self.tx = 0
+        self.routed = 0
+
+    # ------------------------------------------------------------------------------------
+    def process(self, buf: np.ndarray, lens: np.ndarray, ports: np.ndarray, n: int) -> Outputs:
+        """Process ``n`` frames (rows ``0..n-1`` of ``buf``); returns the frames to send.
+
+        The returned :class:`Outputs` is reused by the next call.
+        """
+        out = self.out
+        out.n = 0
+        if n == 0:
+            return out
+        cfg = self.cfg
+        self.rx += n
+        b = buf[:n]
+        v = b.view(ROW_DTYPE)[:, 0]
+        L = lens[:n]
+        ports = ports[:n]
+        self._ports = ports
+        self._lens = L
+
+        # -- parser ----------------------------------------------------------------------
+        is_ip = (L >= ETH) & (v["ethertype"] == 0x0800)
+        ip_ok = is_ip & (L >= ETH + IP4)
+        to_udp = ip_ok & (v["verihl"] & 0x0F == 5) & (v["frag"] & 0x1FFF == 0) & (v["proto"] == 17)
+        udp_short = to_udp & (L < THC_OFF)
+        thc = to_udp & ~udp_short & (v["dport"] == lay.THC_UDP_PORT)
+
+        reason = np.zeros(n, dtype=np.int64)
+        if thc.any():
+            self._validate(v, L, ports, thc, reason, cfg)
+        # non-THC: routed when IPv4 parsed without error, else NOT_IPV4
+        routable = ip_ok & ~udp_short & ~thc
+        reason[~thc & ~routable] = R.NOT_IPV4
+        acc = np.flatnonzero(thc & (reason == 0))
+        if acc.size:
+            self._aggregate(b, v, L, ports, acc, reason, cfg)
+        rt = np.flatnonzero(routable)
+        if rt.size:
+            self._route(b, L, rt, reason, cfg)
+        dropped = reason[reason > 0]
+        if dropped.size:
+            _count(self.counters.drops, dropped)
+        self.tx += out.n
+        if out.n > 1:
+            order = np.argsort(out.ports[: out.n], kind="stable")
+            if (np.diff(order) != 1).any():
+                out.buf[: out.n] = out.buf[order]
+                out.lens[: out.n] = out.lens[order]
+                out.ports[: out.n] = out.ports[order]
+        return out
+
+    # ------------------------------------------------------------------------------------
+    def _validate(self, v, L, ports, thc, reason, cfg: Compiled) -> None:
+        """ThcValidate + ThcLoad's table check: drop reasons of THC frames (in place)."""
+        t = v["msg_type"].astype(np.int64)
+        lane = v["lane_bits"].astype(np.int64)
+        r = np.zeros(len(t), dtype=np.int64)
+        up = _IS_UP[t]
+        norm = _IS_NORM[t]
+        jid = v["job_id"].astype(np.int64)
+        jn = cfg.job_map[jid]
+        jx = np.where(jn < 0, len(cfg.job_id) - 1, jn)
+        job = cfg.job
+        # Later checks first, so that the earlier (P4-order) reason overwrites them.
+        r[(t == T.DATA) & ~cfg.has_table[jx]] = R.UNKNOWN_JOB
+        rank = v["rank"].astype(np.int64)
+        src = v["src"].astype(np.int64)
+        if up.any():
+            keys = sender_key(jx.astype(np.uint64), np.minimum(rank, 255).astype(np.uint64),
+                              ports.astype(np.uint64), src.astype(np.uint64))
+            sk = cfg.sender_keys
+            if sk.size:
+                pos = np.minimum(np.searchsorted(sk, keys), sk.size - 1)
+                found = sk[pos] == keys
+                is_sw = cfg.sender_is_switch[pos].astype(bool)
+            else:
+                found = np.zeros(len(t), dtype=bool)
+                is_sw = found
+            r[up & (~found | (is_sw != _IS_SWITCH_TYPE[t]))] = R.BAD_SENDER
+        down = ~up
+        if down.any():
+            bad_parent = ((job["has_parent"][jx] == 0) | (ports != job["parent_port"][jx])
+                          | (src != job["parent_addr"][jx]))
+            r[down & bad_parent] = R.BAD_SENDER
+        slot = v["slot"].astype(np.int64)
+        r[(slot >= job["num_slots"][jx]) | (job["slot_base"][jx] + slot >= self.pool_slots)] = R.BAD_SLOT
+        r[~norm & (t != T.DATA) & (lane != job["lane_bits"][jx])] = R.MALFORMED
+        r[jn < 0] = R.UNKNOWN_JOB
+        limit = np.where(norm, lay.NORMS_PER_PACKET, lay.COORDS_PER_PACKET)
+        sset = v["slot_set"].astype(np.int64)
+        rnd = v["round"].astype(np.int64)
+        r[(up & (rank >= lay.MAX_WORKERS)) | (v["elem_count"] > limit)
+          | (sset > 1) | (sset != (rnd & 1))] = R.MALFORMED
+        pbytes = PAYLOAD_BYTES[t & 0xFF, lane & 0xFF]
+        r[pbytes < 0] = R.MALFORMED
+        r[(t == 0) | (t > T.NORM_PARTIAL)] = R.BAD_TYPE
+        r[v["version"] != lay.THC_VERSION] = R.BAD_VERSION
+        r[(L < PAY_OFF) | (PAY_OFF + np.maximum(pbytes, 0) > L)] = R.SHORT
+        reason[thc] = r[thc]
+
+    # ------------------------------------------------------------------------------------
+    def _aggregate(self, b, v, L, ports, acc, reason, cfg: Compiled) -> None:
+        """ThcSlot, ThcAccumulate, ThcEmit and ThcOutput for the accepted THC frames."""
+        t = v["msg_type"][acc].astype(np.int64)
+        jn = cfg.job_map[v["job_id"][acc].astype(np.int64)]
+        kind = _IS_NORM[t].astype(np.int64)
+        job = cfg.job
+        cell_a = (((job["slot_base"][jn] + v["slot"][acc]) << 2) | (kind << 1)
+                  | v["slot_set"][acc].astype(np.int64))
+        sw = _IS_SWITCH_TYPE[t]
+        bit_a = np.left_shift(1, v["rank"][acc].astype(np.int64))
+        # what this packet adds: a worker adds itself; a child switch its count and bitmap
+        acnt = np.where(sw, v["count"][acc], 1).tolist()
+        awb = np.where(sw, v["bitmap"][acc].astype(np.int64), bit_a).tolist()
+        pcnt = v["count"][acc].tolist()
+        pbmp = v["bitmap"][acc].tolist()
+        c_round, c_state, c_contrib = self.c_round, self.c_state, self.c_contrib
+        c_nc, c_cnt, c_wb = self.c_nc, self.c_cnt, self.c_wb
+
+        pend = _Pending()
+        touched = pend.touched
+        reads = pend.reads
+        late: list[tuple[int, int]] = []           # (row, reason) decided here
+        flush = self._flush
+        adds = pend.adds
+        emits = pend.emits
+        for row, c, r, up, bit, exp, hp, j, a_cnt, a_wb, p_cnt, p_bmp, fl in zip(
+                acc.tolist(), cell_a.tolist(), v["round"][acc].tolist(), _IS_UP[t].tolist(),
+                bit_a.tolist(), job["expected"][jn].tolist(), job["has_parent"][jn].tolist(),
+                jn.tolist(), acnt, awb, pcnt, pbmp, v["flags"][acc].tolist(), strict=True):
+            st = c_state[c]
+            if up:
+                if fl & _F_PEEK:
+                    # status request: this copy's count/bitmap for this round; no state change
+                    if st == ST_EMPTY or c_round[c] != r:
+                        emits.append((row, -1, OUT_ANSWER, 0, 0, _F_PEEK, j))
+                    else:
+                        emits.append((row, -1, OUT_ANSWER, c_cnt[c], c_wb[c], _F_PEEK, j))
+                    continue
+                fresh = st == ST_EMPTY
+                if not fresh and c_round[c] != r:
+                    if (r - c_round[c]) & 0x80000000:   # serial-number arithmetic: older
+                        late.append((row, R.STALE))
+                        continue
+                    fresh = True
+                if fresh:
+                    cb = nc = cnt = wb = 0
+                    st = ST_COLLECTING
+                else:
+                    cb, nc, cnt, wb = c_contrib[c], c_nc[c], c_cnt[c], c_wb[c]
+                release = False
+                if cb & bit:
+                    # retransmission of a counted contribution: never counted twice
+                    if st == ST_FINAL:
+                        action, oflags = OUT_ANSWER, _F_RESENT
+                    elif st == ST_SENT_UP:
+                        action, oflags = OUT_UP, _F_RETX | (fl & _F_DEADLINE)
+                    elif fl & _F_DEADLINE:
+                        action, release = 0, True       # release now, add nothing
+                    else:
+                        late.append((row, R.DUPLICATE))
+                        continue
+                    if c in touched:
+                        flush(b, v, pend, cfg)
+                    if not release:
+                        reads.add(c)
+                        emits.append((row, c, action, cnt, wb, oflags, j))
+                        continue
+                elif st == ST_FINAL:
+                    # released early (deadline) without this contributor: send it the result
+                    if c in touched:
+                        flush(b, v, pend, cfg)
+                    reads.add(c)
+                    emits.append((row, c, OUT_ANSWER, cnt, wb, _F_RESENT, j))
+                    continue
+                elif st != ST_COLLECTING:
+                    late.append((row, R.STALE))          # sent up without it
+                    continue
+                else:
+                    if c in reads or (fresh and c in touched):
+                        flush(b, v, pend, cfg)
+                    cnt += a_cnt
+                    wb |= a_wb
+                    cb |= bit
+                    nc += 1
+                    occ = touched.get(c, 0)
+                    touched[c] = occ + 1
+                    adds.append((row, c, fresh, occ))
+                    if fresh:
+                        c_round[c] = r
+                    release = nc >= exp or bool(fl & _F_DEADLINE)
+                if release:
+                    if hp:
+                        st = ST_SENT_UP
+                        emits.append((row, c, OUT_UP, cnt, wb, fl & _F_DEADLINE, j))
+                    else:
+                        st = ST_FINAL
+                        emits.append((row, c, OUT_MULTICAST, cnt, wb, 0, j))
+                    reads.add(c)
+                c_state[c] = st
+                c_contrib[c] = cb
+                c_nc[c] = nc
+                c_cnt[c] = cnt
+                c_wb[c] = wb
+            elif c_round[c] == r and st in (ST_SENT_UP, ST_FINAL):
+                # a result from our parent (validated): store it and fan it out
+                if c in touched or c in reads:
+                    flush(b, v, pend, cfg)
+                c_state[c] = ST_FINAL
+                c_cnt[c] = p_cnt
+                c_wb[c] = p_bmp
+                pend.stores.append((row, c))
+                touched[c] = 1
+                reads.add(c)
+                emits.append((row, c, OUT_MULTICAST, p_cnt, p_bmp, 0, j))
+            else:
+                late.append((row, R.STALE))
+        flush(b, v, pend, cfg)
+        for row, why in late:
+            reason[row] = why
+
+    # ------------------------------------------------------------------------------------
+    def _values(self, b, rows: np.ndarray, jn: np.ndarray, pc: int, cfg: Compiled) -> np.ndarray:
+        """Per-coordinate addends of ``rows`` (all of payload class ``pc``) as uint32."""
+        if pc == PC_INDICES:
+            packed = b[rows, PAY_OFF: PAY_OFF + lay.INDICES.nbytes]
+            lut = cfg.lut64
+            if jn.size and (jn == jn[0]).all():
+                pairs = np.take(lut[jn[0]], packed)
+            else:
+                pairs = lut[jn[:, None], packed]
+            return pairs.view(np.uint32).reshape(len(rows), lay.COORDS_PER_PACKET)
+        if pc == PC_NORMS:
+            raw = b[rows, PAY_OFF: PAY_OFF + lay.NORMS.nbytes]
+            return raw.view(">u4").astype(np.uint32)
+        w = {PC_L8: 8, PC_L16: 16, PC_L32: 32}[pc]
+        raw = b[rows, PAY_OFF: PAY_OFF + lay.LANES[w].nbytes]
+        return raw.view(_LANE_DT[w]).astype(np.uint32)
+
+    def _flush(self, b, v, pend: _Pending, cfg: Compiled) -> None:
+        """Apply pending adds/stores to the sums, then emit the pending outputs."""
+        sums = self.sums
+        if pend.adds:
+            a = np.array(pend.adds, dtype=np.int64)
+            a_rows, a_cells, over, occ = a[:, 0], a[:, 1], a[:, 2].astype(bool), a[:, 3]
+            if over.any():
+                sums[a_cells[over]] = 0          # the first contributor overwrites
+            jn = cfg.job_map[v["job_id"][a_rows].astype(np.int64)]
+            _count(self.counters.contributions, cfg.job["index"][jn])
+            pc = PAYLOAD_CLASS[v["msg_type"][a_rows], v["lane_bits"][a_rows]]
+            classes = [int(pc[0])] if (pc == pc[0]).all() else np.unique(pc).tolist()
+            for cls in classes:
+                sel = None if len(classes) == 1 else pc == cls
+                rows = a_rows if sel is None else a_rows[sel]
+                cs = a_cells if sel is None else a_cells[sel]
+                oc = occ if sel is None else occ[sel]
+                vals = self._values(b, rows, jn if sel is None else jn[sel], cls, cfg)
+                if cls == PC_NORMS:
+                    w = vals.shape[1]
+                    for i, c in enumerate(cs.tolist()):
+                        np.maximum(sums[c, :w], vals[i], out=sums[c, :w])
+                    continue
+                # one pass per occurrence: the cells of a pass are distinct
+                for p in range(int(oc.max()) + 1):
+                    if p == 0 and oc.max() == 0:
+                        sums[cs] += vals
+                    else:
+                        m = oc == p
+                        if m.any():
+                            sums[cs[m]] += vals[m]
+            pend.adds.clear()
+        if pend.stores:
+            s_rows = np.array([s[0] for s in pend.stores], dtype=np.int64)
+            jn = cfg.job_map[v["job_id"][s_rows].astype(np.int64)]
+            pc = PAYLOAD_CLASS[v["msg_type"][s_rows], v["lane_bits"][s_rows]]
+            for i, (_row, c) in enumerate(pend.stores):
+                vals = self._values(b, s_rows[i: i + 1], jn[i: i + 1], int(pc[i]), cfg)[0]
+                sums[c, : vals.size] = vals
+            pend.stores.clear()
+        if pend.emits:
+            self._emit(b, v, pend.emits, cfg)
+            pend.emits.clear()
+        pend.touched.clear()
+        pend.reads.clear()
+
+    # ------------------------------------------------------------------------------------
+    def _emit(self, b, v, emits, cfg: Compiled) -> None:
+        """ThcEmit + ThcOutput (+ multicast replication and ThcMembers) for ``emits``."""
+        e = np.array(emits, dtype=np.int64)
+        e_row, e_cell, e_act, e_cnt, e_wb, e_flags, e_jn = e.T
+        job = cfg.job
+        m = len(e)
+        is_mc_e = e_act == OUT_MULTICAST
+        is_ans_e = e_act == OUT_ANSWER
+        # counters: results (multicast + up), resent (answers, not status answers)
+        _count(self.counters.results, job["index"][e_jn[~is_ans_e]])
+        if is_ans_e.any():
+            _count(self.counters.resent, job["index"][e_jn[is_ans_e & (e_flags == _F_RESENT)]])
+        # -- per emission: header (ThcOutput) and payload (ThcEmit) --------------------------
+        H = b[e_row, :PAY_OFF]
+        hv = H.view(ROW_DTYPE_HDR)[:, 0]
+        norm = _IS_NORM[hv["msg_type"]]
+        lane = np.where(norm, 32, job["lane_bits"][e_jn])
+        is_up = e_act == OUT_UP
+        hv["count"] = e_cnt
+        hv["bitmap"] = e_wb
+        hv["sport"] = _THC_PORT
+        hv["udp_csum"] = 0
+        hv["lane_bits"] = lane
+        hv["ttl"] = RESULT_TTL
+        hv["msg_type"] = np.where(is_up, np.where(norm, _T_NORM_PARTIAL, _T_PARTIAL),
+                                  np.where(norm, _T_NORM_RESULT, _T_RESULT))
+        hv["flags"] = e_flags
+        hv["rank"] = np.where(is_up, job["self_id"][e_jn], np.where(is_mc_e, lay.RANK_ALL, hv["rank"]))
+        old_src = hv["src"].copy()
+        hv["src"] = job["self_addr"][e_jn]
+        hv["dst"] = np.where(is_up, job["parent_addr"][e_jn], np.where(is_ans_e, old_src, hv["dst"]))
+        if is_ans_e.any():
+            a = np.flatnonzero(is_ans_e)
+            macs = H[a, 0:12].copy()
+            H[a, 0:6] = macs[:, 6:12]
+            H[a, 6:12] = macs[:, 0:6]
+        pay = self.sums[e_cell]
+        for i in np.flatnonzero(e_cell < 0).tolist():
+            # status answer: the payload is what the packet itself loaded (not meaningful)
+            row = e_row[i: i + 1]
+            pc = int(PAYLOAD_CLASS[v["msg_type"][row[0]], v["lane_bits"][row[0]]])
+            vals = self._values(b, row, e_jn[i: i + 1], pc, cfg)[0]
+            pay[i] = 0
+            pay[i, : vals.size] = vals
+        P = np.zeros((m, lay.LANES[32].nbytes), dtype=np.uint8)
+        plen = np.zeros(m, dtype=np.int64)
+        dnorm = ~norm
+        if dnorm.any():
+            widths = [int(lane[dnorm][0])] if (lane[dnorm] == lane[dnorm][0]).all() else \
+                np.unique(lane[dnorm]).tolist()
+            for w in widths:
+                sel = dnorm & (lane == w)
+                nb = lay.LANES[w].nbytes
+                raw = pay[sel].astype(_LANE_DT[w])   # truncation to the lane (THC step 10)
+                P[sel, :nb] = raw.view(np.uint8).reshape(-1, nb)
+                plen[sel] = nb
+        if norm.any():
+            nb = lay.NORMS.nbytes
+            raw = pay[norm, : lay.NORMS_PER_PACKET].astype(">u4")
+            P[norm, :nb] = raw.view(np.uint8).reshape(-1, nb)
+            plen[norm] = nb
+        hv["udp_len"] = UDP + lay.THC_HEADER_BYTES + plen
+        hv["ip_len"] = UDP + lay.THC_HEADER_BYTES + plen + IP4
+        # bytes the parser did not consume stay behind the emitted headers (as in BMv2)
+        in_pay = PAYLOAD_BYTES[v["msg_type"][e_row], v["lane_bits"][e_row]]
+        tail = self._lens[e_row] - PAY_OFF - in_pay
+        # -- replication: multicast group copies, answers to the ingress port, partials up --
+        if is_mc_e.all():
+            grp = job["mcast_grp"][e_jn]
+            if (grp == grp[0]).all():
+                ports = cfg.groups.get(int(grp[0]), _NO_PORTS)
+                ri = np.repeat(np.arange(m), len(ports))
+                eg = np.tile(ports, m)
+            else:
+                ri, eg = self._replicas(e_act, e_row, e_jn, cfg)
+        else:
+            ri, eg = self._replicas(e_act, e_row, e_jn, cfg)
+        k = len(ri)
+        if k == 0:
+            return
+        out = self.out
+        start = out.n
+        if start + k > len(out.lens):
+            keep = (out.buf[:start].copy(), out.lens[:start].copy(), out.ports[:start].copy())
+            out.reserve(start + k)
+            out.buf[:start], out.lens[:start], out.ports[:start] = keep
+        o = out.buf[start: start + k]
+        o[:, :PAY_OFF] = H[ri]
+        out_plen = plen[ri]
+        nbs = [int(out_plen[0])] if (out_plen == out_plen[0]).all() else np.unique(out_plen).tolist()
+        for nb in nbs:
+            if len(nbs) == 1:
+                o[:, PAY_OFF: PAY_OFF + nb] = P[ri, :nb]
+            else:
+                osel = out_plen == nb
+                o[osel, PAY_OFF: PAY_OFF + nb] = P[ri[osel], :nb]
+        olen = PAY_OFF + out_plen
+        if (tail > 0).any():
+            for i in np.flatnonzero(tail[ri] > 0).tolist():
+                er = e_row[ri[i]]
+                extra = b[er, PAY_OFF + in_pay[ri[i]]: self._lens[er]]
+                o[i, olen[i]: olen[i] + extra.size] = extra
+                olen[i] += extra.size
+        ov = o.view(ROW_DTYPE)[:, 0]
+        mc = is_mc_e[ri]
+        if mc.any() and cfg.member_keys.size:   # egress: ThcMembers
+            mi = np.flatnonzero(mc)
+            keys = member_key(cfg.job_id[e_jn[ri[mi]]], eg[mi])
+            pos = np.minimum(np.searchsorted(cfg.member_keys, keys), cfg.member_keys.size - 1)
+            hit = cfg.member_keys[pos] == keys
+            mh, ph = mi[hit], pos[hit]
+            o[mh, 0:6] = cfg.member_mac[ph]
+            ov["dst"][mh] = cfg.member_addr[ph]
+        _ipv4_checksum(o, ov)
+        out.lens[start: start + k] = olen
+        out.ports[start: start + k] = eg
+        out.n = start + k
+
+    def _replicas(self, e_act, e_row, e_jn, cfg: Compiled) -> tuple[np.ndarray, np.ndarray]:
+        """(emission index, egress port) of every output copy, general case."""
+        rep: list[int] = []
+        egress: list[int] = []
+        job = cfg.job
+        for i, (act, j, row) in enumerate(zip(e_act.tolist(), e_jn.tolist(), e_row.tolist(), strict=True)):
+            if act == OUT_MULTICAST:
+                ports = cfg.groups.get(int(job["mcast_grp"][j]), _NO_PORTS)
+                rep.extend([i] * len(ports))
+                egress.extend(ports.tolist())
+            elif act == OUT_ANSWER:
+                rep.append(i)
+                egress.append(int(self._ports[row]))
+            else:
+                rep.append(i)
+                egress.append(int(job["parent_port"][j]))
+        return np.array(rep, dtype=np.int64), np.array(egress, dtype=np.int64)
+
+    # ------------------------------------------------------------------------------------
+    def _route(self, b, L, rows: np.ndarray, reason, cfg: Compiled) -> None:
+        """Routing control: TTL check, longest-prefix match, L2 rewrite (slow path)."""
+        for i in rows.tolist():
+            ttl = int(b[i, 22])
+            if ttl <= 1:
+                reason[i] = R.TTL_EXPIRED
+                continue
+            dst = int.from_bytes(b[i, 30:34].tobytes(), "big")
+            hit = next((rt for rt in cfg.routes
+                        if (dst >> (32 - rt[0])) == (rt[1] >> (32 - rt[0]))), None)
+            if hit is None:
+                reason[i] = R.NO_ROUTE
+                continue
+            _, _, port, smac, dmac = hit
+            out = self.out
+            if out.n + 1 > len(out.lens):
+                keep = (out.buf[: out.n].copy(), out.lens[: out.n].copy(), out.ports[: out.n].copy())
+                out.reserve(out.n + 1)
+                out.buf[: out.n], out.lens[: out.n], out.ports[: out.n] = keep
+            o = out.buf[out.n: out.n + 1]
+            n = int(L[i])
+            o[0, :n] = b[i, :n]
+            o[0, 0:6] = np.frombuffer(dmac, dtype=np.uint8)
+            o[0, 6:12] = np.frombuffer(smac, dtype=np.uint8)
+            o[0, 22] = ttl - 1
+            _ipv4_checksum(o, o.view(ROW_DTYPE)[:, 0])
+            out.lens[out.n] = n
+            out.ports[out.n] = port
+            out.n += 1
+            self.routed += 1
+
+
+def _ipv4_checksum(o: np.ndarray, ov: np.ndarray) -> None:
+    """Recompute the IPv4 header checksum of every row (ComputeChecksumImpl)."""
+    ov["ip_csum"] = 0
+    words = o[:, ETH: ETH + IP4].reshape(len(o), IP4 // 2, 2).astype(np.int64)
+    s = (words[:, :, 0] << 8 | words[:, :, 1]).sum(axis=1)
+    s = (s & 0xFFFF) + (s >> 16)
+    s = (s & 0xFFFF) + (s >> 16)
+    ov["ip_csum"] = (~s) & 0xFFFF

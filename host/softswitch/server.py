@@ -1,0 +1,341 @@
+"""P4Runtime gRPC server of the software target (P4Runtime specification v1.3).
+
+Implements what the netco controller uses, with the status codes of a real target:
+
+* ``StreamChannel`` client arbitration per role: the primary is the live client holding the
+  highest election id ever received; every change is announced to all clients of the role
+  (``OK`` to the primary, ``ALREADY_EXISTS`` to backups, ``NOT_FOUND`` to all while no client
+  holds the highest id); a second stream with an election id in use is closed with
+  ``INVALID_ARGUMENT``; a wrong device id with ``NOT_FOUND``.
+* ``SetForwardingPipelineConfig`` / ``GetForwardingPipelineConfig`` (primary only for Set;
+  ``FAILED_PRECONDITION`` before any pipeline, with BMv2's message so finsy recognises it).
+* ``Write`` (primary only, ``PERMISSION_DENIED`` otherwise): table entries, default actions,
+  multicast groups, counters; per-update errors are returned the P4Runtime way — status
+  ``UNKNOWN`` with one ``p4.v1.Error`` per update in the status details.
+* ``Read`` of the same entities with wildcards; registers and meters are ``UNIMPLEMENTED``
+  (BMv2 does not serve register access either, PI issue 376).
+
+A controller disconnect changes nothing in the installed state.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from dataclasses import dataclass
+
+import grpc
+from finsy.proto import p4r, p4r_grpc, rpc_status
+from google.protobuf import any_pb2
+
+from host.softswitch.entities import EntityStore, P4RuntimeError
+from host.softswitch.p4info import P4InfoIndex, parse_p4info
+
+log = logging.getLogger(__name__)
+
+API_VERSION = "1.3.0"
+NO_PIPELINE = "No forwarding pipeline config set for this device."
+ELECTION_USED = "Election id already exists"
+
+
+def _u128(v: int) -> p4r.Uint128:
+    return p4r.Uint128(high=v >> 64, low=v & ((1 << 64) - 1))
+
+
+def _int(u: p4r.Uint128) -> int:
+    return (u.high << 64) | u.low
+
+
+@dataclass(eq=False)
+class _Stream:
+    role: str
+    election_id: int | None
+    out: queue.Queue
+
+
+class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
+    """The servicer; ``on_commit(store)`` and ``on_write(store)`` notify the data plane.
+
+    Parameters
+    ----------
+    device_id : int
+        The device id clients must name.
+    on_commit : callable
+        Called with the new :class:`EntityStore` after a pipeline commit.
+    on_write : callable
+        Called with the store after a Write that changed something.
+    """
+
+    def __init__(self, device_id: int, on_commit: Callable[[EntityStore], None],
+                 on_write: Callable[[EntityStore], None]) -> None:
+        self.device_id = device_id
+        self.on_commit = on_commit
+        self.on_write = on_write
+        self.lock = threading.RLock()
+        self.store: EntityStore | None = None
+        self.config: p4r.ForwardingPipelineConfig | None = None
+        self.saved: tuple[p4r.ForwardingPipelineConfig, EntityStore] | None = None
+        self.streams: list[_Stream] = []
+        self.highest: dict[str, int] = {}
+
+    # -- arbitration ----------------------------------------------------------------------
+    def _primary(self, role: str) -> _Stream | None:
+        top = self.highest.get(role)
+        for s in self.streams:
+            if s.role == role and s.election_id is not None and s.election_id == top:
+                return s
+        return None
+
+    def _announce(self, role: str) -> None:
+        primary = self._primary(role)
+        top = self.highest.get(role, 0)
+        for s in self.streams:
+            if s.role != role or s.election_id is None:
+                continue
+            if primary is None:
+                code, msg = grpc.StatusCode.NOT_FOUND, "No primary"
+            elif s is primary:
+                code, msg = grpc.StatusCode.OK, "Is primary"
+            else:
+                code, msg = grpc.StatusCode.ALREADY_EXISTS, "Is backup"
+            upd = p4r.MasterArbitrationUpdate(device_id=self.device_id, election_id=_u128(top))
+            if role:
+                upd.role.name = role
+            upd.status.code = code.value[0]
+            upd.status.message = msg
+            s.out.put(p4r.StreamMessageResponse(arbitration=upd))
+
+    def _arbitrate(self, s: _Stream, arb: p4r.MasterArbitrationUpdate) -> tuple[grpc.StatusCode, str] | None:
+        if arb.device_id != self.device_id:
+            return grpc.StatusCode.NOT_FOUND, f"Invalid device id {arb.device_id}"
+        role = arb.role.name if arb.HasField("role") else ""
+        eid = _int(arb.election_id) if arb.HasField("election_id") else None
+        with self.lock:
+            for o in self.streams:
+                if o is not s and o.role == role and eid is not None and o.election_id == eid:
+                    return grpc.StatusCode.INVALID_ARGUMENT, ELECTION_USED
+            old_role = s.role
+            s.role, s.election_id = role, eid
+            if eid is not None and eid >= self.highest.get(role, 0):
+                self.highest[role] = eid
+            self._announce(role)
+            if old_role != role:
+                self._announce(old_role)
+        return None
+
+    def StreamChannel(self, request_iterator, context) -> Iterator[p4r.StreamMessageResponse]:  # noqa: N802
+        s = _Stream("", None, queue.Queue())
+        done = object()
+        failure: list[tuple[grpc.StatusCode, str]] = []
+
+        def reader() -> None:
+            try:
+                for req in request_iterator:
+                    which = req.WhichOneof("update")
+                    if which == "arbitration":
+                        err = self._arbitrate(s, req.arbitration)
+                        if err is not None:
+                            failure.append(err)
+                            break
+                    elif s.election_id is None and which is not None:
+                        failure.append((grpc.StatusCode.FAILED_PRECONDITION,
+                                        "send a MasterArbitrationUpdate first"))
+                        break
+                    else:
+                        log.debug("stream message %s ignored (no CPU port)", which)
+            except Exception as exc:  # stream broken by the client
+                log.debug("stream reader ended: %r", exc)
+            s.out.put(done)
+
+        with self.lock:
+            self.streams.append(s)
+        t = threading.Thread(target=reader, daemon=True, name="p4rt-stream")
+        t.start()
+        try:
+            while context.is_active():
+                try:
+                    msg = s.out.get(timeout=0.5)
+                except queue.Empty:
+                    continue
+                if msg is done:
+                    break
+                yield msg
+        finally:
+            with self.lock:
+                self.streams.remove(s)
+                if s.election_id is not None:
+                    self._announce(s.role)
+        if failure:
+            context.abort(*failure[0])
+
+    # -- helpers --------------------------------------------------------------------------
+    def _check_device(self, device_id: int, context) -> None:
+        if device_id != self.device_id:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"Invalid device id {device_id}")
+
+    def _check_primary(self, request, context) -> None:
+        role = request.role
+        eid = _int(request.election_id)
+        with self.lock:
+            primary = self._primary(role)
+            if primary is None or primary.election_id != eid:
+                context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                              f"Not primary: election id {eid} is not the primary's for role {role!r}")
+
+    # -- pipeline -------------------------------------------------------------------------
+    def SetForwardingPipelineConfig(self, request, context):  # noqa: N802 (gRPC method name)
+        self._check_device(request.device_id, context)
+        self._check_primary(request, context)
+        A = p4r.SetForwardingPipelineConfigRequest
+        action = request.action
+        if action == A.COMMIT:
+            with self.lock:
+                if self.saved is None:
+                    context.abort(grpc.StatusCode.FAILED_PRECONDITION, "COMMIT without a saved config")
+                self.config, self.store = self.saved
+                self.saved = None
+                self.on_commit(self.store)
+            return p4r.SetForwardingPipelineConfigResponse()
+        if action not in (A.VERIFY, A.VERIFY_AND_SAVE, A.VERIFY_AND_COMMIT, A.RECONCILE_AND_COMMIT):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown action {action}")
+        try:
+            index = P4InfoIndex(request.config.p4info)
+            store = EntityStore(index)
+        except Exception as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad P4Info: {exc}")
+        from host.softswitch.config import check_program
+        missing = check_program(store)
+        if missing:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          "P4Info lacks what this target implements (the netco program): "
+                          + ", ".join(missing))
+        if action == A.VERIFY:
+            return p4r.SetForwardingPipelineConfigResponse()
+        with self.lock:
+            if action == A.VERIFY_AND_SAVE:
+                self.saved = (request.config, store)
+                return p4r.SetForwardingPipelineConfigResponse()
+            if (action == A.RECONCILE_AND_COMMIT and self.store is not None and self.config is not None
+                    and self.config.p4info == request.config.p4info):
+                self.config = request.config   # same program: keep the forwarding state
+                return p4r.SetForwardingPipelineConfigResponse()
+            self.config, self.store = request.config, store
+            self.on_commit(store)
+        log.info("pipeline committed (%d tables)", len(store.tables))
+        return p4r.SetForwardingPipelineConfigResponse()
+
+    def GetForwardingPipelineConfig(self, request, context):  # noqa: N802 (gRPC method name)
+        self._check_device(request.device_id, context)
+        with self.lock:
+            cfg = self.config
+        if cfg is None:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, NO_PIPELINE)
+        R = p4r.GetForwardingPipelineConfigRequest
+        out = p4r.ForwardingPipelineConfig()
+        if cfg.HasField("cookie"):
+            out.cookie.CopyFrom(cfg.cookie)
+        if request.response_type in (R.ALL, R.P4INFO_AND_COOKIE):
+            out.p4info.CopyFrom(cfg.p4info)
+        if request.response_type in (R.ALL, R.DEVICE_CONFIG_AND_COOKIE):
+            out.p4_device_config = cfg.p4_device_config
+        return p4r.GetForwardingPipelineConfigResponse(config=out)
+
+    def Capabilities(self, request, context):  # noqa: N802 (gRPC method name)
+        return p4r.CapabilitiesResponse(p4runtime_api_version=API_VERSION)
+
+    # -- write / read ---------------------------------------------------------------------
+    def _apply(self, store: EntityStore, u: p4r.Update) -> None:
+        e = u.entity
+        which = e.WhichOneof("entity")
+        if which == "table_entry":
+            store.write_table_entry(u.type, e.table_entry)
+        elif which == "packet_replication_engine_entry":
+            pre = e.packet_replication_engine_entry
+            if pre.WhichOneof("type") != "multicast_group_entry":
+                raise P4RuntimeError(grpc.StatusCode.UNIMPLEMENTED, "clone sessions are not supported")
+            store.write_multicast_group(u.type, pre.multicast_group_entry)
+        elif which == "counter_entry":
+            store.write_counter(u.type, e.counter_entry)
+        else:
+            raise P4RuntimeError(grpc.StatusCode.UNIMPLEMENTED, f"entity {which} is not supported")
+
+    def Write(self, request, context):  # noqa: N802 (gRPC method name)
+        self._check_device(request.device_id, context)
+        self._check_primary(request, context)
+        if request.atomicity != p4r.WriteRequest.CONTINUE_ON_ERROR:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "only CONTINUE_ON_ERROR atomicity is supported")
+        errors: list[P4RuntimeError | None] = []
+        with self.lock:
+            store = self.store
+            if store is None:
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION, NO_PIPELINE)
+            before = store.generation
+            for u in request.updates:
+                try:
+                    self._apply(store, u)
+                    errors.append(None)
+                except P4RuntimeError as exc:
+                    errors.append(exc)
+            if store.generation != before:
+                self.on_write(store)
+        failed = [e for e in errors if e is not None]
+        if failed:
+            status = rpc_status.Status(code=grpc.StatusCode.UNKNOWN.value[0],
+                                       message=f"{len(failed)} of {len(errors)} updates failed")
+            for e in errors:
+                err = p4r.Error(canonical_code=(e.code.value[0] if e else 0),
+                                message=(e.message if e else ""))
+                a = any_pb2.Any()
+                a.Pack(err)
+                status.details.append(a)
+            context.set_trailing_metadata((("grpc-status-details-bin", status.SerializeToString()),))
+            context.abort(grpc.StatusCode.UNKNOWN, status.message)
+        return p4r.WriteResponse()
+
+    def Read(self, request, context):  # noqa: N802 (gRPC method name)
+        self._check_device(request.device_id, context)
+        with self.lock:
+            store = self.store
+            if store is None:
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION, NO_PIPELINE)
+            out: list[p4r.Entity] = []
+            try:
+                for e in request.entities:
+                    which = e.WhichOneof("entity")
+                    if which == "table_entry":
+                        out += [p4r.Entity(table_entry=t) for t in store.read_table_entries(e.table_entry)]
+                    elif which == "packet_replication_engine_entry":
+                        pre = e.packet_replication_engine_entry
+                        if pre.WhichOneof("type") != "multicast_group_entry":
+                            raise P4RuntimeError(grpc.StatusCode.UNIMPLEMENTED,
+                                                 "clone sessions are not supported")
+                        gid = pre.multicast_group_entry.multicast_group_id
+                        out += [p4r.Entity(packet_replication_engine_entry=p4r.PacketReplicationEngineEntry(
+                            multicast_group_entry=g)) for g in store.read_multicast_groups(gid)]
+                    elif which == "counter_entry":
+                        out += [p4r.Entity(counter_entry=c) for c in store.read_counters(e.counter_entry)]
+                    else:
+                        raise P4RuntimeError(grpc.StatusCode.UNIMPLEMENTED,
+                                             f"reading {which} is not supported by this target")
+            except P4RuntimeError as exc:
+                context.abort(exc.code, exc.message)
+        for i in range(0, len(out), 1000):
+            yield p4r.ReadResponse(entities=out[i: i + 1000])
+        if not out:
+            yield p4r.ReadResponse()
+
+
+def start_server(service: P4RuntimeService, address: str, workers: int = 8) -> grpc.Server:
+    """Serve ``service`` on ``address`` (``host:port``); returns the started server."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="p4rt"))
+    p4r_grpc.add_P4RuntimeServicer_to_server(service, server)
+    if server.add_insecure_port(address) == 0:
+        raise OSError(f"cannot listen on {address}")
+    server.start()
+    return server
+
+
+__all__ = ["P4RuntimeService", "parse_p4info", "start_server"]
