@@ -1,0 +1,297 @@
+"""The P4Runtime controller: connect, become primary, push the pipeline, reconcile.
+
+All I/O lives here (finsy, asyncio). For every switch of the config the controller
+
+1. opens a P4Runtime stream and takes part in arbitration with its election id
+   (P4Runtime §5); only the primary may write, so a controller that is not primary stops
+   with :class:`NotPrimaryError` before touching anything;
+2. pushes the pipeline (P4Info + BMv2 JSON, or the target's blob) unless the switch already
+   runs the same one — finsy compares the pipeline cookie and skips the push when it
+   matches, so a restarted (empty) switch gets its program back;
+3. reads what is installed (all table entries, all multicast groups), computes the
+   difference with the desired state (:func:`control_plane.reconcile.diff`) and writes only
+   that, in one WriteRequest; then reads again and checks the switch is in sync.
+
+Read-only operations (:meth:`Controller.diff`, :meth:`Controller.status`) never push a
+pipeline or write, and connect with a low election id so they never pre-empt a running
+primary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import finsy as fy
+from finsy.proto import p4i
+
+from control_plane.config import NetworkConfig, SwitchSpec
+from control_plane.desired import desired_state, load_p4info
+from control_plane.placement import Placement, limits_from_p4info, place
+from control_plane.reconcile import Diff, describe, diff
+
+log = logging.getLogger(__name__)
+
+#: Election id of read-only sessions (diff, status): below any writer's.
+READ_ONLY_ELECTION_ID = 1
+#: Counters of the program (docs/protocol.md), indexed by job index or drop reason.
+JOB_COUNTERS = ("ingress.thc_slot.contributions", "ingress.thc_output.results",
+                "ingress.thc_output.resent")
+DROP_COUNTER = "ingress.drops"
+
+
+class ControllerError(RuntimeError):
+    """A switch could not be reconciled (unreachable, refused, write failed)."""
+
+
+class NotPrimaryError(ControllerError):
+    """Another controller with a higher election id is primary on the switch."""
+
+
+@dataclass
+class SwitchResult:
+    """Outcome of one operation on one switch."""
+
+    switch: str
+    address: str
+    diff: Diff | None = None
+    writes: int = 0
+    error: str | None = None
+    primary: bool | None = None
+    election_id: int | None = None
+    pipeline: str | None = None  # "ours", "other", "none"
+    installed: int = 0
+    counters: dict[str, dict[int, int]] = field(default_factory=dict)
+    in_sync_after: bool | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the switch was reached and nothing failed."""
+        return self.error is None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-able summary (entries as one-line descriptions)."""
+        out: dict[str, Any] = {
+            "switch": self.switch, "address": self.address, "ok": self.ok, "error": self.error,
+            "primary": self.primary, "election_id": self.election_id, "pipeline": self.pipeline,
+            "installed": self.installed, "writes": self.writes,
+        }
+        if self.diff is not None:
+            d = self.diff
+            out["diff"] = {
+                "insert": [describe(e) for e in d.to_insert],
+                "modify": [describe(e) for e in d.to_modify],
+                "delete": [describe(e) for e in d.to_delete],
+                "foreign": [describe(e) for e in d.foreign],
+                "unchanged": d.unchanged,
+                "in_sync": d.in_sync,
+            }
+        if self.in_sync_after is not None:
+            out["in_sync_after"] = self.in_sync_after
+        if self.counters:
+            out["counters"] = {k: {str(i): v for i, v in c.items()} for k, c in self.counters.items()}
+        return out
+
+
+class Controller:
+    """Reconciles the switches of ``cfg`` towards its desired state.
+
+    Parameters
+    ----------
+    cfg : NetworkConfig
+        The validated desired-state file.
+    p4info : P4Info, optional
+        The program's P4Info; default :func:`control_plane.desired.load_p4info`.
+    election_id : int, optional
+        Overrides ``controller.election_id`` of the config.
+    timeout : float
+        Seconds to wait for a switch to accept the connection and arbitration.
+    """
+
+    def __init__(self, cfg: NetworkConfig, p4info: p4i.P4Info | None = None,
+                 election_id: int | None = None, timeout: float = 15.0) -> None:
+        self.cfg = cfg
+        if p4info is None:
+            p4info, self.p4info_source = load_p4info(cfg)
+        else:
+            self.p4info_source = "given"
+        self.p4info = p4info
+        self.schema = fy.P4Schema(p4info)
+        self.placement: Placement = place(cfg, limits_from_p4info(p4info))
+        self.desired: dict[str, list] = desired_state(cfg, p4info, self.placement)
+        self.election_id = election_id if election_id is not None else cfg.controller.election_id
+        self.timeout = timeout
+        #: updates sent by this object over its lifetime (all switches)
+        self.writes = 0
+
+    # -- connection -------------------------------------------------------------------------
+    def _blob(self, sw: SwitchSpec) -> Path | bytes:
+        if sw.p4blob is not None:
+            if not sw.p4blob.exists():
+                raise ControllerError(f"switches[{sw.name}].p4blob: {sw.p4blob} does not exist")
+            return sw.p4blob
+        if sw.target == "softswitch":
+            return b""  # the software target needs no device config
+        blob = self.cfg.controller.bmv2_json
+        if not Path(blob).exists():
+            raise ControllerError(f"{blob} missing: build the P4 program (netco p4 build) or set "
+                                  "controller.bmv2_json")
+        return Path(blob)
+
+    @contextlib.asynccontextmanager
+    async def session(self, sw: SwitchSpec, write: bool) -> AsyncIterator[fy.Switch]:
+        """A connected finsy switch; with ``write`` it pushes the pipeline when primary."""
+        opts = fy.SwitchOptions(
+            p4info=self.p4info,  # type: ignore[arg-type]  # finsy accepts a P4Info message
+            p4blob=self._blob(sw) if write else None,
+            device_id=sw.device_id,
+            initial_election_id=self.election_id if write else READ_ONLY_ELECTION_ID,
+        )
+        client = fy.Switch(sw.name, sw.address, opts)
+        try:
+            await asyncio.wait_for(client.__aenter__(), self.timeout)
+        except TimeoutError as exc:
+            with contextlib.suppress(Exception):
+                await client.__aexit__(None, None, None)
+            raise ControllerError(f"{sw.name}: no P4Runtime answer at {sw.address} within "
+                                  f"{self.timeout:g} s") from exc
+        except Exception as exc:
+            raise ControllerError(f"{sw.name}: cannot connect to {sw.address}: {_short(exc)}") from exc
+        try:
+            yield client
+        finally:
+            with contextlib.suppress(Exception):
+                await client.__aexit__(None, None, None)
+
+    # -- primitives -------------------------------------------------------------------------
+    @staticmethod
+    async def read_installed(client: fy.Switch) -> list:
+        """Every table entry and multicast group the switch holds."""
+        out: list = []
+        async for e in client.read(fy.P4TableEntry()):
+            out.append(e)
+        async for e in client.read(fy.P4MulticastGroupEntry()):
+            out.append(e)
+        return out
+
+    async def read_counters(self, client: fy.Switch) -> dict[str, dict[int, int]]:
+        """Packet counts of the program's counters (index → packets), those the P4Info has."""
+        names = {c.preamble.name for c in self.p4info.counters}
+        out: dict[str, dict[int, int]] = {}
+        for name in (DROP_COUNTER, *JOB_COUNTERS):
+            if name not in names:
+                continue
+            vals: dict[int, int] = {}
+            async for e in client.read(fy.P4CounterEntry(name)):
+                vals[int(e.index or 0)] = int(e.packet_count or 0)
+            out[name] = vals
+        return out
+
+    async def _pipeline_state(self, client: fy.Switch) -> str:
+        from finsy.p4client import P4ClientError
+        from finsy.switch import P4ConfigResponseType
+
+        try:
+            reply = await client._get_pipeline_config_request(  # finsy has no public getter
+                response_type=P4ConfigResponseType.P4INFO_AND_COOKIE)
+        except P4ClientError as exc:
+            if exc.is_pipeline_missing:
+                return "none"
+            raise
+        if not reply.config.HasField("p4info"):
+            return "none"
+        return "ours" if reply.config.p4info == self.p4info else "other"
+
+    # -- operations on one switch ------------------------------------------------------------
+    async def apply_switch(self, sw: SwitchSpec, prune: bool = False, dry_run: bool = False) -> SwitchResult:
+        """Reconcile one switch; returns what was (or, with ``dry_run``, would be) written."""
+        res = SwitchResult(sw.name, sw.address)
+        async with self.session(sw, write=not dry_run) as client:
+            res.primary, res.election_id = client.is_primary, client.election_id
+            if not dry_run and not client.is_primary:
+                raise NotPrimaryError(
+                    f"{sw.name}: another controller is primary (election id {client.primary_id} > "
+                    f"ours {self.election_id}); stop it or raise controller.election_id")
+            installed = await self.read_installed(client)
+            res.installed = len(installed)
+            res.diff = diff(self.desired[sw.name], installed, self.schema, prune=prune)
+            res.pipeline = "ours" if not dry_run else await self._pipeline_state(client)
+            if dry_run:
+                return res
+            updates = res.diff.updates()
+            if updates:
+                try:
+                    await client.write(updates)
+                except Exception as exc:
+                    raise ControllerError(f"{sw.name}: write of {len(updates)} updates failed: "
+                                          f"{_short(exc)}") from exc
+            res.writes = len(updates)
+            self.writes += len(updates)
+            after = await self.read_installed(client)
+            res.in_sync_after = diff(self.desired[sw.name], after, self.schema).in_sync
+            if not res.in_sync_after:
+                res.error = f"{sw.name}: still differs from the desired state after writing"
+        return res
+
+    async def status_switch(self, sw: SwitchSpec) -> SwitchResult:
+        """Installed entries, pipeline, diff and counters of one switch (read only)."""
+        res = SwitchResult(sw.name, sw.address)
+        async with self.session(sw, write=False) as client:
+            res.primary, res.election_id = client.is_primary, client.election_id
+            res.pipeline = await self._pipeline_state(client)
+            if res.pipeline == "none":
+                res.error = f"{sw.name}: no pipeline installed (run: netco controller apply)"
+                return res
+            installed = await self.read_installed(client)
+            res.installed = len(installed)
+            res.diff = diff(self.desired[sw.name], installed, self.schema)
+            res.counters = await self.read_counters(client)
+        return res
+
+    # -- operations on all switches ----------------------------------------------------------
+    async def _each(self, fn, switches: list[str] | None) -> list[SwitchResult]:
+        chosen = [s for s in self.cfg.switches if switches is None or s.name in switches]
+
+        async def one(sw: SwitchSpec) -> SwitchResult:
+            try:
+                return await fn(sw)
+            except ControllerError as exc:
+                return SwitchResult(sw.name, sw.address, error=str(exc))
+            except Exception as exc:
+                log.debug("switch %s failed", sw.name, exc_info=True)
+                return SwitchResult(sw.name, sw.address, error=f"{sw.name}: {_short(exc)}")
+
+        return list(await asyncio.gather(*(one(s) for s in chosen)))
+
+    async def apply(self, prune: bool = False, switches: list[str] | None = None) -> list[SwitchResult]:
+        """Reconcile every switch (concurrently); errors are reported per switch."""
+        return await self._each(lambda sw: self.apply_switch(sw, prune=prune), switches)
+
+    async def diff(self, prune: bool = False, switches: list[str] | None = None) -> list[SwitchResult]:
+        """What :meth:`apply` would write, without writing or pushing anything."""
+        return await self._each(lambda sw: self.apply_switch(sw, prune=prune, dry_run=True), switches)
+
+    async def status(self, switches: list[str] | None = None) -> list[SwitchResult]:
+        """Per-switch installed state, drift and counters."""
+        return await self._each(self.status_switch, switches)
+
+
+def _short(exc: BaseException) -> str:
+    """First line of an exception, with finsy's P4 status details when present."""
+    text = str(exc).strip() or type(exc).__name__
+    first = text.splitlines()[0]
+    status = getattr(exc, "status", None)
+    code = getattr(status, "code", None)
+    if code is not None and getattr(code, "name", None) and code.name not in first:
+        first = f"{code.name}: {first}"
+    return first
+
+
+def run_sync(coro):
+    """Run a controller coroutine from synchronous code (the CLI)."""
+    return asyncio.run(coro)

@@ -1,0 +1,52 @@
+"""Entries of the P4 control ``ThcValidate`` (p4/v1model/include/control/thc_validate.p4).
+
+``ingress.thc_validate.jobs``: ``job_id → set_job(index, slot_base, num_slots, expected,
+lane_bits, mcast_grp, has_parent, parent_port, parent_addr, self_addr, self_id)``;
+``ingress.thc_validate.senders``: ``(job_id, rank, ingress_port, src_addr) →
+sender(is_switch)`` — one per direct contributor, binding its rank to the port and address
+it sends from (docs/protocol.md, "Controller-installed state" and "Validation").
+"""
+
+from __future__ import annotations
+
+import finsy as fy
+
+from control_plane.placement import JOBS_TABLE, SENDERS_TABLE, JobAtSwitch
+from control_plane.reconcile import OWNER_TAG
+
+SET_JOB = "ingress.thc_validate.set_job"
+SENDER = "ingress.thc_validate.sender"
+
+
+def job_entry(j: JobAtSwitch) -> fy.P4TableEntry:
+    """The ``jobs`` entry of ``j`` at its switch."""
+    return fy.P4TableEntry(
+        JOBS_TABLE,
+        match=fy.P4TableMatch(job_id=j.job.id),
+        action=fy.P4TableAction(
+            SET_JOB,
+            index=j.index, slot_base=j.slot_base, num_slots=j.num_slots, expected=j.expected,
+            lane_bits=j.lane_bits, mcast_grp=j.mcast_grp, has_parent=int(j.parent is not None),
+            parent_port=j.parent_port, parent_addr=j.parent_addr, self_addr=j.self_addr,
+            self_id=j.self_id,
+        ),
+        metadata=OWNER_TAG,
+    )
+
+
+def sender_entries(j: JobAtSwitch) -> list[fy.P4TableEntry]:
+    """One ``senders`` entry per direct contributor (worker: is_switch=0, child switch: 1)."""
+    return [
+        fy.P4TableEntry(
+            SENDERS_TABLE,
+            match=fy.P4TableMatch(job_id=j.job.id, rank=c.rank, ingress_port=c.port, src_addr=c.ip),
+            action=fy.P4TableAction(SENDER, is_switch=int(c.is_switch)),
+            metadata=OWNER_TAG,
+        )
+        for c in j.contributors
+    ]
+
+
+def entries(j: JobAtSwitch) -> list[fy.P4TableEntry]:
+    """All ``ThcValidate`` entries of ``j``."""
+    return [job_entry(j), *sender_entries(j)]

@@ -1,0 +1,245 @@
+"""Desired-state file validation: good files load, bad ones name the field and the fix."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from control_plane.config import ConfigError, load_config, parse_config
+
+BASE = {
+    "switches": [
+        {"name": "root", "address": "127.0.0.1:50051", "addr": "10.0.255.1"},
+        {"name": "leaf0", "address": "127.0.0.1:50052", "addr": "10.0.255.2", "ports": 4},
+        {"name": "leaf1", "address": "127.0.0.1:50053", "addr": "10.0.255.3"},
+    ],
+    "hosts": [
+        {"name": "a0", "mac": "02:00:00:00:01:01", "ip": "10.0.1.1", "attach": "leaf0:1"},
+        {"name": "a1", "mac": "02:00:00:00:01:02", "ip": "10.0.1.2", "attach": "leaf0:2"},
+        {"name": "b0", "mac": "02:00:00:00:02:01", "ip": "10.0.2.1", "attach": "leaf1:1"},
+        {"name": "b1", "mac": "02:00:00:00:02:02", "ip": "10.0.2.2", "attach": "leaf1:2"},
+    ],
+    "links": [{"a": "leaf0:3", "b": "root:1", "bandwidth_mbps": 1000, "delay_ms": 0.5},
+              {"a": "leaf1:3", "b": "root:2", "loss_pct": 0.1}],
+    "jobs": [{"name": "j7", "id": 7, "members": ["a0", "a1", "b0", "b1"],
+              "thc": {"b": 4, "g": 30, "p": "1/32"}, "policy": "exact"}],
+}
+
+YAML = """\
+switches:
+  - {name: root, address: "127.0.0.1:50051", addr: 10.0.255.1}
+  - {name: leaf0, address: "127.0.0.1:50052", addr: 10.0.255.2, ports: 4}
+  - {name: leaf1, address: "127.0.0.1:50053", addr: 10.0.255.3}
+hosts:
+  - {name: a0, mac: "02:00:00:00:01:01", ip: 10.0.1.1, attach: "leaf0:1"}
+  - {name: a1, mac: "02:00:00:00:01:02", ip: 10.0.1.2, attach: "leaf0:2"}
+  - {name: b0, mac: "02:00:00:00:02:01", ip: 10.0.2.1, attach: "leaf1:1"}
+  - {name: b1, mac: "02:00:00:00:02:02", ip: 10.0.2.2, attach: "leaf1:2"}
+links:
+  - {a: "leaf0:3", b: "root:1", bandwidth_mbps: 1000, delay_ms: 0.5}
+  - {a: "leaf1:3", b: "root:2", loss_pct: 0.1}
+jobs:
+  - name: j7
+    id: 7
+    members: [a0, a1, b0, b1]
+    thc: {b: 4, g: 30, p: 1/32}
+    policy: exact
+"""
+
+TOML = """\
+[[switches]]
+name = "root"
+address = "127.0.0.1:50051"
+addr = "10.0.255.1"
+[[switches]]
+name = "leaf0"
+address = "127.0.0.1:50052"
+addr = "10.0.255.2"
+ports = 4
+[[switches]]
+name = "leaf1"
+address = "127.0.0.1:50053"
+addr = "10.0.255.3"
+
+[[hosts]]
+name = "a0"
+mac = "02:00:00:00:01:01"
+ip = "10.0.1.1"
+attach = "leaf0:1"
+[[hosts]]
+name = "a1"
+mac = "02:00:00:00:01:02"
+ip = "10.0.1.2"
+attach = "leaf0:2"
+[[hosts]]
+name = "b0"
+mac = "02:00:00:00:02:01"
+ip = "10.0.2.1"
+attach = "leaf1:1"
+[[hosts]]
+name = "b1"
+mac = "02:00:00:00:02:02"
+ip = "10.0.2.2"
+attach = "leaf1:2"
+
+[[links]]
+a = "leaf0:3"
+b = "root:1"
+bandwidth_mbps = 1000
+delay_ms = 0.5
+[[links]]
+a = "leaf1:3"
+b = "root:2"
+loss_pct = 0.1
+
+[[jobs]]
+name = "j7"
+id = 7
+members = ["a0", "a1", "b0", "b1"]
+policy = "exact"
+thc = { b = 4, g = 30, p = "1/32" }
+"""
+
+
+def bad(mutate) -> list[str]:
+    raw = copy.deepcopy(BASE)
+    mutate(raw)
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw)
+    return info.value.problems
+
+
+def test_yaml_and_toml_give_the_same_config(tmp_path: Path) -> None:
+    (tmp_path / "net.yaml").write_text(YAML)
+    (tmp_path / "net.toml").write_text(TOML)
+    a, b = load_config(tmp_path / "net.yaml"), load_config(tmp_path / "net.toml")
+    assert a == b == parse_config(BASE)
+    assert a.switch("leaf0").ports == (1, 2, 3, 4)
+    assert a.links[0].bandwidth_mbps == 1000.0 and a.links[1].loss_pct == 0.1
+    job = a.jobs[0]
+    assert job.thc.p == pytest.approx(1 / 32)
+    assert job.lane_bits == 8  # n*g = 4*30 = 120 <= 255
+    # derived tree: root aggregates the two leaves, each leaf its two workers
+    tree = {n.switch: (n.parent, n.members) for n in job.tree}
+    assert tree == {"root": (None, ()), "leaf0": ("root", ("a0", "a1")),
+                    "leaf1": ("root", ("b0", "b1"))}
+    assert not job.tree_explicit
+
+
+def test_unknown_member_names_the_field_and_the_hosts() -> None:
+    problems = bad(lambda r: r["jobs"][0]["members"].__setitem__(2, "h9"))
+    assert problems == ["jobs[0].members[2]: unknown host 'h9'; hosts are a0, a1, b0, b1"]
+
+
+def test_all_problems_are_reported_at_once() -> None:
+    def m(r):
+        r["hosts"][0]["mac"] = "02:00:00:00:01"
+        r["hosts"][1]["ip"] = "10.0.1.300"
+        r["switches"][2]["target"] = "tofino9"
+
+    problems = bad(m)
+    assert any(p.startswith("hosts[0].mac: '02:00:00:00:01' is not a MAC address") for p in problems)
+    assert any(p.startswith("hosts[1].ip: '10.0.1.300' is not an IPv4 address") for p in problems)
+    assert any(p.startswith("switches[2].target: 'tofino9' unknown; use one of bmv2") for p in problems)
+
+
+@pytest.mark.parametrize(("mutate", "expected"), [
+    (lambda r: r.__setitem__("swtiches", []), "(top level).swtiches: unknown field"),
+    (lambda r: r["switches"].append(dict(r["switches"][0])), "switches[3].name: duplicate switch name"),
+    (lambda r: r["switches"][1].__setitem__("address", "localhost"),
+     "switches[1].address: 'localhost' must be HOST:PORT"),
+    (lambda r: r["hosts"][0].__setitem__("attach", "leaf0:9"),
+     "hosts[0].attach: switch leaf0 has no port 9; its ports are 1, 2, 3, 4"),
+    (lambda r: r["hosts"][0].__setitem__("attach", "spine:1"),
+     "hosts[0].attach: unknown switch 'spine'; switches are root, leaf0, leaf1"),
+    (lambda r: r["hosts"][1].__setitem__("attach", "leaf0:1"),
+     "hosts[1].attach: port leaf0:1 is already used by host a0"),
+    (lambda r: r["hosts"][1].__setitem__("ip", "10.0.1.1"),
+     "hosts[1].ip: 10.0.1.1 is also host a0's address"),
+    (lambda r: r["links"][0].__setitem__("delay_ms", -1),
+     "links[0].delay_ms: -1 out of range; use 0..100000 ms"),
+    (lambda r: r["links"].append({"a": "root:7", "b": "leaf0:4"}),
+     "links[2]: second link between root and leaf0"),
+    (lambda r: r["jobs"][0]["thc"].__setitem__("b", 2),
+     "jobs[0].thc.b: 2: the switch's DATA payload carries 4-bit indices; set b: 4"),
+    (lambda r: r["jobs"][0]["thc"].__setitem__("g", 300), "jobs[0].thc.g: 300 out of range; use 15..255"),
+    (lambda r: r["jobs"][0]["thc"].__setitem__("p", 2),
+     "jobs[0].thc.p: 2: the clipped tail mass must lie in (0, 1)"),
+    (lambda r: r["jobs"][0].__setitem__("policy", "fast"),
+     "jobs[0].policy: 'fast' unknown; use one of exact, partial"),
+    (lambda r: r["jobs"][0].__setitem__("lane_bits", 8) or r["jobs"][0]["thc"].__setitem__("g", 100),
+     "jobs[0].lane_bits: 8 bits cannot hold n·g = 4·100 = 400; use 16 or more"),
+    (lambda r: r["jobs"][0].__setitem__("members", ["a0", "a1", "a0"]),
+     "jobs[0].members[2]: host a0 is listed twice"),
+    (lambda r: r["jobs"].append(dict(r["jobs"][0], name="j8")), "jobs[1].id: 7 is also job j7's id"),
+    (lambda r: r["jobs"][0].__setitem__("root", "nowhere"),
+     "jobs[0].root: unknown switch 'nowhere'; switches are root, leaf0, leaf1"),
+])
+def test_bad_field_is_named(mutate, expected: str) -> None:
+    problems = bad(mutate)
+    assert any(p.startswith(expected) for p in problems), problems
+
+
+def _tree(r, nodes):
+    r["jobs"][0]["tree"] = nodes
+
+
+@pytest.mark.parametrize(("nodes", "expected"), [
+    ([{"switch": "leaf0"}, {"switch": "leaf1", "parent": "leaf0"}],
+     "jobs[0].tree[1].parent: leaf0 is not linked to leaf1; a parent must be a direct neighbour"),
+    ([{"switch": "root"}, {"switch": "leaf0", "parent": "root"}],
+     "jobs[0].tree: members b0, b1 attach to switches not in the tree (leaf1)"),
+    ([{"switch": "root", "parent": "leaf0"}, {"switch": "leaf0", "parent": "root"},
+      {"switch": "leaf1", "parent": "root"}],
+     "jobs[0].tree: needs exactly one root"),
+    ([{"switch": "root"}, {"switch": "leaf0", "parent": "root", "members": ["a0", "b0"]},
+      {"switch": "leaf1", "parent": "root"}],
+     "jobs[0].tree[1].members[1]: b0 attaches to leaf1, not leaf0"),
+    ([{"switch": "root"}, {"switch": "leaf0", "parent": "root", "members": ["a0"]},
+      {"switch": "leaf1", "parent": "root"}],
+     "jobs[0].tree[1].members: a1 also attach to leaf0; list them here too"),
+    ([{"switch": "root"}, {"switch": "leaf0", "parent": "root"}, {"switch": "leaf1", "parent": "spine"}],
+     "jobs[0].tree[2].parent: unknown switch 'spine'"),
+])
+def test_bad_tree_is_named(nodes, expected: str) -> None:
+    problems = bad(lambda r: _tree(r, nodes))
+    assert any(p.startswith(expected) for p in problems), problems
+
+
+def test_explicit_tree_is_kept() -> None:
+    raw = copy.deepcopy(BASE)
+    raw["jobs"][0]["tree"] = [{"switch": "root"},
+                              {"switch": "leaf0", "parent": "root", "members": ["a1", "a0"]},
+                              {"switch": "leaf1", "parent": "root"}]
+    job = parse_config(raw).jobs[0]
+    assert job.tree_explicit
+    assert {n.switch: n.members for n in job.tree} == {"root": (), "leaf0": ("a0", "a1"),
+                                                        "leaf1": ("b0", "b1")}
+
+
+@pytest.mark.parametrize(("path", "expected"), [
+    ({"dst": "b0", "via": ["leaf0", "leaf1"]}, "paths[0].via: leaf0 and leaf1 are not linked"),
+    ({"dst": "b0", "via": ["root", "leaf0"]}, "paths[0].via: must end at leaf1, where b0 attaches"),
+    ({"dst": "b0", "src": "a0", "via": ["root", "leaf1"]},
+     "paths[0].via: must start at leaf0, where a0 attaches"),
+    ({"dst": "zz", "via": ["leaf1"]}, "paths[0].dst: unknown host 'zz'"),
+])
+def test_bad_path_is_named(path, expected: str) -> None:
+    problems = bad(lambda r: r.__setitem__("paths", [path]))
+    assert any(p.startswith(expected) for p in problems), problems
+
+
+def test_file_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read the file"):
+        load_config(tmp_path / "missing.yaml")
+    (tmp_path / "x.json").write_text("{}")
+    with pytest.raises(ConfigError, match=r"name it \.yaml, \.yml or \.toml"):
+        load_config(tmp_path / "x.json")
+    (tmp_path / "broken.yaml").write_text("switches: [\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(tmp_path / "broken.yaml")
+    (tmp_path / "empty.toml").write_text("")
+    with pytest.raises(ConfigError, match=r"\(top level\).switches: missing \(required\)"):
+        load_config(tmp_path / "empty.toml")
