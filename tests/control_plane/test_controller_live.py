@@ -1,0 +1,278 @@
+"""Live reconciliation against real P4Runtime targets started by the test.
+
+Targets: the software target (``python -m host.softswitch``, loopback, no root) always; BMv2
+``simple_switch_grpc`` (``@pytest.mark.bmv2``) when it is on PATH and the compiled program
+exists. Each target process is started here and stopped by its PID.
+
+Topology: s1 (h1 port 1, h2 port 2) —port 3 : port 2— s2 (h3 port 1); job "a" = h1, h2, h3
+aggregated by s1 with s2 as child, job "b" = h1, h2 on s1 only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import finsy as fy
+import pytest
+
+from control_plane.config import parse_config
+from control_plane.controller import Controller, NotPrimaryError
+from host.cli.main import main as netco_main
+
+REPO = Path(__file__).resolve().parents[2]
+BMV2_JSON = REPO / "p4" / "build" / "netco.json"
+BMV2_P4INFO = REPO / "p4" / "build" / "netco.p4info.txtpb"
+
+
+def _free_port(kind: int = socket.SOCK_STREAM) -> int:
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Target:
+    """One P4Runtime target process on 127.0.0.1 (started and stopped by PID)."""
+
+    def __init__(self, kind: str, nports: int, workdir: Path, name: str) -> None:
+        self.kind, self.nports, self.workdir, self.name = kind, nports, workdir, name
+        self.grpc = _free_port()
+        self.udp = [_free_port(socket.SOCK_DGRAM) for _ in range(nports)]
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.grpc}"
+
+    def start(self) -> None:
+        if self.kind == "softswitch":
+            cmd = [sys.executable, "-m", "host.softswitch", "--grpc", self.address]
+            for i, p in enumerate(self.udp, start=1):
+                cmd += ["--port", f"{i}=udp:127.0.0.1:{p}"]
+        else:
+            cmd = [shutil.which("simple_switch_grpc") or "simple_switch_grpc", "--device-id", "1",
+                   "-L", "off", "--no-p4", "--thrift-port", str(_free_port()), "--",
+                   "--grpc-server-addr", self.address]
+        log = open(self.workdir / f"{self.name}.log", "a")  # noqa: SIM115 (kept open by the child)
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+                                     env={**os.environ, "PYTHONPATH": str(REPO)})
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited: {(self.workdir / f'{self.name}.log').read_text()}")
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.grpc)) == 0:
+                    return
+            time.sleep(0.05)
+        raise RuntimeError(f"{self.name}: gRPC port not open")
+
+    def kill(self) -> None:
+        """Hard stop (a crashed switch): SIGKILL by PID."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        self.proc = None
+
+
+def config(targets: dict[str, Target], kind: str, jobs: list[dict] | None = None) -> dict:
+    hosts = [
+        {"name": "h1", "mac": "02:00:00:00:00:01", "ip": "10.0.0.1", "attach": "s1:1"},
+        {"name": "h2", "mac": "02:00:00:00:00:02", "ip": "10.0.0.2", "attach": "s1:2"},
+        {"name": "h3", "mac": "02:00:00:00:00:03", "ip": "10.0.1.3", "attach": "s2:1"},
+    ]
+    raw = {
+        "controller": {"p4info": str(BMV2_P4INFO), "bmv2_json": str(BMV2_JSON)} if kind == "bmv2" else {},
+        "switches": [{"name": n, "address": t.address, "addr": f"10.0.255.{i}", "target": kind}
+                     for i, (n, t) in enumerate(sorted(targets.items()), start=1)],
+        "hosts": hosts,
+        "links": [{"a": "s1:3", "b": "s2:2"}],
+        "jobs": jobs if jobs is not None else [
+            {"name": "a", "id": 10, "members": ["h1", "h2", "h3"], "root": "s1"},
+            {"name": "b", "id": 11, "members": ["h1", "h2"], "num_slots": 8},
+        ],
+    }
+    return raw
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def by_switch(results) -> dict:
+    out = {r.switch: r for r in results}
+    for r in results:
+        assert r.ok, r.error
+    return out
+
+
+@pytest.fixture(scope="module", params=["softswitch", pytest.param("bmv2", marks=pytest.mark.bmv2)])
+def net(request, tmp_path_factory):
+    kind = request.param
+    if kind == "bmv2" and not BMV2_JSON.exists():
+        pytest.skip(f"{BMV2_JSON} missing (build the P4 program with p4c)")
+    work = tmp_path_factory.mktemp(f"live-{kind}")
+    targets = {"s1": Target(kind, 3, work, "s1"), "s2": Target(kind, 2, work, "s2")}
+    try:
+        for t in targets.values():
+            t.start()
+        yield kind, targets
+    finally:
+        for t in targets.values():
+            t.kill()
+
+
+@pytest.fixture
+def clean(net):
+    """Start each test from empty switches (everything pruned)."""
+    kind, targets = net
+    empty = parse_config(config(targets, kind, jobs=[]) | {"hosts": [], "links": []})
+    by_switch(run(Controller(empty).apply(prune=True)))
+    return kind, targets
+
+
+def test_apply_twice_second_apply_writes_nothing(clean) -> None:
+    kind, targets = clean
+    cfg = parse_config(config(targets, kind))
+    ctl = Controller(cfg)
+    first = by_switch(run(ctl.apply()))
+    assert first["s1"].writes == len(ctl.desired["s1"]) and first["s1"].in_sync_after
+    assert first["s2"].writes == len(ctl.desired["s2"]) and first["s2"].in_sync_after
+    # s1: job a (jobs, tables, group, 3 senders [h1, h2, s2], 3 members) + job b (7) + 3 routes
+    assert len(ctl.desired["s1"]) == 9 + 7 + 3
+    second = Controller(cfg)
+    res = by_switch(run(second.apply()))
+    assert second.writes == 0
+    assert all(r.writes == 0 and r.diff.unchanged == len(ctl.desired[s]) for s, r in res.items())
+
+
+def test_exact_diff_after_changing_one_job(clean) -> None:
+    kind, targets = clean
+    raw = config(targets, kind)
+    run(Controller(parse_config(raw)).apply())
+    changed = copy.deepcopy(raw)
+    changed["jobs"][1]["num_slots"] = 12          # job b (s1 only): its set_job changes
+    ctl = Controller(parse_config(changed))
+    d = by_switch(run(ctl.diff()))
+    assert d["s2"].diff.in_sync
+    s1 = d["s1"].diff
+    assert (len(s1.to_insert), len(s1.to_delete), len(s1.foreign)) == (0, 0, 0)
+    (mod,) = s1.to_modify
+    assert (mod.match["job_id"], mod.action.args["num_slots"]) == (11, 12)
+    res = by_switch(run(ctl.apply()))
+    assert (res["s1"].writes, res["s2"].writes) == (1, 0)
+    assert all(r.diff.in_sync for r in run(Controller(parse_config(changed)).diff()))
+
+
+def test_restarted_switch_is_healed(clean) -> None:
+    kind, targets = clean
+    cfg = parse_config(config(targets, kind))
+    run(Controller(cfg).apply())
+    targets["s2"].kill()
+    targets["s2"].start()           # same address, empty, no pipeline
+    st = {r.switch: r for r in run(Controller(cfg).status())}
+    assert st["s1"].ok and st["s2"].pipeline == "none" and not st["s2"].ok
+    ctl = Controller(cfg)
+    res = by_switch(run(ctl.apply()))
+    assert res["s1"].writes == 0
+    assert res["s2"].writes == len(ctl.desired["s2"]) and res["s2"].in_sync_after
+    again = Controller(cfg)
+    run(again.apply())
+    assert again.writes == 0
+
+
+def test_second_controller_with_lower_election_id_is_refused(clean) -> None:
+    kind, targets = clean
+    cfg = parse_config(config(targets, kind))
+    sw = cfg.switch("s1")
+
+    async def scenario():
+        first = Controller(cfg, election_id=100)
+        async with first.session(sw, write=True) as primary:
+            assert primary.is_primary
+            second = Controller(cfg, election_id=50)
+            with pytest.raises(NotPrimaryError, match="another controller is primary"):
+                await second.apply_switch(sw)
+            # and the switch itself refuses a write from the backup
+            async with second.session(sw, write=True) as backup:
+                assert not backup.is_primary
+                with pytest.raises(Exception) as info:
+                    await backup.insert(second.desired["s1"][:1])
+                assert "PERMISSION_DENIED" in str(info.value)
+            assert second.writes == 0
+
+    run(scenario())
+    # nothing was written by the refused controller: s1 is still empty
+    assert by_switch(run(Controller(cfg).diff()))["s1"].diff.unchanged == 0
+
+
+def test_foreign_entries_are_reported_and_pruned_only_on_request(clean) -> None:
+    kind, targets = clean
+    cfg = parse_config(config(targets, kind))
+    run(Controller(cfg).apply())
+    sw = cfg.switch("s1")
+
+    async def add_foreign():
+        ctl = Controller(cfg)
+        async with ctl.session(sw, write=True) as c:
+            await c.insert([fy.P4TableEntry(
+                "ingress.routing.routes", match=fy.P4TableMatch(dst_addr="192.168.0.0/16"),
+                action=fy.P4TableAction("ingress.routing.route", port=3, src_mac="02:00:00:00:00:aa",
+                                        dst_mac="02:00:00:00:00:bb"))])
+
+    run(add_foreign())
+    ctl = Controller(cfg)
+    res = by_switch(run(ctl.apply()))
+    assert ctl.writes == 0 and len(res["s1"].diff.foreign) == 1
+    # still installed after a plain apply
+    assert len(by_switch(run(Controller(cfg).status()))["s1"].diff.foreign) == 1
+    pruner = Controller(cfg)
+    res = by_switch(run(pruner.apply(prune=True)))
+    assert pruner.writes == 1 and res["s1"].in_sync_after
+    assert by_switch(run(Controller(cfg).status()))["s1"].diff.foreign == []
+
+
+def test_cli_apply_diff_status(clean, tmp_path: Path, capsys) -> None:
+    kind, targets = clean
+    import yaml
+
+    path = tmp_path / "net.yaml"
+    path.write_text(yaml.safe_dump(config(targets, kind)))
+    assert netco_main(["controller", "diff", str(path)]) == 1          # differs: empty switches
+    capsys.readouterr()
+    assert netco_main(["controller", "apply", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["writes"] == sum(s["writes"] for s in out["switches"]) > 0
+    assert netco_main(["controller", "apply", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["writes"] == 0
+    assert netco_main(["controller", "diff", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "in sync" in text
+    assert netco_main(["controller", "status", str(path), "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert {j["job"]: sorted(j["counters"]) for j in st["jobs"]} == {"a": ["s1", "s2"], "b": ["s1"]}
+    assert all(j["counters"]["s1"]["contributions"] == 0 for j in st["jobs"])
+    assert netco_main(["controller", "status", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "no drops" in text and "contributions" in text
+
+
+def test_unreachable_switch_is_reported(tmp_path: Path, capsys) -> None:
+    import yaml
+
+    dead = {"s1": Target("softswitch", 3, tmp_path, "s1"), "s2": Target("softswitch", 2, tmp_path, "s2")}
+    path = tmp_path / "net.yaml"
+    path.write_text(yaml.safe_dump(config(dead, "softswitch")))
+    with contextlib.suppress(SystemExit):
+        rc = netco_main(["controller", "apply", str(path), "--timeout", "5"])
+    assert rc == 3
+    assert "cannot connect" in capsys.readouterr().err
