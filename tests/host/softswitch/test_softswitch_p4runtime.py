@@ -1,0 +1,261 @@
+"""The software target's P4Runtime server, driven by finsy (the controller's client) and, for
+requests finsy refuses to build, by raw gRPC stubs. Status codes follow the P4Runtime
+specification v1.3 (arbitration 5.3, write errors 12, bytestrings 8.4)."""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import sys
+import threading
+from pathlib import Path
+
+import finsy as fy
+import grpc
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from finsy.proto import p4r, p4r_grpc, rpc_status
+from softswitch_helpers import SELF_IP, C, data, job_entities, sums, worker
+
+from host.softswitch.entities import canonical
+from host.softswitch.p4info import netco_p4info, write_p4info
+from host.softswitch.switch import SoftSwitch
+from host.softswitch.testnet import AsyncLoop, free_tcp_port
+
+W = [worker(r) for r in range(3)]
+SC = fy.GRPCStatusCode
+
+
+@pytest.fixture
+def server(tmp_path):
+    sw = SoftSwitch()
+    port = free_tcp_port()
+    sw.serve(f"127.0.0.1:{port}")
+    loop = AsyncLoop()
+    info = write_p4info(netco_p4info(), tmp_path / "netco.p4info.txtpb")
+    clients: list[fy.Switch] = []
+
+    def client(election_id: int = 10) -> fy.Switch:
+        opts = fy.SwitchOptions(p4info=info, p4blob=b"", device_id=1, initial_election_id=election_id)
+        c = fy.Switch(f"c{len(clients)}", f"127.0.0.1:{port}", opts)
+        loop.run(c.__aenter__(), timeout=30)
+        clients.append(c)
+        return c
+
+    yield sw, port, loop, client
+    for c in clients:
+        with contextlib.suppress(Exception):   # already closed by the test
+            loop.run(c.__aexit__(None, None, None), timeout=10)
+    loop.close()
+    sw.stop()
+
+
+def test_finsy_pushes_pipeline_writes_and_reads(server):
+    sw, _port, loop, client = server
+    c = client()
+    assert sw.service.store is not None                     # pipeline pushed by finsy
+    loop.run(c.insert(job_entities(7, W, lane_bits=8, num_slots=16)))
+    assert sw.pipeline.cfg.job_map[7] == 0
+    jobs = loop.run(_collect(c.read(fy.P4TableEntry("ingress.thc_validate.jobs"))))
+    assert len(jobs) == 1
+    a = jobs[0].action
+    assert a.name.endswith("set_job") and a.args["num_slots"] == 16 and a.args["expected"] == 3
+    senders = loop.run(_collect(c.read(fy.P4TableEntry("ingress.thc_validate.senders"))))
+    assert len(senders) == 3
+    groups = loop.run(_collect(c.read(fy.P4MulticastGroupEntry())))
+    assert [(g.multicast_group_id, sorted(g.replicas)) for g in groups] == [(1, [1, 2, 3])]
+    # the data plane uses what was written; counters come back over P4Runtime
+    idx = [np.arange(C) % 16, np.full(C, 3), np.zeros(C, int)]
+    out = sw.process_frames([data(W[r], 7, 0, 0, idx[r]) for r in range(3)])
+    assert len(out) == 3
+    drops = loop.run(_collect(c.read(fy.P4CounterEntry("ingress.drops"))))
+    assert len(drops) == 16 and all(d.packet_count == 0 for d in drops)
+    contrib = loop.run(_collect(c.read(fy.P4CounterEntry("ingress.thc_slot.contributions", index=0))))
+    assert [d.packet_count for d in contrib] == [3]
+    # modify and delete go through as well
+    loop.run(c.modify([fy.P4TableEntry(
+        "ingress.thc_load.tables", match=fy.P4TableMatch(job_id=7),
+        action=fy.P4TableAction("ingress.thc_load.load_table", **{f"v{i}": 2 * i for i in range(16)}))]))
+    out = sw.process_frames([data(W[r], 7, 0, 2, idx[r]) for r in range(3)])
+    from host.softswitch.frames import read_frame
+    np.testing.assert_array_equal(read_frame(out[0][1])[3].values, sums(idx, [2 * i for i in range(16)]))
+    loop.run(c.delete([fy.P4TableEntry("ingress.thc_validate.jobs", match=fy.P4TableMatch(job_id=7))]))
+    assert sw.pipeline.cfg.job_map[7] == -1
+
+
+async def _collect(it):
+    return [x async for x in it]
+
+
+def _codes(exc: fy.P4ClientError) -> list[SC]:
+    return [d.canonical_code for d in exc.details.values()]
+
+
+def test_finsy_sees_entry_errors_with_their_codes(server):
+    _sw, _port, loop, client = server
+    c = client()
+    ents = job_entities(8, W[:1])
+    loop.run(c.insert(ents))
+    with pytest.raises(fy.P4ClientError) as e:
+        loop.run(c.insert(ents[:1]))
+    assert e.value.code == SC.UNKNOWN and _codes(e.value) == [SC.ALREADY_EXISTS]
+    missing = fy.P4TableEntry("ingress.thc_validate.jobs", match=fy.P4TableMatch(job_id=999),
+                              action=ents[0].action)
+    for op in (c.modify, c.delete):
+        with pytest.raises(fy.P4ClientError) as e:
+            loop.run(op([missing]))
+        assert _codes(e.value) == [SC.NOT_FOUND]
+    with pytest.raises(fy.P4ClientError) as e:
+        loop.run(c.insert([fy.P4MulticastGroupEntry(1, replicas=[1])]))
+    assert _codes(e.value) == [SC.ALREADY_EXISTS]
+
+
+def test_backup_controller_cannot_write(server):
+    _sw, _port, loop, client = server
+    primary = client(election_id=20)
+    backup = client(election_id=5)
+    assert primary.is_primary and not backup.is_primary
+    with pytest.raises(fy.P4ClientError) as e:
+        loop.run(backup.insert(job_entities(9, W[:1])))
+    assert e.value.code == SC.PERMISSION_DENIED
+    loop.run(primary.insert(job_entities(9, W[:1])))
+
+
+# -- raw stubs ----------------------------------------------------------------------------
+class Stream:
+    """A raw StreamChannel: send arbitration updates, read responses from a queue."""
+
+    def __init__(self, stub: p4r_grpc.P4RuntimeStub) -> None:
+        self.requests: queue.Queue = queue.Queue()
+        self.responses: queue.Queue = queue.Queue()
+        self.call = stub.StreamChannel(iter(self.requests.get, None))
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        try:
+            for r in self.call:
+                self.responses.put(r)
+        except grpc.RpcError as exc:
+            self.responses.put(exc)
+
+    def arbitrate(self, election_id: int, device_id: int = 1):
+        self.requests.put(p4r.StreamMessageRequest(arbitration=p4r.MasterArbitrationUpdate(
+            device_id=device_id, election_id=p4r.Uint128(high=0, low=election_id))))
+        return self.next()
+
+    def next(self, timeout: float = 5.0):
+        return self.responses.get(timeout=timeout)
+
+    def close(self) -> None:
+        self.requests.put(None)
+        self.call.cancel()
+
+
+def _eid(x: int) -> p4r.Uint128:
+    return p4r.Uint128(high=0, low=x)
+
+
+def test_arbitration_highest_election_id_is_primary(server):
+    _sw, port, _loop, _client = server
+    ch = grpc.insecure_channel(f"127.0.0.1:{port}")
+    stub = p4r_grpc.P4RuntimeStub(ch)
+    a, b, c = Stream(stub), Stream(stub), Stream(stub)
+    try:
+        r = a.arbitrate(5)
+        assert r.arbitration.status.code == grpc.StatusCode.OK.value[0]
+        r = b.arbitrate(3)
+        assert r.arbitration.status.code == grpc.StatusCode.ALREADY_EXISTS.value[0]
+        assert r.arbitration.election_id.low == 5
+        assert a.next().arbitration.status.code == grpc.StatusCode.OK.value[0]   # re-announced
+        err = c.arbitrate(5)                                                        # id in use
+        assert isinstance(err, grpc.RpcError) and err.code() == grpc.StatusCode.INVALID_ARGUMENT
+        bad = Stream(stub)
+        err = bad.arbitrate(7, device_id=2)
+        assert isinstance(err, grpc.RpcError) and err.code() == grpc.StatusCode.NOT_FOUND
+        # b raises its id: b becomes primary, a is told it is a backup
+        assert b.arbitrate(10).arbitration.status.code == grpc.StatusCode.OK.value[0]
+        assert a.next().arbitration.status.code == grpc.StatusCode.ALREADY_EXISTS.value[0]
+        # writes: a (5) refused, b (10) allowed; no pipeline yet -> FAILED_PRECONDITION
+        with pytest.raises(grpc.RpcError) as e:
+            stub.Write(p4r.WriteRequest(device_id=1, election_id=_eid(5)))
+        assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        with pytest.raises(grpc.RpcError) as e:
+            stub.Write(p4r.WriteRequest(device_id=1, election_id=_eid(10)))
+        assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        # the primary leaves: nobody holds the highest id, a is told NOT_FOUND
+        b.close()
+        r = a.next()
+        assert r.arbitration.status.code == grpc.StatusCode.NOT_FOUND.value[0]
+        assert r.arbitration.election_id.low == 10
+    finally:
+        for s in (a, b, c):
+            s.close()
+        ch.close()
+
+
+def test_invalid_entities_get_the_spec_codes(server):
+    sw, port, _loop, client = server
+    client()                     # finsy pushes the pipeline, then we take over with a raw stream
+    idx = sw.service.store.index
+    jobs = idx.table("ingress.thc_validate.jobs")
+    set_job = idx.action("ingress.thc_validate.set_job")
+    unknown_job = idx.action("ingress.thc_validate.unknown_job")
+
+    def entry(job_id: bytes = b"\x07", action=None, params=None, table_id=None) -> p4r.Update:
+        te = p4r.TableEntry(table_id=jobs.id if table_id is None else table_id)
+        te.match.add(field_id=1).exact.value = job_id
+        a = set_job if action is None else action
+        te.action.action.action_id = a.id
+        vals = {name: 1 for name, _ in a.params.values()} if params is None else params
+        for pid, (name, _bits) in a.params.items():
+            if name in vals:
+                te.action.action.params.add(param_id=pid, value=canonical(vals[name]))
+        return p4r.Update(type=p4r.Update.INSERT, entity=p4r.Entity(table_entry=te))
+
+    ch = grpc.insecure_channel(f"127.0.0.1:{port}")
+    stub = p4r_grpc.P4RuntimeStub(ch)
+    s = Stream(stub)
+    try:
+        assert s.arbitrate(1 << 40).arbitration.status.code == grpc.StatusCode.OK.value[0]
+        eid = p4r.Uint128(high=0, low=1 << 40)
+
+        def errs(updates):
+            with pytest.raises(grpc.RpcError) as e:
+                stub.Write(p4r.WriteRequest(device_id=1, election_id=eid, updates=updates))
+            st = rpc_status.Status()
+            st.ParseFromString(dict(e.value.trailing_metadata())["grpc-status-details-bin"])
+            codes = []
+            for d in st.details:
+                err = p4r.Error()
+                d.Unpack(err)
+                codes.append(next(c for c in grpc.StatusCode if c.value[0] == err.canonical_code))
+            return codes
+
+        good = entry()
+        too_wide = entry(params={**{n: 1 for n, _ in set_job.params.values()}, "num_slots": 1 << 16})
+        missing = entry(params={"index": 1})
+        default_only = entry(action=unknown_job, params={})
+        no_table = entry(table_id=0x02FFFFFF)
+        wide_key = entry(job_id=b"\x01\x00\x00")
+        codes = errs([good, too_wide, missing, default_only, no_table, wide_key, good])
+        C_ = grpc.StatusCode
+        assert codes == [C_.OK, C_.OUT_OF_RANGE, C_.INVALID_ARGUMENT, C_.INVALID_ARGUMENT,
+                         C_.NOT_FOUND, C_.OUT_OF_RANGE, C_.ALREADY_EXISTS]
+        # reads: unknown table -> NOT_FOUND; registers are not served (as on BMv2)
+        with pytest.raises(grpc.RpcError) as e:
+            list(stub.Read(p4r.ReadRequest(device_id=1, entities=[
+                p4r.Entity(table_entry=p4r.TableEntry(table_id=0x02FFFFFF))])))
+        assert e.value.code() == grpc.StatusCode.NOT_FOUND
+        # a P4Info that is not the netco program is refused
+        with pytest.raises(grpc.RpcError) as e:
+            stub.SetForwardingPipelineConfig(p4r.SetForwardingPipelineConfigRequest(
+                device_id=1, election_id=eid, action=p4r.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT,
+                config=p4r.ForwardingPipelineConfig(p4info=netco_p4info().__class__())))
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    finally:
+        s.close()
+        ch.close()
+    assert SELF_IP
