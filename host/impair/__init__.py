@@ -1,0 +1,13 @@
+"""The impairment node: delay, jitter, loss, duplication, reordering and rate on a link.
+
+For machines whose kernel lacks ``sch_netem`` (Mininet then silently builds the link without
+it): :mod:`~host.impair.forwarder` is a user-space forwarder between two interfaces,
+:mod:`~host.impair.node` sets up a namespace in the middle of a link (bridge + nftables drop,
+the forwarder, or netem where the kernel has it), :mod:`~host.impair.probe` measures what the
+link really does and raises when an asked impairment is not in effect. Run the forwarder with
+``python -m host.impair --a IF --b IF --delay-ms 5 --loss-pct 1``; see docs/testbed.md.
+"""
+
+from host.impair.params import Impairment, ImpairmentError
+
+__all__ = ["Impairment", "ImpairmentError"]
