@@ -1,0 +1,133 @@
+"""Summaries, link emulation and the comparison plot of training runs.
+
+Link emulation (``--link-mbps B``): each step is charged its measured compute time plus the
+time its bytes take on a full-duplex link of ``B`` Mbit/s per worker,
+``max(sent, received) · 8 / (B · 10⁶)`` seconds, with no overlap of communication and compute.
+It is an emulation from counted bytes, not a measurement of a network; the network testbed
+measures the same quantity for real.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+FP32_BYTES = 4
+
+
+def link_seconds(sent: int, received: int, mbps: float) -> float:
+    """Seconds a step's bytes occupy a full-duplex ``mbps`` Mbit/s link (the busier direction)."""
+    return max(sent, received) * 8.0 / (mbps * 1e6)
+
+
+def summarize(run: dict, *, target: float, link_mbps: float | None = None) -> dict:
+    """Add the headline numbers of one run (from :func:`host.training.harness.train`).
+
+    Returns a dict with final metric and held-out loss, bytes per step (mean over all steps,
+    per worker) and their ratio to plain fp32 (``4 × parameters`` each way), the first step at
+    which the held-out metric reached ``target``, and the time to it: measured wall time and,
+    with ``link_mbps``, the emulated compute + link time.
+    """
+    recs = run["records"]
+    hib = run["higher_is_better"]
+    evals = [r for r in recs if r["metric"] is not None]
+    fp32 = FP32_BYTES * run["params"]
+    n = len(recs)
+    sent = sum(r["bytes_sent"] for r in recs)
+    recv = sum(r["bytes_received"] for r in recs)
+    wall = cum_emul = 0.0
+    hit = None
+    for r in recs:
+        wall += r["wall_s"]
+        if link_mbps:
+            cum_emul += r["compute_s"] + link_seconds(r["bytes_sent"], r["bytes_received"], link_mbps)
+        r["emulated_s"] = cum_emul if link_mbps else None
+        m = r["metric"]
+        if hit is None and m is not None and (m >= target if hib else m <= target):
+            hit = {"step": r["step"], "wall_s": wall, "emulated_s": cum_emul if link_mbps else None}
+    last = evals[-1] if evals else {"metric": math.nan, "eval_loss": math.nan}
+    return {
+        "compressor": run["compressor"],
+        "final_metric": last["metric"],
+        "final_eval_loss": last["eval_loss"],
+        "final_train_loss": recs[-1]["loss"] if recs else math.nan,
+        "bytes_sent_per_step": sent / max(n, 1),
+        "bytes_received_per_step": recv / max(n, 1),
+        "uplink_vs_fp32": sent / max(n, 1) / fp32,
+        "downlink_vs_fp32": recv / max(n, 1) / fp32,
+        "total_bytes_sent": sent,
+        "total_bytes_received": recv,
+        "compute_s": sum(r["compute_s"] for r in recs),
+        "comm_s": sum(r["comm_s"] for r in recs),
+        "wall_s": wall,
+        "emulated_s": cum_emul if link_mbps else None,
+        "target": target,
+        "steps_to_target": hit["step"] if hit else None,
+        "wall_to_target_s": hit["wall_s"] if hit else None,
+        "emulated_to_target_s": hit["emulated_s"] if hit else None,
+    }
+
+
+def gaps(summaries: dict[str, dict], higher_is_better: bool, reference: str = "none") -> dict[str, dict]:
+    """Each compressor's final metric and held-out loss against ``reference`` (uncompressed).
+
+    ``metric_gap`` is in the metric's units, signed so that positive means worse than the
+    reference (accuracy points lost, or extra bits per character); ``loss_rel`` is the relative
+    increase of the held-out loss.
+    """
+    ref = summaries.get(reference)
+    if ref is None:
+        return {}
+    out = {}
+    for name, s in summaries.items():
+        d = s["final_metric"] - ref["final_metric"]
+        out[name] = {
+            "metric_gap": -d if higher_is_better else d,
+            "loss_rel": (s["final_eval_loss"] - ref["final_eval_loss"]) / ref["final_eval_loss"],
+        }
+    return out
+
+
+def plot_comparison(runs: Sequence[dict], path: str, *, link_mbps: float | None = None,
+                    target: float | None = None) -> None:
+    """One PNG: metric vs step, metric vs cumulative bytes (per worker, sent + received) and,
+    with ``link_mbps``, metric vs emulated time; one line per compressor."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = 3 if link_mbps else 2
+    fig, axes = plt.subplots(1, panels, figsize=(5.2 * panels, 4.2), constrained_layout=True)
+    for run in runs:
+        recs = run["records"]
+        steps, metric, mbytes, secs = [], [], [], []
+        total = 0
+        for r in recs:
+            total += r["bytes_sent"] + r["bytes_received"]
+            if r["metric"] is not None:
+                steps.append(r["step"])
+                metric.append(r["metric"])
+                mbytes.append(total / 1e6)
+                secs.append(r.get("emulated_s"))
+        label = run["compressor"]
+        axes[0].plot(steps, metric, label=label)
+        axes[1].plot(mbytes, metric, label=label)
+        if link_mbps:
+            axes[2].plot(secs, metric, label=label)
+    name = runs[0]["metric_name"].replace("_", " ")
+    axes[0].set_xlabel("step")
+    axes[1].set_xlabel("MB sent + received per worker (cumulative)")
+    axes[1].set_xscale("log")
+    if link_mbps:
+        axes[2].set_xlabel(f"emulated time at {link_mbps:g} Mbit/s per worker (s)")
+    for ax in axes:
+        ax.set_ylabel(f"held-out {name}")
+        ax.grid(alpha=0.3)
+        if target is not None:
+            ax.axhline(target, color="grey", lw=0.8, ls="--")
+    axes[0].legend()
+    r0 = runs[0]
+    fig.suptitle(f"{r0['task']}: {r0['workers']} workers, seed {r0['seed']}")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,123 @@
+"""Parts of the training harness that need no worker processes: tasks, reports, CLI checks."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import pytest
+import torch
+
+from host.aggregation import _Clock, lane_dtype
+from host.cli.main import UsageError
+from host.ddp.baselines import CompressorSpec, compare_set
+from host.thc.lanes import LaneOverflowError
+from host.training import cli
+from host.training.report import gaps, link_seconds, plot_comparison, summarize
+from host.training.tasks import make_task, stdlib_corpus
+
+
+def test_lane_dtype_never_lets_a_sum_wrap():
+    assert lane_dtype(8, 30) == torch.uint8  # 240: the THC default up to 8 workers
+    assert lane_dtype(9, 30) == torch.int32  # 270 > 255; gloo refuses int16
+    assert lane_dtype(1, 255) == torch.uint8
+    assert lane_dtype(2, 128) == torch.int32
+    with pytest.raises(LaneOverflowError, match="int32"):
+        lane_dtype(70_000, 65_535)
+
+
+def test_clock_counts_overlapping_intervals_once():
+    c = _Clock()
+    for a, b in [(0.0, 1.0), (0.5, 1.5), (3.0, 4.0), (3.2, 3.4)]:
+        c.add(a, b)
+    assert c.take() == pytest.approx(2.5)
+    assert c.take() == 0.0
+
+
+@pytest.mark.parametrize("name", ["digits", "charlm"])
+def test_batches_are_deterministic_and_disjoint_across_ranks(name):
+    t1, t2 = make_task(name, seed=3), make_task(name, seed=3)
+    x0, y0 = t1.batch(7, 0, 2)
+    x0b, y0b = t2.batch(7, 0, 2)
+    assert torch.equal(x0, x0b) and torch.equal(y0, y0b)
+    x1, _ = t1.batch(7, 1, 2)
+    assert not torch.equal(x0, x1)
+    assert x0.shape[0] == t1.batch_per_worker
+    if name == "digits":  # one epoch's permutation is split between ranks, no sample twice
+        rows = {tuple(r.flatten().tolist()) for r in torch.cat([x0, x1])}
+        assert len(rows) >= 2 * t1.batch_per_worker - 2  # the data set has a few duplicates
+
+
+def test_models_are_identical_for_a_seed_and_small():
+    for name, limit in (("digits", 60_000), ("charlm", 200_000)):
+        a, b = make_task(name, seed=1).build_model(), make_task(name, seed=1).build_model()
+        pa, pb = list(a.parameters()), list(b.parameters())
+        assert all(torch.equal(p, q) for p, q in zip(pa, pb, strict=True))
+        assert sum(p.numel() for p in pa) < limit
+
+
+def test_charlm_corpus_is_fixed_text_from_the_stdlib():
+    a, b = stdlib_corpus(50_000), stdlib_corpus(50_000)
+    assert a == b and len(a) == 50_000
+    assert "def " in a and "import " in a
+    t = make_task("charlm")
+    assert int(t.train_ids.max()) < 128 and len(t.test_ids) > 10 * t.context
+    ev = t.evaluate(t.build_model())
+    # An untrained model is near uniform over 128 symbols: about 7 bits per character.
+    assert 5.0 < ev.metric < 9.0 and ev.metric == pytest.approx(ev.loss / math.log(2))
+
+
+def _run(step: int, metric: float | None, sent: int, recv: int, compute: float) -> dict:
+    return {"step": step, "loss": 1.0, "metric": metric, "eval_loss": 0.5 if metric else None,
+            "bytes_sent": sent, "bytes_received": recv, "compute_s": compute, "comm_s": 0.01,
+            "wall_s": compute + 0.01}
+
+
+def test_summary_link_emulation_and_time_to_target():
+    run = {"compressor": "x", "higher_is_better": True, "params": 1000, "records": [
+        _run(1, 0.5, 500, 1000, 0.1), _run(2, None, 500, 1000, 0.1), _run(3, 0.9, 500, 1000, 0.1)]}
+    s = summarize(run, target=0.8, link_mbps=8.0)
+    per_step = 0.1 + link_seconds(500, 1000, 8.0)  # the busier direction: 1000 B = 1 ms at 8 Mbit/s
+    assert link_seconds(500, 1000, 8.0) == pytest.approx(1e-3)
+    assert s["steps_to_target"] == 3
+    assert s["emulated_to_target_s"] == pytest.approx(3 * per_step)
+    assert s["uplink_vs_fp32"] == pytest.approx(500 / 4000)
+    assert s["downlink_vs_fp32"] == pytest.approx(1000 / 4000)
+    assert s["final_metric"] == 0.9
+    low = summarize({**run, "higher_is_better": False}, target=0.6)
+    assert low["steps_to_target"] == 1 and low["emulated_to_target_s"] is None
+    g = gaps({"none": {"final_metric": 0.98, "final_eval_loss": 2.0},
+              "thc": {"final_metric": 0.97, "final_eval_loss": 2.02}}, higher_is_better=True)
+    assert g["thc"]["metric_gap"] == pytest.approx(0.01)
+    assert g["thc"]["loss_rel"] == pytest.approx(0.01)
+
+
+def test_plot_writes_a_png(tmp_path):
+    runs = [{"task": "digits", "workers": 2, "seed": 0, "metric_name": "accuracy", "compressor": c,
+             "records": [_run(i, 0.1 * i, 100, 200, 0.01) | {"emulated_s": 0.1 * i}
+                         for i in range(1, 6)]} for c in ("none", "thc")]
+    out = tmp_path / "p.png"
+    plot_comparison(runs, str(out), link_mbps=100.0, target=0.3)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_compare_set_labels():
+    assert [s.label for s in compare_set()] == ["none", "fp16", "powersgd-r1", "powersgd-r4",
+                                                "thc", "thc-noef"]
+    with pytest.raises(ValueError, match="compressor"):
+        CompressorSpec("topk")
+
+
+@pytest.mark.parametrize(("argv", "field"), [
+    (["--workers", "0"], "--workers"),
+    (["--link-mbps", "0"], "--link-mbps"),
+    (["--steps", "-3"], "--steps"),
+    (["--granularity", "3"], "granularity"),
+    (["--workers", "70000", "--granularity", "65535"], "32-bit lane"),
+])
+def test_cli_rejects_bad_input_naming_the_field(argv, field):
+    p = argparse.ArgumentParser()
+    cli.configure(p)
+    args = p.parse_args(["--task", "digits", *argv])
+    with pytest.raises(UsageError, match=field):
+        cli.run(args)
