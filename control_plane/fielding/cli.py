@@ -59,6 +59,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     run_p.add_argument("--k-max", type=int, default=d.k_max, help="largest K for silhouette")
     run_p.add_argument("--representation", default=d.representation,
                        choices=("hist", "hist+embed"), help="client representation")
+    run_p.add_argument("--init-policy", default=d.init_policy,
+                       choices=("nearest-centre", "max-overlap", "fresh"),
+                       help="model of a new cluster after re-clustering")
     run_p.add_argument("--feddrift-delta", type=float, default=0.3, help="FedDrift delta")
     run_p.add_argument("--cfl-eps", type=float, nargs=2, default=(0.4, 1.6),
                        metavar=("EPS1", "EPS2"), help="CFL split thresholds")
@@ -87,7 +90,7 @@ def _fielding_config(args: argparse.Namespace) -> FieldingConfig:
     try:
         return FieldingConfig(tau=args.tau, theta=args.theta, epsilon=args.epsilon,
                               k_max=args.k_max, representation=args.representation,
-                              seed=args.seed)
+                              init_policy=args.init_policy, seed=args.seed)
     except ConfigError as exc:
         raise _usage(str(exc)) from None
 
