@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     bad = [m for m in methods if m not in METHODS]
     if bad or not methods:
         raise _usage(f"--methods: unknown {bad or 'empty list'}; choose from {','.join(METHODS)}")
-    if not 2 <= args.clients <= 1000:
+    if not 8 <= args.clients <= 1000:
         raise _usage(f"--clients {args.clients}: use 8..1000 (the scenarios target 20-200)")
     if args.local_epochs < 1 or args.lr <= 0 or args.hidden < 0:
         raise _usage("--local-epochs must be >= 1, --lr > 0, --hidden >= 0")
