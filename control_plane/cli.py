@@ -45,6 +45,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--election-id", type=int, default=None,
                    help="P4Runtime election id (default: controller.election_id or 10)")
     p.add_argument("--timeout", type=float, default=15.0, help="seconds per switch to connect")
+    p.add_argument("--watch", type=float, default=0.0, metavar="S",
+                   help="keep reconciling every S seconds (heals restarted switches); Ctrl-C stops")
+    p.add_argument("--rounds", type=int, default=0, metavar="N",
+                   help="with --watch: stop after N rounds (default 0: run until interrupted)")
     p.set_defaults(func=run_apply)
 
     p = sub.add_parser("diff", help="show what apply would change (read only)")
@@ -154,10 +158,60 @@ _SUMMARY_HEADER = ["switch", "address", "pipeline", "insert", "modify", "delete"
 
 def run_apply(args: argparse.Namespace) -> int:
     """``netco controller apply``."""
+    _quiet_finsy(args)
+    if args.watch < 0 or args.rounds < 0:
+        raise UsageError("--watch and --rounds must not be negative")
+    ctl = _controller(args, election_id=args.election_id)
+    if args.watch > 0:
+        return _watch(args, ctl)
+    return _apply_once(args, ctl)
+
+
+def _watch(args: argparse.Namespace, ctl) -> int:
+    """Reconcile every ``--watch`` seconds in one event loop (gRPC's asyncio support binds to
+    a single loop); one line (or JSON object) per round that wrote or failed."""
+    import asyncio
+    import time
+
     from control_plane.controller import run_sync
 
-    _quiet_finsy(args)
-    ctl = _controller(args, election_id=args.election_id)
+    async def loop() -> int:
+        rounds = 0
+        while True:
+            t0 = time.monotonic()
+            before = ctl.writes
+            results = await ctl.apply(prune=args.prune, switches=args.switch)
+            rounds += 1
+            wrote = ctl.writes - before
+            failed = [r for r in results if not r.ok]
+            if args.json:
+                _print_json_line({"round": rounds, "writes": wrote,
+                                  "switches": [r.to_json() for r in results]})
+            elif wrote or failed or rounds == 1:
+                stamp = time.strftime("%H:%M:%S")
+                per = ", ".join(f"{r.switch}: {r.writes}" if r.ok else f"{r.switch}: unreachable"
+                                for r in results)
+                print(f"{stamp} round {rounds}: {wrote} updates ({per})", flush=True)
+                for r in failed:
+                    print(f"{stamp} error: {r.error}", file=sys.stderr, flush=True)
+            if args.rounds and rounds >= args.rounds:
+                return 0
+            await asyncio.sleep(max(0.0, args.watch - (time.monotonic() - t0)))
+
+    try:
+        return run_sync(loop())
+    except KeyboardInterrupt:
+        return 0
+
+
+def _print_json_line(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def _apply_once(args: argparse.Namespace, ctl) -> int:
+    from control_plane.controller import run_sync
+
     results = run_sync(ctl.apply(prune=args.prune, switches=args.switch))
     failed = [r for r in results if not r.ok]
     if args.json:
@@ -268,10 +322,13 @@ def run_show(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({
             "p4info": ctl.p4info_source,
-            "jobs": {j.name: {"index": ctl.placement.index[j.name],
+            "jobs": {j.name: {"id": j.id, "index": ctl.placement.index[j.name],
                               "slot_base": ctl.placement.slots[j.name][0],
                               "num_slots": ctl.placement.slots[j.name][1],
-                              "lane_bits": j.lane_bits, "table": list(j.thc.table),
+                              "lane_bits": j.lane_bits, "policy": j.policy,
+                              "thc": {"b": j.thc.b, "g": j.thc.g, "p": j.thc.p},
+                              "table": list(j.thc.table),
+                              "members": [_member(cfg, h, r) for r, h in enumerate(j.members)],
                               "tree": [{"switch": n.switch, "parent": n.parent, "members": list(n.members)}
                                        for n in j.tree]}
                      for j in cfg.jobs},
@@ -284,3 +341,11 @@ def run_show(args: argparse.Namespace) -> int:
         for e in ctl.desired[sw]:
             print(f"  {describe(e)}")
     return 0
+
+
+def _member(cfg, host: str, rank: int) -> dict[str, Any]:
+    """What a worker needs to join: its rank and the switch it sends to."""
+    h = cfg.host(host)
+    sw = cfg.switch(h.switch)
+    return {"host": host, "rank": rank, "ip": h.ip, "switch": sw.name, "switch_addr": sw.addr,
+            "switch_port": h.port}

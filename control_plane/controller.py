@@ -223,7 +223,7 @@ class Controller:
             res.pipeline = "ours" if not dry_run else await self._pipeline_state(client)
             if dry_run:
                 return res
-            updates = res.diff.updates()
+            updates = res.diff.updates(self.schema)
             if updates:
                 try:
                     await client.write(updates)

@@ -131,15 +131,20 @@ class Diff:
         """True when nothing needs writing (foreign entries alone do not count)."""
         return self.writes == 0
 
-    def updates(self) -> list:
-        """finsy updates in a safe order: deletes of table entries first, then groups;
-        inserts of groups before table entries (a job entry names its group)."""
+    def updates(self, schema: fy.P4Schema) -> list[p4r.Update]:
+        """P4Runtime updates in a safe order: deletes of table entries first, then of groups;
+        inserts of groups before table entries (a job entry names its group); modifies last.
+
+        Built as messages rather than with finsy's ``+e``/``-e``/``~e``, which mark the entity
+        object itself and so could not be reused by the next reconciliation.
+        """
         dels = self.to_delete + (self.foreign if self.prune else [])
         tables_first = sorted(dels, key=lambda e: isinstance(e, fy.P4MulticastGroupEntry))
         groups_first = sorted(self.to_insert, key=lambda e: not isinstance(e, fy.P4MulticastGroupEntry))
-        return ([-_strip(e) for e in tables_first]
-                + [+e for e in groups_first]
-                + [~e for e in self.to_modify])
+        U = p4r.Update
+        return ([U(type=U.DELETE, entity=_strip(e).encode(schema)) for e in tables_first]
+                + [U(type=U.INSERT, entity=e.encode(schema)) for e in groups_first]
+                + [U(type=U.MODIFY, entity=e.encode(schema)) for e in self.to_modify])
 
 
 def _strip(e: Any) -> Any:
