@@ -43,6 +43,8 @@ _sendmmsg.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int
 _sendmmsg.restype = ctypes.c_int
 
 MSG_DONTWAIT = 0x40
+SO_TIMESTAMPNS = 35           # receive time of each datagram/frame as a control message
+CTRL = 32                     # CMSG_SPACE(sizeof(struct timespec)) on LP64
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23
@@ -66,6 +68,8 @@ class MsgBatch:
         self.hdr = np.zeros(capacity, dtype=MMSG)
         self.iov = np.zeros(capacity, dtype=IOVEC)
         self.names = np.zeros(capacity, dtype=SOCKADDR_IN)
+        self.ctrl = np.zeros((capacity, CTRL), dtype=np.uint8)
+        self.hdr["control"] = self.ctrl.ctypes.data + CTRL * np.arange(capacity, dtype=np.uint64)
         self.rows = self.buf.ctypes.data + ROW * np.arange(capacity, dtype=np.uint64)
         self.hdr["iov"] = self.iov.ctypes.data + IOVEC.itemsize * np.arange(capacity, dtype=np.uint64)
         self.hdr["iovlen"] = 1
@@ -92,6 +96,7 @@ class MsgBatch:
         else:
             self.hdr["name"][sl] = 0
             self.hdr["namelen"][sl] = 0
+        self.hdr["controllen"][sl] = CTRL
         k = _recvmmsg(fd, self.hdr.ctypes.data + MMSG.itemsize * start, count, MSG_DONTWAIT, None)
         if k < 0:
             e = ctypes.get_errno()
@@ -99,6 +104,13 @@ class MsgBatch:
                 return 0
             raise OSError(e, os.strerror(e))
         return k
+
+    def stamps(self, start: int, k: int) -> np.ndarray:
+        """Kernel receive times (ns) of messages ``start..start+k`` (0 where none came)."""
+        c = self.ctrl[start: start + k]
+        t = c[:, 16:32].copy().view(np.int64)
+        ok = (self.hdr["controllen"][start: start + k] >= CTRL)
+        return np.where(ok, t[:, 0] * 1_000_000_000 + t[:, 1], 0)
 
     def send(self, fd: int, start: int, count: int) -> int:
         """Send messages ``start..start+count`` (headers prepared by the caller)."""
@@ -131,6 +143,8 @@ class Port:
         self.number = number
         self.sock = sock
         self.fd = sock.fileno()
+        # arrival times let a batch gathered from several ports be processed in arrival order
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
 
     def after_recv(self, batch: MsgBatch, lens: np.ndarray, start: int, k: int) -> None:
         """Turn received messages in rows ``start..start+k`` into frames (lengths in place)."""
@@ -142,6 +156,7 @@ class Port:
         batch.iov["len"][sl] = lens[sl]
         batch.hdr["name"][sl] = 0
         batch.hdr["namelen"][sl] = 0
+        batch.hdr["controllen"][sl] = 0
 
     def close(self) -> None:
         """Close the socket."""
@@ -233,6 +248,7 @@ class UdpPort(Port):
             names["port"] = [get(d, lay.THC_UDP_PORT) for d in dst.tolist()]
         batch.hdr["name"][sl] = batch.name_ptr[sl]
         batch.hdr["namelen"][sl] = SOCKADDR_IN.itemsize
+        batch.hdr["controllen"][sl] = 0
 
     def describe(self) -> str:
         peer = f",peer={self.peer[0]}:{self.peer[1]}" if self.peer else ""

@@ -25,6 +25,7 @@ Everything is done in the same order the P4 program does it; differences are lis
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -192,12 +193,18 @@ class Pipeline:
         self.rx = 0
         self.tx = 0
         self.routed = 0
+        #: what happened to every frame that was not dropped (software-only): contribution,
+        #: resent, peek, retx_up, release (deadline without adding), parent_result, routed
+        self.outcomes: Counter[str] = Counter()
 
     # ------------------------------------------------------------------------------------
-    def process(self, buf: np.ndarray, lens: np.ndarray, ports: np.ndarray, n: int) -> Outputs:
+    def process(self, buf: np.ndarray, lens: np.ndarray, ports: np.ndarray, n: int,
+                stamps: np.ndarray | None = None) -> Outputs:
         """Process ``n`` frames (rows ``0..n-1`` of ``buf``); returns the frames to send.
 
-        The returned :class:`Outputs` is reused by the next call.
+        ``stamps`` (receive times) orders a batch gathered from several ports by arrival, as a
+        switch serves its ports; without it rows are taken in order. The returned
+        :class:`Outputs` is reused by the next call.
         """
         out = self.out
         out.n = 0
@@ -226,6 +233,8 @@ class Pipeline:
         routable = ip_ok & ~udp_short & ~thc
         reason[~thc & ~routable] = R.NOT_IPV4
         acc = np.flatnonzero(thc & (reason == 0))
+        if stamps is not None and acc.size > 1:
+            acc = acc[np.argsort(stamps[acc], kind="stable")]
         if acc.size:
             self._aggregate(b, v, L, ports, acc, reason, cfg)
         rt = np.flatnonzero(routable)
@@ -317,6 +326,7 @@ class Pipeline:
         late: list[tuple[int, int]] = []           # (row, reason) decided here
         flush = self._flush
         adds = pend.adds
+        outc = self.outcomes
         emits = pend.emits
         for row, c, r, up, bit, exp, hp, j, a_cnt, a_wb, p_cnt, p_bmp, fl in zip(
                 acc.tolist(), cell_a.tolist(), v["round"][acc].tolist(), _IS_UP[t].tolist(),
@@ -326,6 +336,7 @@ class Pipeline:
             if up:
                 if fl & _F_PEEK:
                     # status request: this copy's count/bitmap for this round; no state change
+                    outc["peek"] += 1
                     if st == ST_EMPTY or c_round[c] != r:
                         emits.append((row, -1, OUT_ANSWER, 0, 0, _F_PEEK, j))
                     else:
@@ -347,10 +358,13 @@ class Pipeline:
                     # retransmission of a counted contribution: never counted twice
                     if st == ST_FINAL:
                         action, oflags = OUT_ANSWER, _F_RESENT
+                        outc["resent"] += 1
                     elif st == ST_SENT_UP:
                         action, oflags = OUT_UP, _F_RETX | (fl & _F_DEADLINE)
+                        outc["retx_up"] += 1
                     elif fl & _F_DEADLINE:
                         action, release = 0, True       # release now, add nothing
+                        outc["release"] += 1
                     else:
                         late.append((row, R.DUPLICATE))
                         continue
@@ -366,6 +380,7 @@ class Pipeline:
                         flush(b, v, pend, cfg)
                     reads.add(c)
                     emits.append((row, c, OUT_ANSWER, cnt, wb, _F_RESENT, j))
+                    outc["resent"] += 1
                     continue
                 elif st != ST_COLLECTING:
                     late.append((row, R.STALE))          # sent up without it
@@ -404,6 +419,7 @@ class Pipeline:
                 c_cnt[c] = p_cnt
                 c_wb[c] = p_bmp
                 pend.stores.append((row, c))
+                outc["parent_result"] += 1
                 touched[c] = 1
                 reads.add(c)
                 emits.append((row, c, OUT_MULTICAST, p_cnt, p_bmp, 0, j))
@@ -441,6 +457,7 @@ class Pipeline:
                 sums[a_cells[over]] = 0          # the first contributor overwrites
             jn = cfg.job_map[v["job_id"][a_rows].astype(np.int64)]
             _count(self.counters.contributions, cfg.job["index"][jn])
+            self.outcomes["contribution"] += len(a_rows)
             pc = PAYLOAD_CLASS[v["msg_type"][a_rows], v["lane_bits"][a_rows]]
             classes = [int(pc[0])] if (pc == pc[0]).all() else np.unique(pc).tolist()
             for cls in classes:
@@ -645,6 +662,7 @@ class Pipeline:
             out.ports[out.n] = port
             out.n += 1
             self.routed += 1
+            self.outcomes["routed"] += 1
 
 
 def _ipv4_checksum(o: np.ndarray, ov: np.ndarray) -> None:

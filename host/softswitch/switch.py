@@ -56,6 +56,7 @@ class SoftSwitch:
         self.rxb = MsgBatch(batch)
         self.lens = np.zeros(batch, dtype=np.int64)
         self.inports = np.zeros(batch, dtype=np.int64)
+        self.stamps = np.zeros(batch, dtype=np.int64)
         self.txb = MsgBatch(len(self.pipeline.out.lens), self.pipeline.out.buf)
         self.stop_event = threading.Event()
         self.tx_lost = 0
@@ -141,12 +142,14 @@ class SoftSwitch:
                 self.lens[n: n + k] = rxb.hdr["len"][n: n + k]
                 p.after_recv(rxb, self.lens, n, k)
                 self.inports[n: n + k] = p.number
+                self.stamps[n: n + k] = rxb.stamps(n, k)
                 n += k
                 if n >= B:
                     break
         if n:
             self.batches += 1
-            out = self.pipeline.process(rxb.buf, self.lens, self.inports, n)
+            out = self.pipeline.process(rxb.buf, self.lens, self.inports, n,
+                                        self.stamps if len(events) > 1 else None)
             self._send(out)
         return n
 
@@ -184,5 +187,5 @@ class SoftSwitch:
             "rx": pl.rx, "tx": pl.tx, "tx_lost": self.tx_lost, "routed": pl.routed,
             "batches": self.batches, "drops": {int(i): int(v) for i, v in enumerate(c.drops) if v},
             "contributions": int(c.contributions.sum()), "results": int(c.results.sum()),
-            "resent": int(c.resent.sum()), "time": time.time(),
+            "resent": int(c.resent.sum()), "outcomes": dict(pl.outcomes), "time": time.time(),
         }

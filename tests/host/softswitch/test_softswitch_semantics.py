@@ -295,6 +295,12 @@ def test_one_batch_equals_one_packet_at_a_time(spec):
     key = lambda o: (o[0], o[1])  # noqa: E731
     assert sorted(got_batch, key=key) == sorted(got_single, key=key)
     assert batch.drops() == single.drops()
+    # every frame has exactly one fate: a drop reason or one of the outcomes
+    for x in (batch, single):
+        pl = x.sw.pipeline
+        assert sum(x.drops().values()) + sum(pl.outcomes.values()) == pl.rx == len(frames)
+        assert pl.outcomes["contribution"] == x.counter("contributions").sum()
+        assert pl.outcomes["resent"] == x.counter("resent").sum()
     pa, pb = batch.sw.pipeline, single.sw.pipeline
     assert (pa.c_state, pa.c_round, pa.c_contrib, pa.c_cnt, pa.c_wb) == \
         (pb.c_state, pb.c_round, pb.c_contrib, pb.c_cnt, pb.c_wb)
