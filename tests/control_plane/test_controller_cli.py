@@ -1,0 +1,69 @@
+"""``netco controller`` without a switch: show, and bad input giving exit code 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from host.cli.main import main as netco_main
+
+GOOD = """\
+switches:
+  - {name: s1, address: "127.0.0.1:1", addr: 10.0.0.254, target: softswitch}
+hosts:
+  - {name: h1, mac: "02:00:00:00:00:01", ip: 10.0.0.1, attach: "s1:1"}
+  - {name: h2, mac: "02:00:00:00:00:02", ip: 10.0.0.2, attach: "s1:2"}
+jobs:
+  - {name: j, id: 4, members: [h2, h1], num_slots: 10}
+"""
+
+
+@pytest.fixture
+def good(tmp_path: Path) -> Path:
+    p = tmp_path / "net.yaml"
+    p.write_text(GOOD)
+    return p
+
+
+def test_show_json_lists_jobs_members_and_entries(good: Path, capsys) -> None:
+    assert netco_main(["controller", "show", str(good), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    job = out["jobs"]["j"]
+    assert (job["id"], job["index"], job["slot_base"], job["num_slots"], job["lane_bits"]) == (4, 0, 0, 10, 8)
+    assert [(m["host"], m["rank"], m["switch_addr"], m["switch_port"]) for m in job["members"]] == [
+        ("h2", 0, "10.0.0.254", 2), ("h1", 1, "10.0.0.254", 1)]
+    ents = out["switches"]["s1"]
+    assert len(ents) == 7 + 2  # job entries + 2 routes
+    rank0 = "ingress.thc_validate.senders job_id=4 rank=0 ingress_port=2 src_addr=10.0.0.2"
+    assert any(rank0 in e for e in ents)
+
+
+def test_show_text(good: Path, capsys) -> None:
+    assert netco_main(["controller", "show", str(good)]) == 0
+    text = capsys.readouterr().out
+    assert "s1 (9 entities):" in text and "multicast group 1 -> replicas 1 2" in text
+
+
+def test_bad_file_exits_2_naming_the_field(tmp_path: Path, capsys) -> None:
+    p = tmp_path / "bad.yaml"
+    p.write_text(GOOD.replace("members: [h2, h1]", "members: [h2, h9]"))
+    for action in ("show", "diff", "apply", "status"):
+        assert netco_main(["controller", action, str(p)]) == 2
+        err = capsys.readouterr().err
+        assert "jobs[0].members[1]: unknown host 'h9'; hosts are h1, h2" in err, err
+
+
+def test_unknown_switch_option_and_slot_overflow(good: Path, tmp_path: Path, capsys) -> None:
+    assert netco_main(["controller", "show", str(good), "--switch", "s7"]) == 2
+    assert "--switch: unknown switch 's7'; switches are s1" in capsys.readouterr().err
+    p = tmp_path / "big.yaml"
+    p.write_text(GOOD.replace("num_slots: 10", "num_slots: 300"))
+    assert netco_main(["controller", "show", str(p)]) == 2
+    assert "jobs[0].num_slots: no free range of 300 slots left" in capsys.readouterr().err
+
+
+def test_watch_arguments_are_checked(good: Path, capsys) -> None:
+    assert netco_main(["controller", "apply", str(good), "--watch", "-1"]) == 2
+    assert "--watch and --rounds must not be negative" in capsys.readouterr().err
