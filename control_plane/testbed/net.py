@@ -1,0 +1,601 @@
+"""A Mininet testbed built from the controller's topology file: up, verify, use, down.
+
+:class:`Testbed` is the Python API (the tests and ``netco testbed`` use it)::
+
+    with Testbed("mininet/rack.yaml", workdir=tmp) as tb:     # up() ... down()
+        tb.report["target"]                                     # "softswitch" or "bmv2"
+        tb.ping("h1", "h2")
+        outs = tb.allreduce("rack", tensors)                    # THC through the switch
+
+``up`` in order: check root, tools and that every root-namespace name and P4Runtime port is
+free; build the Mininet network (switch nodes in the root namespace, hosts and impairment
+nodes in their own; no OpenFlow controller, no Open vSwitch, no ``TCLink``); address the
+hosts (``IP/32``, gateway = attachment switch's ``addr`` with a static ARP entry; IPv6 and
+checksum/segmentation offloads off, because the switches forward raw frames that must carry
+complete checksums); set up every impairment node (:mod:`host.impair.node`); **measure every
+impaired link in both directions with probe frames and raise if anything asked for is not in
+effect** (before any switch runs, so probes meet no program); start the switch processes and
+wait for their P4Runtime ports; apply the file with the controller
+(:class:`control_plane.controller.Controller`).
+
+``down`` stops exactly what ``up`` started — its forwarder and switch processes by PID,
+its Mininet nodes and links (``Mininet.stop`` on its own object) — then deletes any of its own
+root-namespace interfaces that are left. It never calls Mininet's global cleanup
+(``mn -c``), which kills processes by name on the whole machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from control_plane.config import JobSpec as ConfigJob
+from control_plane.config import NetworkConfig, load_config
+from control_plane.testbed.plan import LinkPlan, TestbedPlan, make_plan
+from control_plane.testbed.targets import (
+    TestbedError,
+    choose_target,
+    spawn,
+    stop_process,
+    switch_class,
+    switch_command,
+)
+from host.impair import node as impnode
+from host.impair.netns import in_netns
+from host.impair.params import Impairment, ImpairmentError
+from host.impair.probe import ProbeResult, check, measure, open_probe_socket
+from host.protocol.layout import THC_UDP_PORT
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Testbed", "TestbedError"]
+
+HOST_NFT = f"""table inet netco_host {{
+  chain input {{ type filter hook input priority 0; policy accept;
+    udp dport {THC_UDP_PORT} drop
+  }}
+}}
+"""
+
+
+def _run(argv: list[str], stdin: str | None = None, timeout: float = 20.0) -> str:
+    p = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: {(p.stderr or p.stdout).strip()}")
+    return p.stdout
+
+
+def _in(pid: int):
+    """Runner for commands inside the namespaces of process ``pid`` (a Mininet node)."""
+    def run(argv: list[str], stdin: str | None = None) -> str:
+        return _run(["mnexec", "-a", str(pid), *argv], stdin)
+    return run
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _wait_port(port: int, proc: subprocess.Popen, timeout: float, what: str, log_path: Path) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            tail = log_path.read_text()[-1500:] if log_path.exists() else ""
+            raise TestbedError(f"{what} exited with code {proc.returncode} while starting:\n{tail}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise TestbedError(f"{what}: P4Runtime port {port} not open after {timeout:g} s (log: {log_path})")
+
+
+def raw_socket_compat() -> None:
+    """``host.transport.ports.RawEndpoint`` uses ``socket.SOL_PACKET``, which Python < 3.12
+    does not define; give it the Linux value (263, linux/socket.h)."""
+    if not hasattr(socket, "SOL_PACKET"):
+        socket.SOL_PACKET = 263  # type: ignore[attr-defined]
+
+
+def _offloads_off(run, dev: str) -> None:
+    # Raw-frame switches copy frames verbatim: a checksum left to "hardware" would stay wrong.
+    with contextlib.suppress(RuntimeError):
+        run(["ethtool", "-K", dev, "tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off"])
+
+
+class Testbed:
+    """A Mininet testbed of the topology file ``topo``.
+
+    Parameters
+    ----------
+    topo : path or NetworkConfig
+        The controller's desired-state file (``mininet/*.yaml``) or its parsed form.
+    target : {"auto", "softswitch", "bmv2"}
+        Switch program (:func:`control_plane.testbed.targets.choose_target`).
+    tag : str, optional
+        Prefix of the root-namespace names (default ``nt`` + 3 digits of the PID).
+    workdir : path, optional
+        Logs, forwarder statistics (default: a fresh temporary directory).
+    apply : bool
+        Apply the file with the controller once the switches run.
+    verify : bool
+        Measure every impaired link (turning this off is only for debugging).
+    impairments : dict, optional
+        Extra/overriding impairments per link label ``"a:port-b:port"`` (jitter, duplication,
+        reordering, which the file has no fields for).
+    force_mode : str, optional
+        Impairment node mode for every impaired link instead of the automatic choice
+        (``netem``/``bridge``/``forwarder``; for testing the check).
+    seed : int
+        Seed of the impairments' random decisions.
+    """
+
+    def __init__(self, topo: str | Path | NetworkConfig, target: str = "auto", tag: str | None = None,
+                 workdir: str | Path | None = None, apply: bool = True, verify: bool = True,
+                 impairments: dict[str, Impairment] | None = None, force_mode: str | None = None,
+                 seed: int = 0, python: str = sys.executable) -> None:
+        self.topo_path = None if isinstance(topo, NetworkConfig) else Path(topo)
+        self.cfg = topo if isinstance(topo, NetworkConfig) else load_config(topo)
+        self.tag = tag or f"nt{os.getpid() % 1000:03d}"
+        self.plan: TestbedPlan = make_plan(self.cfg, self.tag, seed, impairments)
+        self.choice = choose_target(target, self.cfg.controller.bmv2_json)
+        self.cfg_eff = dataclasses.replace(self.cfg, switches=tuple(
+            dataclasses.replace(s, target=self.choice.target) for s in self.cfg.switches))
+        if force_mode is not None and force_mode not in impnode.MODES:
+            raise TestbedError(f"force_mode {force_mode!r}: use one of {impnode.MODES}")
+        self.force_mode = force_mode
+        self.apply_config = apply
+        self.verify = verify
+        self.python = python
+        self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"netco-{self.tag}-"))
+        self.net: Any = None
+        self.forwarders: dict[str, subprocess.Popen] = {}
+        self.modes: dict[str, str] = {}
+        self.measured: dict[str, dict[str, ProbeResult]] = {}
+        self.report: dict[str, Any] = {}
+        self._endpoints: list = []
+        self._lock = threading.Lock()
+        self._used_jobs: set[str] = set()
+        self.netem: bool | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def __enter__(self) -> Testbed:
+        self.up()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.down()
+
+    def preflight(self) -> None:
+        """Refuse to start unless root, tools present and every name/port is free."""
+        if os.geteuid() != 0:
+            raise TestbedError("a Mininet testbed needs root (network namespaces, raw sockets)")
+        try:
+            import mininet.net  # noqa: F401
+        except ImportError as exc:
+            raise TestbedError("Mininet is not importable: apt-get install mininet; in a venv add "
+                               "/usr/lib/python3/dist-packages via a .pth file (./dev.sh does)") from exc
+        missing = [t for t in ("mnexec", "ip", "tc", "ethtool", "nft") if shutil.which(t) is None]
+        if missing:
+            raise TestbedError(f"missing tools: {', '.join(missing)} (apt-get install mininet "
+                               "iproute2 ethtool nftables)")
+        taken = [i for i in self.plan.root_interfaces if Path(f"/sys/class/net/{i}").exists()]
+        if taken:
+            raise TestbedError(f"interfaces {', '.join(taken)} already exist: another testbed with tag "
+                               f"{self.tag!r} is up (netco testbed down) or pick another tag")
+        for s, spec in zip(self.plan.switches, self.cfg.switches, strict=True):
+            if not _port_free(s.grpc_port):
+                raise TestbedError(f"switches[{s.index}].address: port {s.grpc_port} on 127.0.0.1 is "
+                                   f"in use; stop what listens there or change {spec.name}'s address")
+
+    def up(self) -> dict[str, Any]:
+        """Build, verify, start and configure the network; returns :attr:`report`.
+
+        On any failure everything started so far is stopped before the error propagates.
+        """
+        t0 = time.monotonic()
+        self.preflight()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._build()
+            self._configure_hosts()
+            self._setup_impairments()
+            if self.verify:
+                self._verify_impairments()
+            self._start_switches()
+            results = self._apply() if self.apply_config else []
+        except BaseException:
+            self.down()
+            raise
+        self.report = {
+            "tag": self.tag, "topology": str(self.topo_path) if self.topo_path else None,
+            "target": self.choice.target, "target_reason": self.choice.reason,
+            "netem": self.netem, "workdir": str(self.workdir),
+            "switches": {s.name: {"grpc": s.grpc, "device_id": s.device_id,
+                                  "pid": self.net[s.name].proc.pid,
+                                  "ports": {str(p): i for p, i in s.ports}}
+                         for s in self.plan.switches},
+            "hosts": {h.name: {"ip": h.ip, "mac": h.mac, "switch": f"{h.switch}:{h.port}",
+                               "pid": self.net[h.name].pid} for h in self.plan.hosts},
+            "links": [self._link_report(ln) for ln in self.plan.links],
+            "root_interfaces": list(self.plan.root_interfaces),
+            "controller": results,
+            "up_s": round(time.monotonic() - t0, 2),
+        }
+        return self.report
+
+    def _link_report(self, ln: LinkPlan) -> dict[str, Any]:
+        out: dict[str, Any] = {"link": ln.label, "a_if": ln.a_if, "b_if": ln.b_if}
+        if ln.impairment is not None:
+            out.update(impairment=ln.impairment.to_dict(), asked=ln.impairment.describe(),
+                       node=ln.node, mode=self.modes.get(ln.label),
+                       node_pid=self.net[ln.node].pid if self.net else None,
+                       measured={d: r.to_dict() for d, r in self.measured.get(ln.label, {}).items()})
+            if ln.label in self.forwarders:
+                out["forwarder_pid"] = self.forwarders[ln.label].pid
+                out["forwarder_stats"] = str(self.workdir / f"{ln.node}.stats.json")
+        return out
+
+    def _build(self) -> None:
+        from mininet.link import Link
+        from mininet.net import Mininet
+        from mininet.node import Host
+
+        sw_cls = switch_class()
+        net = Mininet(topo=None, switch=sw_cls, host=Host, controller=None, link=Link,
+                      build=False, autoSetMacs=False, autoStaticArp=False, inNamespace=False)
+        self.net = net
+        for s in self.plan.switches:
+            thrift = None
+            if self.choice.target == "bmv2":
+                with socket.socket() as so:
+                    so.bind(("127.0.0.1", 0))
+                    thrift = so.getsockname()[1]
+            net.addSwitch(s.name, cls=sw_cls, dpid=f"{s.index + 1:x}",
+                          command=switch_command(self.choice.target, s, self.python, thrift),
+                          log_path=str(self.workdir / f"switch-{s.name}.log"))
+        for h in self.plan.hosts:
+            net.addHost(h.name, ip=None, mac=h.mac)
+        for ln in self.plan.impaired:
+            net.addHost(ln.node, ip=None)
+        for h in self.plan.hosts:
+            net.addLink(h.name, h.switch, port2=h.port, intfName1=h.ifname, intfName2=h.switch_if,
+                        addr1=h.mac)
+        for ln in self.plan.links:
+            if ln.node is None:
+                net.addLink(ln.a, ln.b, port1=ln.a_port, port2=ln.b_port, intfName1=ln.a_if,
+                            intfName2=ln.b_if)
+            else:
+                net.addLink(ln.node, ln.a, port2=ln.a_port, intfName1=ln.node_ifs[0], intfName2=ln.a_if)
+                net.addLink(ln.node, ln.b, port2=ln.b_port, intfName1=ln.node_ifs[1], intfName2=ln.b_if)
+        net.build()
+
+    def _configure_hosts(self) -> None:
+        for ifname in self.plan.root_interfaces:
+            with contextlib.suppress(RuntimeError):
+                _run(["sysctl", "-qw", f"net.ipv6.conf.{ifname}.disable_ipv6=1"])
+            _offloads_off(_run, ifname)
+            _run(["ip", "link", "set", ifname, "up"])
+        for h in self.plan.hosts:
+            run = _in(self.net[h.name].pid)
+            with contextlib.suppress(RuntimeError):
+                run(["sysctl", "-qw", f"net.ipv6.conf.{h.ifname}.disable_ipv6=1"])
+            _offloads_off(run, h.ifname)
+            run(["ip", "addr", "flush", "dev", h.ifname])
+            run(["ip", "addr", "add", f"{h.ip}/32", "dev", h.ifname])
+            run(["ip", "link", "set", h.ifname, "up"])
+            run(["ip", "route", "add", f"{h.gateway_ip}/32", "dev", h.ifname, "scope", "link"])
+            run(["ip", "route", "add", "default", "via", h.gateway_ip, "dev", h.ifname, "onlink"])
+            run(["ip", "neigh", "replace", h.gateway_ip, "lladdr", h.gateway_mac, "dev", h.ifname,
+                 "nud", "permanent"])
+            # THC results are read by raw sockets (before netfilter); the host's IP stack must not
+            # answer them with ICMP port unreachable, which the switch would count as NO_ROUTE.
+            run(["nft", "-f", "-"], HOST_NFT)
+
+    def _setup_impairments(self) -> None:
+        if not self.plan.impaired:
+            return
+        self.netem = impnode.kernel_has_netem()
+        for ln in self.plan.impaired:
+            assert ln.impairment is not None and ln.node is not None
+            mode = self.force_mode or impnode.choose_mode(ln.impairment, self.netem)
+            self.modes[ln.label] = mode
+            node = self.net[ln.node]
+            run = _in(node.pid)
+            for dev in ln.node_ifs:
+                _offloads_off(run, dev)
+            try:
+                impnode.configure(ln.impairment, *ln.node_ifs, mode, run)
+            except ImpairmentError as exc:
+                raise ImpairmentError(f"link {ln.label} ({ln.impairment.describe()}), mode {mode}: "
+                                      f"{exc}") from exc
+            if mode == "forwarder":
+                stats = self.workdir / f"{ln.node}.stats.json"
+                ready = self.workdir / f"{ln.node}.ready"
+                ready.unlink(missing_ok=True)
+                cmd = impnode.forwarder_command(ln.impairment, *ln.node_ifs, str(stats), str(ready),
+                                                python=self.python)
+                logp = self.workdir / f"{ln.node}.log"
+                proc = spawn(cmd, logp, ns_pid=node.pid)
+                self.forwarders[ln.label] = proc
+                end = time.monotonic() + 30
+                while not ready.exists():
+                    if proc.poll() is not None or time.monotonic() > end:
+                        raise ImpairmentError(f"link {ln.label}: impairment forwarder did not start: "
+                                              f"{logp.read_text()[-1000:]}")
+                    time.sleep(0.05)
+            log.info("link %s: %s via %s", ln.label, ln.impairment.describe(), mode)
+
+    def _verify_impairments(self) -> None:
+        for ln in self.plan.impaired:
+            assert ln.impairment is not None
+            socks = [open_probe_socket(ln.a_if), open_probe_socket(ln.b_if)]
+            try:
+                res = {"a->b": measure(ln.impairment, socks[0], socks[1]),
+                       "b->a": measure(ln.impairment, socks[1], socks[0])}
+            finally:
+                for s in socks:
+                    s.close()
+            self.measured[ln.label] = res
+            check(ln.impairment, res, link=f"{ln.label} (mode {self.modes[ln.label]})")
+            log.info("link %s verified: %s", ln.label, {d: r.to_dict() for d, r in res.items()})
+
+    def _start_switches(self) -> None:
+        self.net.start()
+        for s in self.plan.switches:
+            node = self.net[s.name]
+            _wait_port(s.grpc_port, node.proc, 60.0, f"switch {s.name} ({self.choice.target})",
+                       node.log_path)
+
+    def _apply(self) -> list[dict[str, Any]]:
+        from control_plane.controller import Controller, run_sync
+
+        logging.getLogger("finsy").setLevel(logging.ERROR)
+        ctl = Controller(self.cfg_eff, timeout=30.0)
+        results = run_sync(ctl.apply())
+        errors = [r.error for r in results if not r.ok]
+        if errors:
+            raise TestbedError("controller apply failed: " + "; ".join(str(e) for e in errors))
+        return [{"switch": r.switch, "writes": r.writes, "in_sync": r.in_sync_after} for r in results]
+
+    def down(self) -> dict[str, Any]:
+        """Stop everything :meth:`up` started and remove its root-namespace interfaces.
+
+        Returns what was removed (and anything that could not be); safe to call twice.
+        """
+        removed: dict[str, Any] = {"processes": [], "nodes": [], "interfaces": [], "left": []}
+        for ep in self._endpoints:
+            with contextlib.suppress(OSError):
+                ep.close()
+        self._endpoints.clear()
+        for label, proc in list(self.forwarders.items()):
+            stop_process(proc)
+            removed["processes"].append(proc.pid)
+            self.forwarders.pop(label)
+        net, self.net = self.net, None
+        if net is not None:
+            for sw in net.switches:
+                if getattr(sw, "proc", None) is not None:
+                    removed["processes"].append(sw.proc.pid)
+            removed["nodes"] = [n.name for n in (*net.hosts, *net.switches)]
+            try:
+                net.stop()
+            except Exception as exc:  # keep going: the interfaces below still go
+                log.warning("Mininet stop: %s", exc)
+        for ifname in self.plan.root_interfaces:
+            if Path(f"/sys/class/net/{ifname}").exists():
+                try:
+                    _run(["ip", "link", "del", ifname])
+                    removed["interfaces"].append(ifname)
+                except RuntimeError:
+                    removed["left"].append(ifname)
+        return removed
+
+    # -- use ---------------------------------------------------------------------------------
+    def node_pid(self, name: str) -> int:
+        """PID whose namespaces are node ``name``'s (hosts, impairment nodes)."""
+        if self.net is None:
+            raise TestbedError("testbed is not up")
+        return self.net[name].pid
+
+    def cmd(self, host: str, argv: list[str], stdin: str | None = None) -> str:
+        """Run ``argv`` inside ``host`` and return its output (RuntimeError on failure)."""
+        return _in(self.node_pid(host))(argv, stdin)
+
+    def ping(self, src: str, dst: str, count: int = 1, timeout: float = 2.0) -> bool:
+        """True when ``src`` gets ``count`` echo replies from ``dst`` (routed by the switches)."""
+        ip = self.cfg.host(dst).ip
+        try:
+            out = self.cmd(src, ["ping", "-n", "-c", str(count), "-W", f"{timeout:g}", ip])
+        except RuntimeError:
+            return False
+        return f"{count} received" in out
+
+    def endpoint(self, host: str):
+        """A :class:`host.transport.ports.RawEndpoint` on ``host``'s interface, addressed to its
+        attachment switch (opened inside the host's namespace; closed by :meth:`down`)."""
+        from host.transport.ports import RawEndpoint
+
+        raw_socket_compat()
+        h = self.plan.host(host)
+        ep = in_netns(self.node_pid(host), lambda: RawEndpoint(h.ifname, h.mac, h.gateway_mac, h.ip,
+                                                               h.gateway_ip))
+        with self._lock:
+            self._endpoints.append(ep)
+        return ep
+
+    def job(self, name: str | None = None) -> ConfigJob:
+        """The file's job ``name`` (default: the only/first one)."""
+        if not self.cfg.jobs:
+            raise TestbedError("the topology file defines no jobs")
+        if name is None:
+            return self.cfg.jobs[0]
+        for j in self.cfg.jobs:
+            if j.name == name:
+                return j
+        raise TestbedError(f"no job {name!r}; jobs are {', '.join(j.name for j in self.cfg.jobs)}")
+
+    def _claim(self, jb: ConfigJob) -> None:
+        with self._lock:
+            if jb.name in self._used_jobs:
+                raise TestbedError(
+                    f"job {jb.name} already ran on this testbed: its slots hold that run's rounds "
+                    "and new workers restart at round 0 (docs/protocol.md), so they would get the old "
+                    "results; run several rounds in one call, or bring the testbed up again")
+            self._used_jobs.add(jb.name)
+
+    def path_rtt_ms(self) -> float:
+        """Largest round trip any impaired link adds (2 × delay + jitter), for timeouts."""
+        return max((2 * (ln.impairment.delay_ms + ln.impairment.jitter_ms)
+                    for ln in self.plan.impaired if ln.impairment), default=0.0)
+
+    def codec(self, job: ConfigJob):
+        """The THC codec every member of ``job`` uses (same table as the switches)."""
+        from host.thc.codec import THCCodec
+        from host.thc.config import THCConfig
+
+        return THCCodec(THCConfig(bits=job.thc.b, granularity=job.thc.g, clip_mass=job.thc.p))
+
+    def slot_config(self, job: ConfigJob, **kw):
+        """Slot timing for ``job`` on this testbed (timeouts above the impaired round trip)."""
+        from host.transport.slots import SlotConfig
+
+        rtt = self.path_rtt_ms() / 1000
+        kw.setdefault("rto", 0.02 + 2.5 * rtt)
+        kw.setdefault("max_rto", max(0.5, 4 * kw["rto"]))
+        kw.setdefault("deadline", 0.5 + 4 * rtt)
+        kw.setdefault("policy", job.policy)
+        return SlotConfig(**kw)
+
+    def allreduce(self, tensors: Sequence, job: str | None = None, rounds: int = 1,
+                  timeout: float = 60.0, **slot_kw) -> list[list]:
+        """Every member of ``job`` averages its tensor through the switches, ``rounds`` times.
+
+        ``tensors[r]`` is member ``r``'s tensor, or a callable ``(rank, round) -> tensor``.
+        The members run as threads of this process whose raw sockets live in the hosts'
+        namespaces, so every frame leaves and enters through the hosts' interfaces. Returns
+        ``out[rank][round]``.
+        """
+        from host.transport.job import JobSpec, NetworkAggregator
+
+        jb = self.job(job)
+        codec = self.codec(jb)
+        n = len(jb.members)
+        self._claim(jb)
+        if not callable(tensors) and len(tensors) != n:
+            raise TestbedError(f"job {jb.name} has {n} members; got {len(tensors)} tensors")
+        outs: list[list] = [[] for _ in range(n)]
+        errors: list[BaseException] = []
+        eps = [self.endpoint(h) for h in jb.members]
+        cfg = self.slot_config(jb, **slot_kw)
+
+        def work(rank: int) -> None:
+            try:
+                agg = NetworkAggregator(eps[rank], JobSpec(jb.id, rank, n, jb.num_slots, jb.thc.g), cfg)
+                for rnd in range(rounds):
+                    t = tensors(rank, rnd) if callable(tensors) else tensors[rank]
+                    outs[rank].append(agg.allreduce(t, codec))
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(r,), daemon=True) for r in range(n)]
+        for t in threads:
+            t.start()
+        end = time.monotonic() + timeout
+        for t in threads:
+            t.join(max(0.0, end - time.monotonic()))
+        if any(t.is_alive() for t in threads):
+            raise TestbedError(f"job {jb.name}: all-reduce not done after {timeout:g} s")
+        if errors:
+            raise errors[0]
+        return outs
+
+    def run_workers(self, job: str | None = None, size: int = 4096, seed: int = 0, rounds: int = 1,
+                    timeout: float = 120.0) -> dict[str, dict[str, Any]]:
+        """Run each member as its own process inside its host (``python -m
+        control_plane.testbed.worker``) on tensors :func:`~control_plane.testbed.worker.tensor`
+        draws from ``seed``; returns host → its JSON summary with ``out`` (a .npy path)."""
+        jb = self.job(job)
+        self._claim(jb)
+        cfg = self.slot_config(jb)
+        procs = {}
+        for rank, name in enumerate(jb.members):
+            h = self.plan.host(name)
+            out = self.workdir / f"worker-{name}.npy"
+            cmd = [self.python, "-m", "control_plane.testbed.worker", "--ifname", h.ifname,
+                   "--src-mac", h.mac, "--dst-mac", h.gateway_mac, "--src-ip", h.ip,
+                   "--dst-ip", h.gateway_ip, "--job-id", str(jb.id), "--rank", str(rank),
+                   "--world", str(len(jb.members)), "--num-slots", str(jb.num_slots),
+                   "--b", str(jb.thc.b), "--g", str(jb.thc.g), "--p", repr(jb.thc.p),
+                   "--policy", cfg.policy, "--rto", f"{cfg.rto:g}", "--size", str(size),
+                   "--seed", str(seed), "--rounds", str(rounds), "--out", str(out)]
+            procs[name] = (spawn(cmd, self.workdir / f"worker-{name}.log", ns_pid=self.node_pid(name)), out)
+        end = time.monotonic() + timeout
+        results: dict[str, dict[str, Any]] = {}
+        try:
+            for name, (proc, out) in procs.items():
+                try:
+                    proc.wait(max(0.1, end - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    raise TestbedError(f"worker {name} not done after {timeout:g} s") from None
+                logp = self.workdir / f"worker-{name}.log"
+                if proc.returncode != 0:
+                    raise TestbedError(f"worker {name} exited {proc.returncode}: "
+                                       f"{logp.read_text()[-1500:]}")
+                results[name] = json.loads(out.with_suffix(".json").read_text())
+        finally:
+            for proc, _ in procs.values():
+                stop_process(proc)
+        return results
+
+    def counters(self) -> dict[str, dict[str, dict[int, int]]]:
+        """Per switch, the program's counters read over P4Runtime (drops, contributions, ...)."""
+        from control_plane.controller import Controller, run_sync
+
+        res = run_sync(Controller(self.cfg_eff, timeout=15.0).status())
+        bad = [r.error for r in res if not r.ok]
+        if bad:
+            raise TestbedError("; ".join(str(b) for b in bad))
+        return {r.switch: r.counters for r in res}
+
+    def status(self) -> dict[str, Any]:
+        """Liveness of every switch process, node and forwarder, plus forwarder counters."""
+        net = self.net
+        out: dict[str, Any] = {"up": net is not None, "tag": self.tag, "target": self.choice.target}
+        if net is None:
+            return out
+        out["switches"] = {s.name: {"alive": net[s.name].proc is not None and net[s.name].proc.poll() is None,
+                                    "grpc_open": not _port_free(s.grpc_port)} for s in self.plan.switches}
+        out["hosts"] = {h.name: {"alive": net[h.name].shell is not None and net[h.name].shell.poll() is None}
+                        for h in self.plan.hosts}
+        links = []
+        for ln in self.plan.impaired:
+            d: dict[str, Any] = {"link": ln.label, "mode": self.modes.get(ln.label)}
+            proc = self.forwarders.get(ln.label)
+            if proc is not None:
+                d["forwarder_alive"] = proc.poll() is None
+                stats = self.workdir / f"{ln.node}.stats.json"
+                if stats.exists():
+                    with contextlib.suppress(ValueError):
+                        d["forwarder"] = json.loads(stats.read_text())
+            links.append(d)
+        out["links"] = links
+        return out
