@@ -31,8 +31,10 @@ from control_plane.controller import Controller, NotPrimaryError
 from host.cli.main import main as netco_main
 
 REPO = Path(__file__).resolve().parents[2]
-BMV2_JSON = REPO / "p4" / "build" / "netco.json"
-BMV2_P4INFO = REPO / "p4" / "build" / "netco.p4info.txtpb"
+#: the compiled program; NETCO_TEST_P4BUILD names another build folder (e.g. a local p4c run)
+P4BUILD = Path(os.environ.get("NETCO_TEST_P4BUILD", REPO / "p4" / "build"))
+BMV2_JSON = P4BUILD / "netco.json"
+BMV2_P4INFO = P4BUILD / "netco.p4info.txtpb"
 
 
 def _free_port(kind: int = socket.SOCK_STREAM) -> int:
