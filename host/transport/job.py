@@ -11,6 +11,7 @@ whole THC round for one tensor.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,6 +53,12 @@ class JobSpec:
         Slots the job owns at the switch: the window of packets in flight.
     granularity : int
         THC g: fixes the lane width from ``world·g``.
+    round_base : int
+        First round number of every slot, the same on all workers of a session. A switch keeps
+        each slot's last round and treats an older or equal one as a retransmission, so a new
+        session on a switch that served the job before must start above the rounds used then
+        (serial-number arithmetic mod 2³²): :func:`session_round_base` derives one from the
+        clock, for launchers to hand to every worker.
     """
 
     job_id: int
@@ -59,6 +66,7 @@ class JobSpec:
     world: int
     num_slots: int = 64
     granularity: int = 30
+    round_base: int = 1
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank < self.world <= 32:
@@ -67,6 +75,19 @@ class JobSpec:
     @property
     def lane_bits(self) -> int:
         return lane_bits_for(self.world, self.granularity)
+
+
+def session_round_base(now_us: int | None = None) -> int:
+    """A round base for a new session: the clock in µs modulo 2³² (never 0).
+
+    A slot completes at most one round per round trip (tens of µs at least), so a session that
+    starts later than another always starts above every round the earlier one used, as long
+    as they are less than 2³¹ µs (35 min) apart; after longer, the controller re-installing the
+    job (which resets its slots) is the way to start fresh.
+    """
+    if now_us is None:
+        now_us = time.time_ns() // 1000
+    return (now_us % (1 << 32)) or 1
 
 
 def _done(value: object) -> torch.futures.Future:
@@ -90,7 +111,8 @@ class NetworkAggregator:
     def __init__(self, endpoint: Endpoint, spec: JobSpec, slots: SlotConfig | None = None) -> None:
         self.ep = endpoint
         self.spec = spec
-        self.window = SlotWindow(endpoint, spec.job_id, spec.rank, spec.world, spec.num_slots, slots)
+        self.window = SlotWindow(endpoint, spec.job_id, spec.rank, spec.world, spec.num_slots, slots,
+                                 round_base=spec.round_base)
         self._round = 0
         #: Contribution count of the last sum (int, or the minimum over packets when partial).
         self.last_count: int = spec.world

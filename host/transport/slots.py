@@ -110,7 +110,7 @@ class SlotWindow:
     """
 
     def __init__(self, endpoint: Endpoint, job_id: int, rank: int, world: int, num_slots: int,
-                 config: SlotConfig | None = None) -> None:
+                 config: SlotConfig | None = None, round_base: int = 1) -> None:
         if num_slots < 1:
             raise ValueError("num_slots must be >= 1")
         self.ep = endpoint
@@ -120,9 +120,9 @@ class SlotWindow:
         self.num_slots = num_slots
         self.cfg = config or SlotConfig()
         # Next round per slot, separately for data and norm state (they are distinct at the
-        # switch). Rounds start at 1; all workers advance them identically.
-        self.next_round = {"data": np.ones(num_slots, dtype=np.int64),
-                           "norm": np.ones(num_slots, dtype=np.int64)}
+        # switch). All workers start at the same ``round_base`` and advance identically.
+        self.next_round = {"data": np.full(num_slots, round_base, dtype=np.int64),
+                           "norm": np.full(num_slots, round_base, dtype=np.int64)}
         self.stats = ExchangeStats()
 
     def exchange(self, kind: str, msg_type: MsgType, lane_bits: int, payloads: list[memoryview],
@@ -212,7 +212,8 @@ class SlotWindow:
                 h = _HEADER.unpack_from(dg)
                 s = h[i_slot]
                 if (h[i_type] != result_type or h[i_job] != self.job_id or s >= W
-                        or out_pkt[s] < 0 or h[i_round] != (out_round[s] & 0xFFFFFFFF)):
+                        or out_pkt[s] < 0 or h[i_round] != (out_round[s] & 0xFFFFFFFF)
+                        or h[i_flags] & Flag.PEEK):
                     self.stats.stray_results += 1
                     continue
                 i = int(out_pkt[s])

@@ -1,0 +1,172 @@
+"""The embedded default network: one software target on loopback, configured over P4Runtime.
+
+What ``netco demo``, ``netco train --aggregator network`` and the transport tests run on a
+machine with no switch hardware, no BMv2 and no root: a ``python -m host.softswitch`` process
+with one ``udp`` port per worker on 127.0.0.1, a controller file naming each worker as a host
+with its own loopback address (127.0.0.11, .12, ...: the target takes a datagram's source
+address as the sender's IPv4 address, which the sender-validation entries check), one THC job
+over all workers, and :class:`control_plane.controller.Controller` applying it over P4Runtime.
+Workers then talk to the target with :class:`host.transport.ports.UdpEndpoint`.
+
+Everything started here is stopped by PID in :meth:`EmbeddedNetwork.stop`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from control_plane.config import NetworkConfig, parse_config
+from control_plane.controller import Controller, run_sync
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port(kind: int = socket.SOCK_DGRAM) -> int:
+    """A port number that was free on 127.0.0.1 a moment ago."""
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class WorkerAddress:
+    """Where worker ``rank`` sends (``switch``) and what it binds (``ip``)."""
+
+    rank: int
+    ip: str
+    switch: tuple[str, int]
+
+
+class EmbeddedNetwork:
+    """A software switch on loopback with one THC job over ``workers`` workers.
+
+    Parameters
+    ----------
+    workers : int
+        Hosts, one switch port each (ranks 0..workers-1).
+    job_id : int
+    num_slots : int
+        The job's slots (the window of packets in flight per worker).
+    thc : dict, optional
+        ``{"b", "g", "p"}`` of the job (controller file syntax); default THC's.
+    workdir : Path, optional
+        Where the switch log and the controller file go (default: a temporary folder).
+    """
+
+    def __init__(self, workers: int, job_id: int = 1, num_slots: int = 64,
+                 thc: dict | None = None, workdir: Path | None = None) -> None:
+        if not 1 <= workers <= 32:
+            raise ValueError(f"workers={workers}: need 1..32 (the switch's bitmap)")
+        self.workers = workers
+        self.job_id = job_id
+        self.num_slots = num_slots
+        self.thc = thc
+        self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="netco-embedded-")
+        self.workdir = Path(workdir or self._tmp.name)
+        self.proc: subprocess.Popen | None = None
+        self.grpc_port = 0
+        self.ports: list[int] = []
+        self.config: NetworkConfig | None = None
+        self.controller: Controller | None = None
+        self.updates = 0
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "switch.log"
+
+    def address(self, rank: int) -> WorkerAddress:
+        """Addresses of worker ``rank``."""
+        return WorkerAddress(rank, f"127.0.0.{11 + rank}", ("127.0.0.1", self.ports[rank]))
+
+    def config_dict(self) -> dict:
+        """The controller file of this network (also written to ``workdir/net.yaml``)."""
+        job: dict = {"name": "train", "id": self.job_id,
+                     "members": [f"w{r}" for r in range(self.workers)],
+                     "num_slots": self.num_slots}
+        if self.thc:
+            job["thc"] = self.thc
+        return {
+            "switches": [{"name": "s1", "address": f"127.0.0.1:{self.grpc_port}",
+                          "addr": "127.0.0.254", "target": "softswitch",
+                          "ports": self.workers}],
+            "hosts": [{"name": f"w{r}", "mac": f"02:00:00:00:00:{r + 1:02x}",
+                       "ip": self.address(r).ip, "attach": f"s1:{r + 1}"}
+                      for r in range(self.workers)],
+            "jobs": [job],
+        }
+
+    def start(self, timeout: float = 30.0) -> EmbeddedNetwork:
+        """Start the switch, wait for its P4Runtime server, apply the controller file."""
+        self.grpc_port = free_port(socket.SOCK_STREAM)
+        self.ports = [free_port() for _ in range(self.workers)]
+        cmd = [sys.executable, "-m", "host.softswitch", "--grpc", f"127.0.0.1:{self.grpc_port}",
+               "--slots", str(max(256, self.num_slots))]
+        for r, p in enumerate(self.ports):
+            cmd += ["--port", f"{r + 1}=udp:127.0.0.1:{p}"]
+        path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+        env = {**os.environ, "PYTHONPATH": path}
+        with open(self.log_path, "w") as logf:
+            self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env)
+        end = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"software switch exited ({self.proc.returncode}): "
+                                   f"{self.log_path.read_text()[-2000:]}")
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.grpc_port)) == 0:
+                    break
+            if time.monotonic() > end:
+                self.stop()
+                raise RuntimeError(f"software switch did not open 127.0.0.1:{self.grpc_port} in {timeout} s")
+            time.sleep(0.05)
+        raw = self.config_dict()
+        import yaml
+
+        (self.workdir / "net.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+        self.config = parse_config(raw, base_dir=REPO)
+        self.controller = Controller(self.config)
+        results = run_sync(self.controller.apply())
+        bad = [r for r in results if not r.ok]
+        if bad:
+            self.stop()
+            raise RuntimeError(f"controller apply failed: {[r.as_dict() for r in bad]}")
+        self.updates = self.controller.writes
+        log.info("embedded network: switch pid %s, %d workers, %d P4Runtime updates",
+                 self.proc.pid, self.workers, self.updates)
+        return self
+
+    def status(self) -> list:
+        """The controller's status of the switch (entries, counters, drops)."""
+        assert self.controller is not None
+        return run_sync(self.controller.status())
+
+    def stop(self) -> None:
+        """Stop the switch process (by PID) and remove the temporary folder."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        self.proc = None
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> EmbeddedNetwork:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

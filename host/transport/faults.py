@@ -1,0 +1,112 @@
+"""Fault injection at a worker's endpoint: loss, duplication, reordering and delay, no root.
+
+:class:`FaultyEndpoint` wraps any :class:`~host.transport.ports.Endpoint` and applies seeded
+random faults to what it sends and what it receives, so the slot window's reliability can be
+exercised against a real switch on loopback (the kernel here has no netem). Link-level
+impairments between real interfaces are the impairment node's job (:mod:`host.impair`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from host.transport.ports import Endpoint
+
+
+@dataclass
+class FaultStats:
+    sent: int = 0
+    received: int = 0
+    dropped: int = 0
+    duplicated: int = 0
+    delayed: int = 0
+
+
+class FaultyEndpoint:
+    """An endpoint whose traffic is lost, duplicated, reordered and delayed at random.
+
+    Parameters
+    ----------
+    inner : Endpoint
+    loss_pct, dup_pct : float
+        Chance in % that a datagram (each direction) is dropped / delivered twice.
+    reorder_pct : float
+        Chance in % that a datagram is held back ``reorder_ms`` so later ones overtake it.
+    delay_ms : float
+        Added to every datagram (both directions).
+    seed : int
+    """
+
+    def __init__(self, inner: Endpoint, loss_pct: float = 0.0, dup_pct: float = 0.0,
+                 reorder_pct: float = 0.0, delay_ms: float = 0.0, reorder_ms: float = 5.0,
+                 seed: int = 0) -> None:
+        for name, v in (("loss_pct", loss_pct), ("dup_pct", dup_pct), ("reorder_pct", reorder_pct)):
+            if not 0.0 <= v <= 100.0:
+                raise ValueError(f"{name}={v}: must be a percentage 0..100")
+        if delay_ms < 0 or reorder_ms < 0:
+            raise ValueError("delays must be >= 0")
+        self.inner = inner
+        self.loss, self.dup, self.reorder = loss_pct / 100, dup_pct / 100, reorder_pct / 100
+        self.delay, self.reorder_s = delay_ms / 1000, reorder_ms / 1000
+        self.rng = random.Random(seed)
+        self.stats = FaultStats()
+        self._held_out: list[tuple[float, int, bytes]] = []
+        self._held_in: list[tuple[float, int, bytes]] = []
+        self._seq = 0
+
+    def _fate(self, data: bytes, held: list, now: float) -> list[bytes]:
+        """Datagrams to pass on now; the rest go to ``held``."""
+        rnd = self.rng.random
+        if rnd() < self.loss:
+            self.stats.dropped += 1
+            return []
+        copies = 2 if rnd() < self.dup else 1
+        if copies == 2:
+            self.stats.duplicated += 1
+        out = []
+        for _ in range(copies):
+            wait = self.delay + (self.reorder_s if rnd() < self.reorder else 0.0)
+            if wait <= 0:
+                out.append(data)
+            else:
+                self.stats.delayed += 1
+                self._seq += 1
+                heapq.heappush(held, (now + wait, self._seq, data))
+        return out
+
+    @staticmethod
+    def _due(held: list, now: float) -> list[bytes]:
+        out = []
+        while held and held[0][0] <= now:
+            out.append(heapq.heappop(held)[2])
+        return out
+
+    def send_many(self, datagrams: Sequence[bytes | bytearray | memoryview]) -> None:
+        now = time.monotonic()
+        out = self._due(self._held_out, now)
+        for d in datagrams:
+            self.stats.sent += 1
+            out.extend(self._fate(bytes(d), self._held_out, now))
+        if out:
+            self.inner.send_many(out)
+
+    def recv_many(self, timeout: float) -> list[memoryview]:
+        now = time.monotonic()
+        late = self._due(self._held_out, now)
+        if late:
+            self.inner.send_many(late)
+        nxt = min([h[0] for h in (self._held_in[:1] + self._held_out[:1])], default=None)
+        wait = timeout if nxt is None else max(0.0, min(timeout, nxt - now))
+        got = []
+        for dg in self.inner.recv_many(wait):
+            self.stats.received += 1
+            got.extend(self._fate(bytes(dg), self._held_in, time.monotonic()))
+        got.extend(self._due(self._held_in, time.monotonic()))
+        return [memoryview(g) for g in got]
+
+    def close(self) -> None:
+        self.inner.close()
