@@ -265,6 +265,8 @@ def test_cli_apply_diff_status(clean, tmp_path: Path, capsys) -> None:
     assert "in sync" in text
     assert netco_main(["controller", "status", str(path), "--json"]) == 0
     st = json.loads(capsys.readouterr().out)
+    assert [(x["switch"], x["pipeline"], x["diff"]["in_sync"]) for x in st["switches"]] == [
+        ("s1", "ours", True), ("s2", "ours", True)]
     assert {j["job"]: sorted(j["counters"]) for j in st["jobs"]} == {"a": ["s1", "s2"], "b": ["s1"]}
     assert all(j["counters"]["s1"]["contributions"] == 0 for j in st["jobs"])
     assert netco_main(["controller", "status", str(path)]) == 0
