@@ -243,3 +243,9 @@ def test_file_errors(tmp_path: Path) -> None:
     (tmp_path / "empty.toml").write_text("")
     with pytest.raises(ConfigError, match=r"\(top level\).switches: missing \(required\)"):
         load_config(tmp_path / "empty.toml")
+
+
+def test_members_on_unconnected_switches_are_refused() -> None:
+    problems = bad(lambda r: r.__setitem__("links", []))
+    assert problems == ["jobs[0].members: members attach to switches leaf0, leaf1, which no chain "
+                        "of links connects; add links or split the job"]
