@@ -62,16 +62,20 @@ class EmbeddedNetwork:
         ``{"b", "g", "p"}`` of the job (controller file syntax); default THC's.
     workdir : Path, optional
         Where the switch log and the controller file go (default: a temporary folder).
+    echo : bool
+        Run the switch as a plain receive-and-send loop (every datagram goes back to where it
+        came from): the socket-path limit benchmarks compare with. No controller then.
     """
 
     def __init__(self, workers: int, job_id: int = 1, num_slots: int = 64,
-                 thc: dict | None = None, workdir: Path | None = None) -> None:
+                 thc: dict | None = None, workdir: Path | None = None, echo: bool = False) -> None:
         if not 1 <= workers <= 32:
             raise ValueError(f"workers={workers}: need 1..32 (the switch's bitmap)")
         self.workers = workers
         self.job_id = job_id
         self.num_slots = num_slots
         self.thc = thc
+        self.echo = echo
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="netco-embedded-")
         self.workdir = Path(workdir or self._tmp.name)
         self.proc: subprocess.Popen | None = None
@@ -114,6 +118,8 @@ class EmbeddedNetwork:
                "--slots", str(max(256, self.num_slots))]
         for r, p in enumerate(self.ports):
             cmd += ["--port", f"{r + 1}=udp:127.0.0.1:{p}"]
+        if self.echo:
+            cmd.append("--echo")
         path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
         env = {**os.environ, "PYTHONPATH": path}
         with open(self.log_path, "w") as logf:
@@ -130,6 +136,8 @@ class EmbeddedNetwork:
                 self.stop()
                 raise RuntimeError(f"software switch did not open 127.0.0.1:{self.grpc_port} in {timeout} s")
             time.sleep(0.05)
+        if self.echo:
+            return self
         raw = self.config_dict()
         import yaml
 

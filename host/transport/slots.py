@@ -6,8 +6,10 @@ next packet only once the current one's result arrived. Every worker runs the sa
 the ``(slot, round)`` of a packet is the same everywhere: each slot counts its own rounds, and
 ``slot_set = round & 1`` picks the switch's copy, so a late retransmission can never mix rounds.
 
-Reliability: a packet without a result after ``rto`` is sent again (flag RETX, doubling the
-timeout up to ``max_rto``); the switch answers a retransmission for a completed slot with the
+Reliability: a packet without a result after the retransmission timeout is sent again (flag
+RETX, doubling the timeout up to ``max_rto``). The timeout adapts to the measured round trip
+like TCP's (Jacobson/Karels, RFC 6298: ``srtt + 4·rttvar``, samples only from packets sent
+once), never below ``rto``; the switch answers a retransmission for a completed slot with the
 stored result and never counts a contributor twice (bitmap). Results for packets that are not
 outstanding (duplicates, stale rounds) are ignored and counted.
 
@@ -52,7 +54,8 @@ class SlotConfig:
     Parameters
     ----------
     rto : float
-        First retransmission timeout (s); doubles per retry up to ``max_rto``.
+        Initial and minimum retransmission timeout (s); adapts to the round trip, doubles per
+        retry, up to ``max_rto``.
     give_up : float
         ``exact``: seconds without a result on one slot before :class:`SlotTimeoutError`.
     deadline : float
@@ -124,6 +127,21 @@ class SlotWindow:
         self.next_round = {"data": np.full(num_slots, round_base, dtype=np.int64),
                            "norm": np.full(num_slots, round_base, dtype=np.int64)}
         self.stats = ExchangeStats()
+        self.srtt: float | None = None
+        self.rttvar = 0.0
+
+    def _rto(self) -> float:
+        """Current base timeout: ``srtt + 4·rttvar`` within [rto, max_rto] (RFC 6298)."""
+        if self.srtt is None:
+            return self.cfg.rto
+        return min(max(self.cfg.rto, self.srtt + 4 * self.rttvar), self.cfg.max_rto)
+
+    def _sample(self, rtt: float) -> None:
+        if self.srtt is None:
+            self.srtt, self.rttvar = rtt, rtt / 2
+        else:
+            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
+            self.srtt = 0.875 * self.srtt + 0.125 * rtt
 
     def exchange(self, kind: str, msg_type: MsgType, lane_bits: int, payloads: list[memoryview],
                  elem_counts: list[int], offsets: list[int], on_result: ResultHandler,
@@ -168,7 +186,8 @@ class SlotWindow:
         out_round = np.zeros(W, dtype=np.int64)
         first_sent = np.zeros(W)
         due = np.full(W, np.inf)
-        rto = np.full(W, cfg.rto)
+        rto = np.full(W, self._rto())
+        retried = np.zeros(W, dtype=bool)
         asked_deadline = np.zeros(W, dtype=bool)
         done = 0
         next_pkt = 0
@@ -195,7 +214,7 @@ class SlotWindow:
             out_pkt[s] = next_pkt
             out_round[s] = base[s] + next_pkt // W
             first_sent[s] = now
-            due[s] = now + cfg.rto
+            due[s] = now + rto[s]
             next_pkt += 1
         self.ep.send_many(first)
         self.stats.packets += len(first)
@@ -218,6 +237,8 @@ class SlotWindow:
                     continue
                 i = int(out_pkt[s])
                 on_result(i, h, dg)
+                if not retried[s]:
+                    self._sample(now - first_sent[s])
                 cnt = h[i_count]
                 if cnt < self.world:
                     self.stats.partial_results += 1
@@ -231,8 +252,9 @@ class SlotWindow:
                     out_pkt[s] = nxt
                     out_round[s] = base[s] + nxt // W
                     first_sent[s] = now
-                    due[s] = now + cfg.rto
-                    rto[s] = cfg.rto
+                    rto[s] = self._rto()
+                    due[s] = now + rto[s]
+                    retried[s] = False
                     asked_deadline[s] = False
                 else:
                     out_pkt[s] = -1
@@ -249,6 +271,7 @@ class SlotWindow:
                 elif cfg.policy == "exact" and now - first_sent[s] >= cfg.give_up:
                     self._give_up(int(s), int(out_round[s]), i, build)
                 sends.append(bytes(build(int(s), i, flags)))
+                retried[s] = True
                 self.stats.retransmits += 1
                 rto[s] = min(rto[s] * 2, cfg.max_rto)
                 due[s] = now + rto[s]
