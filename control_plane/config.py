@@ -15,11 +15,9 @@ Everything here is pure (no I/O except reading the file in :func:`load_config`).
 
 from __future__ import annotations
 
-import importlib.util
 import ipaddress
 import itertools
 import re
-import sys
 import tomllib
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -29,6 +27,7 @@ from typing import Any
 import yaml
 
 from host.protocol import layout as lay
+from host.thc.table import default_table
 
 REPO = Path(__file__).resolve().parents[1]
 #: P4Info and BMv2 JSON written by ``p4/build.py`` (p4c).
@@ -125,22 +124,7 @@ class ThcParams:
     def table(self) -> tuple[int, ...]:
         """The job's lookup table (index → value), as every worker computes it
         (``host.thc.table.default_table``, what ``THCConfig.levels`` returns)."""
-        return tuple(int(v) for v in _thc_table_module().default_table(self.b, self.g, self.p))
-
-
-def _thc_table_module():
-    """``host.thc.table`` without running ``host/thc/__init__.py``, which imports torch (≈2 s)
-    that the controller does not need; the module itself needs numpy and scipy only."""
-    if "host.thc.table" in sys.modules:
-        return sys.modules["host.thc.table"]
-    name = "_netco_thc_table"
-    if name not in sys.modules:
-        path = REPO / "host" / "thc" / "table.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod  # dataclasses in it look their module up
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
+        return tuple(int(v) for v in default_table(self.b, self.g, self.p))
 
 
 @dataclass(frozen=True)
