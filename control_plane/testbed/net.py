@@ -61,7 +61,7 @@ from host.protocol.layout import THC_UDP_PORT
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Testbed", "TestbedError"]
+__all__ = ["Testbed", "TestbedError", "with_free_ports"]
 
 HOST_NFT = f"""table inet netco_host {{
   chain input {{ type filter hook input priority 0; policy accept;
@@ -93,6 +93,17 @@ def _port_free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def with_free_ports(cfg: NetworkConfig) -> NetworkConfig:
+    """``cfg`` with every switch's P4Runtime address moved to a free port on 127.0.0.1 (for
+    tests and parallel runs of one file)."""
+    out = []
+    for s in cfg.switches:
+        with socket.socket() as so:
+            so.bind(("127.0.0.1", 0))
+            out.append(dataclasses.replace(s, address=f"127.0.0.1:{so.getsockname()[1]}"))
+    return dataclasses.replace(cfg, switches=tuple(out))
 
 
 def _wait_port(port: int, proc: subprocess.Popen, timeout: float, what: str, log_path: Path) -> None:
@@ -147,6 +158,8 @@ class Testbed:
     seed : int
         Seed of the impairments' random decisions.
     """
+
+    __test__ = False  # not a pytest test class
 
     def __init__(self, topo: str | Path | NetworkConfig, target: str = "auto", tag: str | None = None,
                  workdir: str | Path | None = None, apply: bool = True, verify: bool = True,
