@@ -26,15 +26,15 @@ REPO = Path(__file__).resolve().parents[2]
 TARGETS = ["softswitch", pytest.param("bmv2", marks=pytest.mark.bmv2)]
 
 
-def leftovers(tag: str, grpc: list[str]) -> list[str]:
-    """Our interfaces and processes that still exist."""
+def leftovers(tag: str, markers: list[str]) -> list[str]:
+    """Our interfaces, and processes whose command line names a P4Runtime address or our workdir."""
     found = [n for n in os.listdir("/sys/class/net") if n.startswith(tag)]
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if any(g in cmd for g in grpc) or f"{tag}-" in cmd:
+        if any(m in cmd for m in markers):
             found.append(f"pid {pid}: {cmd[:80]}")
     return found
 
@@ -79,4 +79,4 @@ def test_rack_allreduce_in_host_processes(target, tmp_path):
     finally:
         removed = tb.down()
     assert removed["left"] == []
-    assert leftovers(tag, grpc) == []
+    assert leftovers(tag, [*grpc, str(tmp_path)]) == []
