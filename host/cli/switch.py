@@ -39,11 +39,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device-id", type=int, default=1, help="P4Runtime device id (default 1)")
     parser.add_argument("--slots", type=int, default=256,
                         help="aggregation slot pool shared by all jobs (default 256, as the P4 program)")
-    parser.add_argument("--batch", type=int, default=128, help="frames per receive batch (default 128)")
+    parser.add_argument("--batch", type=int, default=512, help="frames per receive batch (default 512)")
     parser.add_argument("--p4info", default=None, metavar="PATH|default",
                         help="preload a P4Info (default: wait for the controller's pipeline)")
     parser.add_argument("--stats-interval", type=float, default=0.0, metavar="S",
                         help="log counters every S seconds (0: never)")
+    parser.add_argument("--echo", action="store_true",
+                        help="benchmark baseline: send every message back where it came from, "
+                             "untouched (no pipeline)")
     parser.add_argument("--json", action="store_true", help="print final statistics as JSON on exit")
     parser.add_argument("--ready-file", default=None, metavar="PATH",
                         help="write the P4Runtime address here once serving (for scripts)")
@@ -108,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"netco switch: P4Runtime on {args.grpc}, device {args.device_id}, ports "
               + " ".join(p.describe() for p in ports), file=sys.stderr, flush=True)
         t0 = time.time()
-        sw.run()
+        sw.run(echo=args.echo)
         sw.stop()
         if args.json:
             print(json.dumps({**sw.stats(), "uptime_s": round(time.time() - t0, 3)}))

@@ -82,6 +82,30 @@ class MsgBatch:
         self.buf = buf
         self.rows = buf.ctypes.data + ROW * np.arange(self.capacity, dtype=np.uint64)
 
+    def prepare(self, offset: int, named: bool) -> None:
+        """Point every row's vector at byte ``offset`` (and its address slot when ``named``)
+        once, for :meth:`recv_prepared`."""
+        self.iov["base"] = self.rows + offset
+        self.iov["len"] = ROW - offset
+        self.hdr["name"] = self.name_ptr if named else 0
+        self.hdr["namelen"] = SOCKADDR_IN.itemsize if named else 0
+
+    def reset(self, count: int, named: bool) -> None:
+        """Reset the value-result lengths of the first ``count`` messages before receiving."""
+        if named:
+            self.hdr["namelen"][:count] = SOCKADDR_IN.itemsize
+        self.hdr["controllen"][:count] = CTRL
+
+    def recv_prepared(self, fd: int, start: int, count: int) -> int:
+        """:meth:`recv` on vectors set by :meth:`prepare` and :meth:`reset`."""
+        k = _recvmmsg(fd, self.hdr.ctypes.data + MMSG.itemsize * start, count, MSG_DONTWAIT, None)
+        if k < 0:
+            e = ctypes.get_errno()
+            if e in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
+                return 0
+            raise OSError(e, os.strerror(e))
+        return k
+
     def recv(self, fd: int, start: int, count: int, offset: int, named: bool) -> int:
         """Receive up to ``count`` datagrams/frames into rows ``start..`` at byte ``offset``.
 
@@ -126,6 +150,19 @@ class MsgBatch:
                 raise OSError(e, os.strerror(e))
             sent += k
         return sent
+
+
+SO_SNDBUFFORCE, SO_RCVBUFFORCE = 32, 33
+
+
+def set_buffers(s: socket.socket, size: int) -> None:
+    """Socket buffers of ``size`` bytes: beyond ``net.core.rmem_max`` when root may, else
+    as large as the system allows (bursts of a batch window must fit)."""
+    for force, plain in ((SO_RCVBUFFORCE, socket.SO_RCVBUF), (SO_SNDBUFFORCE, socket.SO_SNDBUF)):
+        try:
+            s.setsockopt(socket.SOL_SOCKET, force, size)
+        except OSError:
+            s.setsockopt(socket.SOL_SOCKET, plain, size)
 
 
 def _ip(addr: str) -> int:
@@ -177,8 +214,7 @@ class AfPacketPort(Port):
         # (kernels before 4.20 lack it: our own frames then come back and are dropped)
         with contextlib.suppress(OSError):
             s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
-        for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
-            s.setsockopt(socket.SOL_SOCKET, opt, rcvbuf)
+        set_buffers(s, rcvbuf)
         s.bind((ifname, 0))
         super().__init__(number, s)
         self.ifname = ifname
@@ -197,8 +233,7 @@ class UdpPort(Port):
     def __init__(self, number: int, bind: tuple[str, int], peer: tuple[str, int] | None = None,
                  rcvbuf: int = 1 << 23) -> None:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
-            s.setsockopt(socket.SOL_SOCKET, opt, rcvbuf)
+        set_buffers(s, rcvbuf)
         s.bind(bind)
         super().__init__(number, s)
         self.bind = s.getsockname()
@@ -263,8 +298,7 @@ class TunnelPort(Port):
     def __init__(self, number: int, bind: tuple[str, int], peer: tuple[str, int],
                  rcvbuf: int = 1 << 23) -> None:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
-            s.setsockopt(socket.SOL_SOCKET, opt, rcvbuf)
+        set_buffers(s, rcvbuf)
         s.bind(bind)
         s.connect(peer)
         super().__init__(number, s)

@@ -180,12 +180,16 @@ class Pipeline:
         self.pool_slots = pool_slots
         cells = pool_slots * 4
         self.sums = np.zeros((cells, lay.COORDS_PER_PACKET), dtype=np.uint32)
-        self.c_round = [0] * cells
-        self.c_state = [ST_EMPTY] * cells
-        self.c_contrib = [0] * cells
-        self.c_nc = [0] * cells
-        self.c_cnt = [0] * cells
-        self.c_wb = [0] * cells
+        # per-cell registers of thc_slot.p4: round, state, contributor bitmap, distinct
+        # contributors, worker count and worker bitmap (int64 so bit 31 never overflows)
+        self.st_round = np.zeros(cells, dtype=np.int64)
+        self.st_state = np.zeros(cells, dtype=np.int64)
+        self.st_contrib = np.zeros(cells, dtype=np.int64)
+        self.st_nc = np.zeros(cells, dtype=np.int64)
+        self.st_cnt = np.zeros(cells, dtype=np.int64)
+        self.st_wb = np.zeros(cells, dtype=np.int64)
+        #: use the vectorized path for batches of plain contributions (tests switch it off)
+        self.fast = True
         self.cfg = Compiled()
         self.counters = counters or Counters.empty()
         self.out = Outputs(256)
@@ -302,6 +306,11 @@ class Pipeline:
         reason[thc] = r[thc]
 
     # ------------------------------------------------------------------------------------
+    def state(self) -> dict[str, np.ndarray]:
+        """Copies of the per-cell registers (tests, debugging)."""
+        return {k: getattr(self, f"st_{k}").copy()
+                for k in ("round", "state", "contrib", "nc", "cnt", "wb")}
+
     def _aggregate(self, b, v, L, ports, acc, reason, cfg: Compiled) -> None:
         """ThcSlot, ThcAccumulate, ThcEmit and ThcOutput for the accepted THC frames."""
         t = v["msg_type"][acc].astype(np.int64)
@@ -313,12 +322,23 @@ class Pipeline:
         sw = _IS_SWITCH_TYPE[t]
         bit_a = np.left_shift(1, v["rank"][acc].astype(np.int64))
         # what this packet adds: a worker adds itself; a child switch its count and bitmap
-        acnt = np.where(sw, v["count"][acc], 1).tolist()
-        awb = np.where(sw, v["bitmap"][acc].astype(np.int64), bit_a).tolist()
+        acnt_a = np.where(sw, v["count"][acc], 1).astype(np.int64)
+        awb_a = np.where(sw, v["bitmap"][acc].astype(np.int64), bit_a)
+        rnd_a = v["round"][acc].astype(np.int64)
+        flags_a = v["flags"][acc].astype(np.int64)
+        up_a = _IS_UP[t]
+        if self.fast and self._fast_path(b, v, acc, jn, cell_a, rnd_a, bit_a, acnt_a, awb_a,
+                                         flags_a, up_a, cfg):
+            return
+        acnt = acnt_a.tolist()
+        awb = awb_a.tolist()
         pcnt = v["count"][acc].tolist()
         pbmp = v["bitmap"][acc].tolist()
-        c_round, c_state, c_contrib = self.c_round, self.c_state, self.c_contrib
-        c_nc, c_cnt, c_wb = self.c_nc, self.c_cnt, self.c_wb
+        # the registers of the cells this batch touches, as Python lists (local index x)
+        uc, inv = np.unique(cell_a, return_inverse=True)
+        c_round, c_state = self.st_round[uc].tolist(), self.st_state[uc].tolist()
+        c_contrib, c_nc = self.st_contrib[uc].tolist(), self.st_nc[uc].tolist()
+        c_cnt, c_wb = self.st_cnt[uc].tolist(), self.st_wb[uc].tolist()
 
         pend = _Pending()
         touched = pend.touched
@@ -328,23 +348,23 @@ class Pipeline:
         adds = pend.adds
         outc = self.outcomes
         emits = pend.emits
-        for row, c, r, up, bit, exp, hp, j, a_cnt, a_wb, p_cnt, p_bmp, fl in zip(
-                acc.tolist(), cell_a.tolist(), v["round"][acc].tolist(), _IS_UP[t].tolist(),
+        for row, c, x, r, up, bit, exp, hp, j, a_cnt, a_wb, p_cnt, p_bmp, fl in zip(
+                acc.tolist(), cell_a.tolist(), inv.tolist(), rnd_a.tolist(), up_a.tolist(),
                 bit_a.tolist(), job["expected"][jn].tolist(), job["has_parent"][jn].tolist(),
-                jn.tolist(), acnt, awb, pcnt, pbmp, v["flags"][acc].tolist(), strict=True):
-            st = c_state[c]
+                jn.tolist(), acnt, awb, pcnt, pbmp, flags_a.tolist(), strict=True):
+            st = c_state[x]
             if up:
                 if fl & _F_PEEK:
                     # status request: this copy's count/bitmap for this round; no state change
                     outc["peek"] += 1
-                    if st == ST_EMPTY or c_round[c] != r:
+                    if st == ST_EMPTY or c_round[x] != r:
                         emits.append((row, -1, OUT_ANSWER, 0, 0, _F_PEEK, j))
                     else:
-                        emits.append((row, -1, OUT_ANSWER, c_cnt[c], c_wb[c], _F_PEEK, j))
+                        emits.append((row, -1, OUT_ANSWER, c_cnt[x], c_wb[x], _F_PEEK, j))
                     continue
                 fresh = st == ST_EMPTY
-                if not fresh and c_round[c] != r:
-                    if (r - c_round[c]) & 0x80000000:   # serial-number arithmetic: older
+                if not fresh and c_round[x] != r:
+                    if (r - c_round[x]) & 0x80000000:   # serial-number arithmetic: older
                         late.append((row, R.STALE))
                         continue
                     fresh = True
@@ -352,7 +372,7 @@ class Pipeline:
                     cb = nc = cnt = wb = 0
                     st = ST_COLLECTING
                 else:
-                    cb, nc, cnt, wb = c_contrib[c], c_nc[c], c_cnt[c], c_wb[c]
+                    cb, nc, cnt, wb = c_contrib[x], c_nc[x], c_cnt[x], c_wb[x]
                 release = False
                 if cb & bit:
                     # retransmission of a counted contribution: never counted twice
@@ -396,7 +416,7 @@ class Pipeline:
                     touched[c] = occ + 1
                     adds.append((row, c, fresh, occ))
                     if fresh:
-                        c_round[c] = r
+                        c_round[x] = r
                     release = nc >= exp or bool(fl & _F_DEADLINE)
                 if release:
                     if hp:
@@ -406,18 +426,18 @@ class Pipeline:
                         st = ST_FINAL
                         emits.append((row, c, OUT_MULTICAST, cnt, wb, 0, j))
                     reads.add(c)
-                c_state[c] = st
-                c_contrib[c] = cb
-                c_nc[c] = nc
-                c_cnt[c] = cnt
-                c_wb[c] = wb
-            elif c_round[c] == r and st in (ST_SENT_UP, ST_FINAL):
+                c_state[x] = st
+                c_contrib[x] = cb
+                c_nc[x] = nc
+                c_cnt[x] = cnt
+                c_wb[x] = wb
+            elif c_round[x] == r and st in (ST_SENT_UP, ST_FINAL):
                 # a result from our parent (validated): store it and fan it out
                 if c in touched or c in reads:
                     flush(b, v, pend, cfg)
-                c_state[c] = ST_FINAL
-                c_cnt[c] = p_cnt
-                c_wb[c] = p_bmp
+                c_state[x] = ST_FINAL
+                c_cnt[x] = p_cnt
+                c_wb[x] = p_bmp
                 pend.stores.append((row, c))
                 outc["parent_result"] += 1
                 touched[c] = 1
@@ -426,8 +446,83 @@ class Pipeline:
             else:
                 late.append((row, R.STALE))
         flush(b, v, pend, cfg)
+        self.st_round[uc], self.st_state[uc] = c_round, c_state
+        self.st_contrib[uc], self.st_nc[uc] = c_contrib, c_nc
+        self.st_cnt[uc], self.st_wb[uc] = c_cnt, c_wb
         for row, why in late:
             reason[row] = why
+
+    def _fast_path(self, b, v, acc, jn, cell, rnd, bit, acnt, awb, flags, up, cfg: Compiled) -> bool:
+        """The slot logic for a batch of plain contributions, vectorized per cell.
+
+        Applies only when every accepted packet is a contribution without PEEK/DEADLINE, all
+        packets of a cell carry the same round, that round is the cell's or newer, the cell
+        collects, no contributor appears twice or was counted before, and a completion can
+        only happen at a cell's last packet. Then the result equals the packet-by-packet
+        logic (``tests/host/softswitch``: batch == one by one, fast == slow); otherwise
+        returns ``False`` having changed nothing.
+        """
+        if not up.all() or (flags & (_F_PEEK | _F_DEADLINE)).any():
+            return False
+        m = len(acc)
+        order = np.argsort(cell, kind="stable")
+        cs = cell[order]
+        first = np.empty(m, dtype=bool)
+        first[0] = True
+        np.not_equal(cs[1:], cs[:-1], out=first[1:])
+        starts = np.flatnonzero(first)
+        counts = np.diff(np.append(starts, m))
+        ucell = cs[starts]
+        rs = rnd[order]
+        R = rs[starts]
+        if len(starts) != m and (rs != np.repeat(R, counts)).any():
+            return False                                     # two rounds of one cell
+        st = self.st_state[ucell]
+        cr = self.st_round[ucell]
+        ahead = ((R - cr) & 0xFFFFFFFF) < 0x80000000
+        fresh = (st == ST_EMPTY) | ((cr != R) & ahead)
+        if ((st != ST_EMPTY) & ~ahead).any() or (~fresh & (st != ST_COLLECTING)).any():
+            return False                                     # stale, or complete already
+        gor = np.bitwise_or.reduceat(bit[order], starts)
+        if (np.bitwise_count(gor) != counts).any():
+            return False                                     # a contributor twice
+        base_cb = np.where(fresh, 0, self.st_contrib[ucell])
+        if (base_cb & gor).any():
+            return False                                     # retransmissions
+        exp = cfg.job["expected"][jn[order][starts]]
+        base_nc = np.where(fresh, 0, self.st_nc[ucell])
+        if (base_nc + counts - 1 >= exp).any():
+            return False                                     # more contributors than expected
+        nc = base_nc + counts
+        cnt = np.where(fresh, 0, self.st_cnt[ucell]) + np.add.reduceat(acnt[order], starts)
+        wb = np.where(fresh, 0, self.st_wb[ucell]) | np.bitwise_or.reduceat(awb[order], starts)
+        complete = nc >= exp
+        hp = cfg.job["has_parent"][jn[order][starts]] != 0
+        self.st_round[ucell] = R
+        self.st_state[ucell] = np.where(complete, np.where(hp, ST_SENT_UP, ST_FINAL), ST_COLLECTING)
+        self.st_contrib[ucell] = base_cb | gor
+        self.st_nc[ucell] = nc
+        self.st_cnt[ucell] = cnt
+        self.st_wb[ucell] = wb
+        over = np.zeros(m, dtype=bool)
+        over[starts[fresh]] = True
+        occ = np.arange(m) - np.repeat(starts, counts)
+        rows = acc[order]
+        self._apply_adds(b, v, rows, cs, over, occ, cfg)
+        done = np.flatnonzero(complete)
+        if done.size:
+            last = starts[done] + counts[done] - 1
+            when = np.argsort(order[last], kind="stable")    # in the order they completed
+            last, done = last[when], done[when]
+            e = np.zeros((len(done), 7), dtype=np.int64)
+            e[:, 0] = rows[last]
+            e[:, 1] = ucell[done]
+            e[:, 2] = np.where(hp[done], OUT_UP, OUT_MULTICAST)
+            e[:, 3] = cnt[done]
+            e[:, 4] = wb[done]
+            e[:, 6] = jn[order][last]
+            self._emit(b, v, e, cfg)
+        return True
 
     # ------------------------------------------------------------------------------------
     def _values(self, b, rows: np.ndarray, jn: np.ndarray, pc: int, cfg: Compiled) -> np.ndarray:
@@ -447,38 +542,43 @@ class Pipeline:
         raw = b[rows, PAY_OFF: PAY_OFF + lay.LANES[w].nbytes]
         return raw.view(_LANE_DT[w]).astype(np.uint32)
 
+    def _apply_adds(self, b, v, a_rows, a_cells, over, occ, cfg: Compiled) -> None:
+        """ThcAccumulate's ACC_ADD for rows (``occ``: how many earlier rows of this group add
+        to the same cell; ``over``: the first contributor of a fresh round overwrites)."""
+        sums = self.sums
+        if over.any():
+            sums[a_cells[over]] = 0          # the first contributor overwrites
+        jn = cfg.job_map[v["job_id"][a_rows].astype(np.int64)]
+        _count(self.counters.contributions, cfg.job["index"][jn])
+        self.outcomes["contribution"] += len(a_rows)
+        pc = PAYLOAD_CLASS[v["msg_type"][a_rows], v["lane_bits"][a_rows]]
+        classes = [int(pc[0])] if (pc == pc[0]).all() else np.unique(pc).tolist()
+        for cls in classes:
+            sel = None if len(classes) == 1 else pc == cls
+            rows = a_rows if sel is None else a_rows[sel]
+            cs = a_cells if sel is None else a_cells[sel]
+            oc = occ if sel is None else occ[sel]
+            vals = self._values(b, rows, jn if sel is None else jn[sel], cls, cfg)
+            if cls == PC_NORMS:
+                w = vals.shape[1]
+                for i, c in enumerate(cs.tolist()):
+                    np.maximum(sums[c, :w], vals[i], out=sums[c, :w])
+                continue
+            # one pass per occurrence: the cells of a pass are distinct
+            for p in range(int(oc.max()) + 1):
+                if p == 0 and oc.max() == 0:
+                    sums[cs] += vals
+                else:
+                    m = oc == p
+                    if m.any():
+                        sums[cs[m]] += vals[m]
+
     def _flush(self, b, v, pend: _Pending, cfg: Compiled) -> None:
         """Apply pending adds/stores to the sums, then emit the pending outputs."""
         sums = self.sums
         if pend.adds:
             a = np.array(pend.adds, dtype=np.int64)
-            a_rows, a_cells, over, occ = a[:, 0], a[:, 1], a[:, 2].astype(bool), a[:, 3]
-            if over.any():
-                sums[a_cells[over]] = 0          # the first contributor overwrites
-            jn = cfg.job_map[v["job_id"][a_rows].astype(np.int64)]
-            _count(self.counters.contributions, cfg.job["index"][jn])
-            self.outcomes["contribution"] += len(a_rows)
-            pc = PAYLOAD_CLASS[v["msg_type"][a_rows], v["lane_bits"][a_rows]]
-            classes = [int(pc[0])] if (pc == pc[0]).all() else np.unique(pc).tolist()
-            for cls in classes:
-                sel = None if len(classes) == 1 else pc == cls
-                rows = a_rows if sel is None else a_rows[sel]
-                cs = a_cells if sel is None else a_cells[sel]
-                oc = occ if sel is None else occ[sel]
-                vals = self._values(b, rows, jn if sel is None else jn[sel], cls, cfg)
-                if cls == PC_NORMS:
-                    w = vals.shape[1]
-                    for i, c in enumerate(cs.tolist()):
-                        np.maximum(sums[c, :w], vals[i], out=sums[c, :w])
-                    continue
-                # one pass per occurrence: the cells of a pass are distinct
-                for p in range(int(oc.max()) + 1):
-                    if p == 0 and oc.max() == 0:
-                        sums[cs] += vals
-                    else:
-                        m = oc == p
-                        if m.any():
-                            sums[cs[m]] += vals[m]
+            self._apply_adds(b, v, a[:, 0], a[:, 1], a[:, 2].astype(bool), a[:, 3], cfg)
             pend.adds.clear()
         if pend.stores:
             s_rows = np.array([s[0] for s in pend.stores], dtype=np.int64)
@@ -497,7 +597,7 @@ class Pipeline:
     # ------------------------------------------------------------------------------------
     def _emit(self, b, v, emits, cfg: Compiled) -> None:
         """ThcEmit + ThcOutput (+ multicast replication and ThcMembers) for ``emits``."""
-        e = np.array(emits, dtype=np.int64)
+        e = emits if isinstance(emits, np.ndarray) else np.array(emits, dtype=np.int64)
         e_row, e_cell, e_act, e_cnt, e_wb, e_flags, e_jn = e.T
         job = cfg.job
         m = len(e)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import select
+import socket
 import threading
 import time
 from collections.abc import Iterable
@@ -20,11 +21,12 @@ import grpc
 import numpy as np
 from finsy.proto import p4r
 
+from host.protocol import layout as lay
 from host.softswitch import config as cfgmod
 from host.softswitch.entities import EntityStore
-from host.softswitch.netio import MsgBatch, Port
+from host.softswitch.netio import SOCKADDR_IN, MsgBatch, Port, UdpPort
 from host.softswitch.p4info import P4InfoIndex
-from host.softswitch.pipeline import ROW, Counters, Pipeline
+from host.softswitch.pipeline import ROW, THC_OFF, Counters, Pipeline
 from host.softswitch.server import P4RuntimeService, start_server
 
 log = logging.getLogger(__name__)
@@ -46,7 +48,7 @@ class SoftSwitch:
     """
 
     def __init__(self, ports: Iterable[Port] = (), device_id: int = 1, pool_slots: int = 256,
-                 batch: int = 128) -> None:
+                 batch: int = 512) -> None:
         self.ports: dict[int, Port] = {p.number: p for p in ports}
         self.pool_slots = pool_slots
         self.batch = batch
@@ -61,6 +63,8 @@ class SoftSwitch:
         self.stop_event = threading.Event()
         self.tx_lost = 0
         self.batches = 0
+        self.any_udp = any(isinstance(p, UdpPort) for p in self.ports.values())
+        self._port_tables()
 
     # -- control plane hooks --------------------------------------------------------------
     def _on_commit(self, store: EntityStore) -> None:
@@ -111,14 +115,90 @@ class SoftSwitch:
             ports[i] = p
         return self.pipeline.process(buf, lens, ports, n).frames()
 
+    def _port_tables(self) -> None:
+        """Per-port lookup arrays so that receive/send bookkeeping is done per batch."""
+        size = 512
+        self.p_off = np.zeros(size, dtype=np.int64)
+        self.p_udp = np.zeros(size, dtype=bool)
+        self.p_bind = np.zeros(size, dtype=np.uint32)
+        self.p_peer = np.zeros(size, dtype=bool)
+        self.p_peer_addr = np.zeros(size, dtype=np.uint32)
+        self.p_peer_port = np.zeros(size, dtype=np.int64)
+        for p in self.ports.values():
+            self.p_off[p.number] = p.offset
+            if isinstance(p, UdpPort):
+                self.p_udp[p.number] = True
+                self.p_bind[p.number] = int.from_bytes(socket.inet_aton(p.bind[0]), "big")
+                if p.peer is not None:
+                    self.p_peer[p.number] = True
+                    self.p_peer_addr[p.number] = p.peer_addr
+                    self.p_peer_port[p.number] = p.peer[1]
+        kinds = {(p.offset, p.named) for p in self.ports.values()}
+        self.uniform = kinds.pop() if len(kinds) == 1 else None
+        if self.uniform is not None:
+            self.rxb.prepare(*self.uniform)
+        #: UDP peers learned from received datagrams: IPv4 address -> UDP port
+        self.learned: dict[int, int] = {}
+        t = np.zeros(THC_OFF, dtype=np.uint8)
+        t[0:6] = (0x02, 0, 0, 0, 0xFF, 0xFE)
+        t[6:12] = (0x02, 0, 0, 0, 0xFF, 0x00)
+        t[12:14] = (0x08, 0x00)
+        t[14], t[22], t[23] = 0x45, 64, 17
+        t[36:38] = (lay.THC_UDP_PORT >> 8, lay.THC_UDP_PORT & 0xFF)
+        self.udp_template = t
+
+    def _udp_rx(self, n: int) -> None:
+        """Give the UDP datagrams of rows ``0..n-1`` their Ethernet/IPv4/UDP headers
+        (source = the datagram's sender, destination = the port's bound address)."""
+        sel = self.p_udp[self.inports[:n]]
+        allrows = sel.all()
+        idx = slice(0, n) if allrows else np.flatnonzero(sel)
+        rows = self.rxb.buf[idx] if not allrows else self.rxb.buf[:n]
+        names = self.rxb.names[idx]
+        k = len(names)
+        rows[:, :THC_OFF] = self.udp_template
+        rows[:, 26:30] = names["addr"].astype(">u4").view(np.uint8).reshape(k, 4)
+        rows[:, 30:34] = self.p_bind[self.inports[idx]].astype(">u4").view(np.uint8).reshape(k, 4)
+        rows[:, 34:36] = names["port"].astype(">u2").view(np.uint8).reshape(k, 2)
+        ln = self.lens[idx]
+        rows[:, 16:18] = (ln + 28).astype(">u2").view(np.uint8).reshape(k, 2)
+        rows[:, 38:40] = (ln + 8).astype(">u2").view(np.uint8).reshape(k, 2)
+        self.lens[idx] = ln + THC_OFF
+        if not allrows:
+            self.rxb.buf[idx] = rows
+        key = (names["addr"].astype(np.int64) << 16) | names["port"]
+        for kk in np.unique(key).tolist():
+            self.learned[kk >> 16] = kk & 0xFFFF
+
     def _send(self, out) -> None:
         n = out.n
         if n == 0:
             return
         if self.txb.buf is not out.buf or self.txb.capacity < len(out.lens):
             self.txb = MsgBatch(len(out.lens), out.buf)
+        txb = self.txb
         ports = out.ports[:n]
-        cuts = np.flatnonzero(np.diff(ports)) + 1
+        off = self.p_off[ports]
+        txb.iov["base"][:n] = txb.rows[:n] + off.astype(np.uint64)
+        txb.iov["len"][:n] = out.lens[:n] - off
+        txb.hdr["controllen"][:n] = 0
+        udp = self.p_udp[ports]
+        if udp.any():
+            names = txb.names[:n]
+            names["family"] = socket.AF_INET
+            dst = out.buf[:n, 30:34].copy().view(">u4")[:, 0].astype(np.uint32)
+            peer = self.p_peer[ports]
+            uniq, inv = np.unique(dst, return_inverse=True)
+            get = self.learned.get
+            learned = np.array([get(d, lay.THC_UDP_PORT) for d in uniq.tolist()], dtype=np.int64)[inv]
+            names["addr"] = np.where(peer, self.p_peer_addr[ports], dst)
+            names["port"] = np.where(peer, self.p_peer_port[ports], learned)
+            txb.hdr["name"][:n] = np.where(udp, txb.name_ptr[:n], 0)
+            txb.hdr["namelen"][:n] = np.where(udp, SOCKADDR_IN.itemsize, 0)
+        else:
+            txb.hdr["name"][:n] = 0
+            txb.hdr["namelen"][:n] = 0
+        cuts = np.flatnonzero(ports[1:] != ports[:-1]) + 1
         starts = [0, *cuts.tolist()]
         ends = [*cuts.tolist(), n]
         for a, e in zip(starts, ends, strict=True):
@@ -126,8 +206,7 @@ class SoftSwitch:
             if p is None:
                 self.tx_lost += e - a
                 continue
-            p.prepare_send(self.txb, out.lens, a, e - a)
-            self.tx_lost += (e - a) - self.txb.send(p.fd, a, e - a)
+            self.tx_lost += (e - a) - txb.send(p.fd, a, e - a)
 
     def poll_once(self, ep: select.epoll, fd2port: dict[int, Port], timeout: float) -> int:
         """Receive one batch from the ready ports, process it, send the outputs."""
@@ -135,35 +214,68 @@ class SoftSwitch:
         n = 0
         B = self.batch
         rxb = self.rxb
+        uniform = self.uniform
+        if uniform is not None:
+            rxb.reset(B, uniform[1])
+        got: list[tuple[int, int]] = []
         for fd, _ in events:
             p = fd2port[fd]
-            k = rxb.recv(fd, n, B - n, p.offset, p.named)
+            if uniform is not None:
+                k = rxb.recv_prepared(fd, n, B - n)
+            else:
+                k = rxb.recv(fd, n, B - n, p.offset, p.named)
             if k:
-                self.lens[n: n + k] = rxb.hdr["len"][n: n + k]
-                p.after_recv(rxb, self.lens, n, k)
-                self.inports[n: n + k] = p.number
-                self.stamps[n: n + k] = rxb.stamps(n, k)
+                got.append((p.number, k))
                 n += k
                 if n >= B:
                     break
         if n:
             self.batches += 1
-            out = self.pipeline.process(rxb.buf, self.lens, self.inports, n,
-                                        self.stamps if len(events) > 1 else None)
+            self.lens[:n] = rxb.hdr["len"][:n]
+            if len(got) == 1:
+                self.inports[:n] = got[0][0]
+                stamps = None
+            else:
+                self.inports[:n] = np.repeat([g[0] for g in got], [g[1] for g in got])
+                self.stamps[:n] = rxb.stamps(0, n)
+                stamps = self.stamps
+            if self.any_udp:
+                self._udp_rx(n)
+            out = self.pipeline.process(rxb.buf, self.lens, self.inports, n, stamps)
             self._send(out)
         return n
 
-    def run(self, idle_timeout: float = 0.05) -> None:
-        """Loop until :meth:`stop`."""
+    def echo_once(self, ep: select.epoll, fd2port: dict[int, Port], timeout: float) -> int:
+        """The plain receive-and-send loop on the same sockets and batches (benchmark limit):
+        every message goes straight back where it came from, untouched."""
+        events = ep.poll(timeout)
+        rxb = self.rxb
+        total = 0
+        for fd, _ in events:
+            p = fd2port[fd]
+            k = rxb.recv(fd, 0, self.batch, p.offset, p.named)
+            if k:
+                rxb.iov["len"][:k] = rxb.hdr["len"][:k]
+                rxb.hdr["controllen"][:k] = 0
+                self.tx_lost += k - rxb.send(fd, 0, k)
+                total += k
+        self.uniform = None   # the echo loop rewrote the prepared vectors
+        self.pipeline.rx += total
+        self.pipeline.tx += total
+        return total
+
+    def run(self, idle_timeout: float = 0.05, echo: bool = False) -> None:
+        """Loop until :meth:`stop` (``echo``: the plain receive-and-send loop instead)."""
         ep = select.epoll()
         fd2port = {p.fd: p for p in self.ports.values()}
         for fd in fd2port:
             ep.register(fd, select.EPOLLIN)
-        log.info("software switch running: ports %s",
+        log.info("software switch running%s: ports %s", " (echo)" if echo else "",
                  " ".join(p.describe() for p in self.ports.values()))
+        step = self.echo_once if echo else self.poll_once
         try:
             while not self.stop_event.is_set():
-                self.poll_once(ep, fd2port, idle_timeout)
+                step(ep, fd2port, idle_timeout)
         finally:
             ep.close()
 

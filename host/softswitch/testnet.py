@@ -196,6 +196,9 @@ class SoftswitchNetwork:
         Prefix of interface and namespace names (afpacket wiring).
     """
 
+    #: widest lanes produced from DATA: all of them (BMv2's 512-byte headroom does not apply)
+    max_data_lane_bits = 32
+
     def __init__(self, workdir: Path, entries: Callable[[Any], list], wiring: str = "tunnel",
                  prefix: str | None = None) -> None:
         if wiring not in ("tunnel", "afpacket"):

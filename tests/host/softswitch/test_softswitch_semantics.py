@@ -283,28 +283,46 @@ def _frames(spec):
     return out
 
 
-@settings(max_examples=40, deadline=None)
+def _run(frames, batch: bool, fast: bool):
+    x = Bench(pool_slots=8)
+    x.job(30, W[:3], num_slots=2)
+    x.sw.pipeline.fast = fast
+    one_by_one = [[f] for f in frames]
+    out = [o for fs in ([frames] if batch else one_by_one) for o in x.sw.process_frames(fs)]
+    return x, sorted(out)
+
+
+@settings(max_examples=60, deadline=None)
 @given(st.lists(_packet, min_size=1, max_size=40))
 def test_one_batch_equals_one_packet_at_a_time(spec):
+    """The reference is the packet-by-packet slot logic (P4 order); a batch through the
+    vectorized fast path, a batch through the loop and single packets all agree with it."""
     frames = _frames(spec)
-    batch, single = Bench(pool_slots=8), Bench(pool_slots=8)
-    for x in (batch, single):
-        x.job(30, W[:3], num_slots=2)
-    got_batch = batch.sw.process_frames(frames)
-    got_single = [o for f in frames for o in single.sw.process_frames([f])]
-    key = lambda o: (o[0], o[1])  # noqa: E731
-    assert sorted(got_batch, key=key) == sorted(got_single, key=key)
-    assert batch.drops() == single.drops()
-    # every frame has exactly one fate: a drop reason or one of the outcomes
-    for x in (batch, single):
-        pl = x.sw.pipeline
-        assert sum(x.drops().values()) + sum(pl.outcomes.values()) == pl.rx == len(frames)
-        assert pl.outcomes["contribution"] == x.counter("contributions").sum()
-        assert pl.outcomes["resent"] == x.counter("resent").sum()
-    pa, pb = batch.sw.pipeline, single.sw.pipeline
-    assert (pa.c_state, pa.c_round, pa.c_contrib, pa.c_cnt, pa.c_wb) == \
-        (pb.c_state, pb.c_round, pb.c_contrib, pb.c_cnt, pb.c_wb)
-    np.testing.assert_array_equal(pa.sums, pb.sums)
+    ref, want = _run(frames, batch=False, fast=False)
+    for batch, fast in ((True, True), (True, False), (False, True)):
+        got, out = _run(frames, batch, fast)
+        assert out == want, (batch, fast)
+        assert got.drops() == ref.drops()
+        for k, arr in ref.sw.pipeline.state().items():
+            np.testing.assert_array_equal(got.sw.pipeline.state()[k], arr, err_msg=k)
+        np.testing.assert_array_equal(got.sw.pipeline.sums, ref.sw.pipeline.sums)
+        # every frame has exactly one fate: a drop reason or one of the outcomes
+        pl = got.sw.pipeline
+        assert sum(got.drops().values()) + sum(pl.outcomes.values()) == pl.rx == len(frames)
+        assert pl.outcomes["contribution"] == got.counter("contributions").sum()
+        assert pl.outcomes["resent"] == got.counter("resent").sum()
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 1), st.integers(0, 3)), min_size=1,
+                max_size=60))
+def test_plain_contributions_fast_path_matches(spec):
+    """Batches of plain contributions (the fast path's domain, incl. its fallbacks)."""
+    frames = [data(W[p], 30, slot, rnd, np.full(C, (p + rnd) % 16)) for p, slot, rnd in spec]
+    ref, want = _run(frames, batch=False, fast=False)
+    got, out = _run(frames, batch=True, fast=True)
+    assert out == want and got.drops() == ref.drops()
+    np.testing.assert_array_equal(got.sw.pipeline.sums, ref.sw.pipeline.sums)
 
 
 @pytest.mark.parametrize("n", [1, 2, 8])
