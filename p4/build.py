@@ -53,6 +53,14 @@ def sources_sha256() -> str:
     return h.hexdigest()
 
 
+def outputs_sha256() -> str:
+    """Hash over the committed compiler outputs (detects hand edits and partial commits)."""
+    h = hashlib.sha256()
+    for f in (JSON_OUT, P4INFO_OUT):
+        h.update(f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def read_stamp() -> dict:
     """The committed stamp (empty dict when absent)."""
     return json.loads(STAMP.read_text()) if STAMP.exists() else {}
@@ -65,6 +73,8 @@ def is_stale() -> tuple[bool, str]:
         return True, "p4/build has no compiled outputs or no stamp.json"
     if stamp.get("sources_sha256") != sources_sha256():
         return True, "sources changed since p4/build was compiled (stamp hash differs)"
+    if stamp.get("outputs_sha256") != outputs_sha256():
+        return True, "p4/build outputs differ from what the compiler wrote (stamp hash differs)"
     return False, "p4/build is up to date"
 
 
@@ -129,6 +139,7 @@ def build(p4c: str | None = None, check: bool = False) -> tuple[int, dict]:
         return FAILED, report
     STAMP.write_text(json.dumps({
         "sources_sha256": sources_sha256(),
+        "outputs_sha256": outputs_sha256(),
         "p4c_version": version,
         "compile_seconds": result["seconds"],
         "peak_rss_mib": result["peak_rss_mib"],

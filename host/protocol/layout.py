@@ -116,6 +116,9 @@ class DropReason(enum.IntEnum):
     NOT_IPV4 = 11
     #: IPv4 TTL expired.
     TTL_EXPIRED = 12
+    #: the job's lane width is one this target cannot produce from DATA (v1model on BMv2:
+    #: 32-bit lanes would grow the packet by more than BMv2's 512 bytes of headroom).
+    LANE_UNSUPPORTED = 13
 
 
 #: Size of the drop counter array (room for future reasons).

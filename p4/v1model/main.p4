@@ -20,7 +20,7 @@
 #include "include/control/thc_members.p4"
 #include "include/control/drop_accounting.p4"
 
-control Ingress(inout headers_t hdr, inout local_metadata_t meta,
+control IngressImpl(inout headers_t hdr, inout local_metadata_t meta,
                 inout standard_metadata_t std) {
     Routing() routing;
     ThcValidate() thc_validate;
@@ -61,7 +61,7 @@ control Ingress(inout headers_t hdr, inout local_metadata_t meta,
     }
 }
 
-control Egress(inout headers_t hdr, inout local_metadata_t meta,
+control EgressImpl(inout headers_t hdr, inout local_metadata_t meta,
                inout standard_metadata_t std) {
     ThcMembers() thc_members;
     apply {
@@ -71,5 +71,5 @@ control Egress(inout headers_t hdr, inout local_metadata_t meta,
     }
 }
 
-V1Switch(ThcParser(), VerifyChecksumImpl(), Ingress(), Egress(), ComputeChecksumImpl(),
+V1Switch(ThcParser(), VerifyChecksumImpl(), IngressImpl(), EgressImpl(), ComputeChecksumImpl(),
          ThcDeparser()) main;

@@ -141,6 +141,10 @@ def job_entries(job: SwitchJob) -> list:
 class AggregationNetwork(abc.ABC):
     """The interface the packet tests use; one implementation per aggregation target."""
 
+    #: widest lanes the target produces from DATA (a wider job's DATA is dropped,
+    #: DropReason.LANE_UNSUPPORTED)
+    max_data_lane_bits: int = 32
+
     @abc.abstractmethod
     def add_switch(self, name: str) -> None:
         """Declare a switch (before :meth:`start`)."""
@@ -269,6 +273,9 @@ class _Switch:
 
 class Bmv2Network(AggregationNetwork):
     """BMv2 ``simple_switch_grpc`` target on veth pairs and network namespaces."""
+
+    #: simple_switch's 512-byte packet headroom (p4/v1model/include/size.p4)
+    max_data_lane_bits = 16
 
     def __init__(self, workdir: Path, prefix: str | None = None) -> None:
         self.prefix = prefix or f"nct{os.getpid() % 100000}"

@@ -79,6 +79,13 @@ def test_one_job_sums_exactly(single_switch, n, lane):
     net = single_switch
     hosts = WORKERS[:n]
     job = new_job(net, hosts, lane_bits=lane)
+    if lane > net.max_data_lane_bits:
+        before = net.drop_counts(SWITCH)
+        for rank, h in enumerate(hosts):
+            net.send(h, data(net, job, h, rank, slot=1, rnd=0, idx=np.ones(C, dtype=int)))
+        assert thc_only(net.recv(hosts[0], count=1, timeout=0.5)) == []
+        assert drops_delta(before, net.drop_counts(SWITCH)) == {DropReason.LANE_UNSUPPORTED: n}
+        return
     rng = np.random.default_rng(n)
     for rnd in range(3):  # both copies, and round 2 reuses copy 0 (old sums must not leak)
         idxs = [rng.integers(0, 16, C) for _ in hosts]

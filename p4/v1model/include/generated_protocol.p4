@@ -35,6 +35,7 @@ const bit<8> DROP_DUPLICATE = 9;
 const bit<8> DROP_NO_ROUTE = 10;
 const bit<8> DROP_NOT_IPV4 = 11;
 const bit<8> DROP_TTL_EXPIRED = 12;
+const bit<8> DROP_LANE_UNSUPPORTED = 13;
 const bit<16> THC_UDP_LEN_LANES8 = 292;
 const bit<16> THC_UDP_LEN_LANES16 = 548;
 const bit<16> THC_UDP_LEN_LANES32 = 1060;

@@ -14,6 +14,10 @@
 #define SENDERS_TABLE_SIZE 1024
 // (job, egress port) -> member address for multicast results.
 #define MEMBERS_TABLE_SIZE 1024
+// Widest lanes a DATA packet may turn into: simple_switch gives a packet 512 bytes of
+// headroom, so a result may be at most 512 bytes longer than the DATA it came from
+// (256 x 16-bit lanes = 512 B replace 128 B of indices; 32-bit lanes would need 896 more).
+#define MAX_DATA_RESULT_LANE_BITS 16
 // IPv4 routes for ordinary traffic.
 #define ROUTES_TABLE_SIZE 1024
 

@@ -6,6 +6,7 @@
 #define NETCO_THC_ACCUMULATE_P4
 
 control ThcAccumulate(inout headers_t hdr, inout local_metadata_t meta) {
+    @name(".ingress.thc_accumulate.lane_sums")
     register<bit<32>>(THC_SUM_REGISTERS) lane_sums;
 
     apply {

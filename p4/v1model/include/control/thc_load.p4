@@ -9,6 +9,7 @@
 #define NETCO_THC_LOAD_P4
 
 control ThcLoad(inout headers_t hdr, inout local_metadata_t meta) {
+    @name(".ingress.thc_load.table_scratch")
     register<bit<8>>(THC_TABLE_ENTRIES) table_scratch;
 
 #include "generated_load_table_action.p4"

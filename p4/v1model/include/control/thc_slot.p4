@@ -8,11 +8,17 @@
 #define NETCO_THC_SLOT_P4
 
 control ThcSlot(inout headers_t hdr, inout local_metadata_t meta) {
+    @name(".ingress.thc_slot.round_reg")
     register<bit<32>>(THC_CELLS) round_reg;     // round the cell holds
+    @name(".ingress.thc_slot.state_reg")
     register<bit<8>>(THC_CELLS) state_reg;      // ST_*
+    @name(".ingress.thc_slot.contrib_reg")
     register<bit<32>>(THC_CELLS) contrib_reg;   // contributor bitmap (dedup at this switch)
+    @name(".ingress.thc_slot.ncontrib_reg")
     register<bit<8>>(THC_CELLS) ncontrib_reg;   // distinct contributors at this switch
+    @name(".ingress.thc_slot.count_reg")
     register<bit<8>>(THC_CELLS) count_reg;      // worker contributions in the sum
+    @name(".ingress.thc_slot.workers_reg")
     register<bit<32>>(THC_CELLS) workers_reg;   // worker bitmap of the sum
 
     @name(".ingress.thc_slot.contributions")

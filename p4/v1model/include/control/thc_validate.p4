@@ -87,6 +87,8 @@ control ThcValidate(inout headers_t hdr, inout local_metadata_t meta,
             if (meta.kind == KIND_DATA && hdr.thc.msg_type != MSG_DATA
                     && hdr.thc.lane_bits != meta.job.lane_bits) {
                 meta.drop_reason = DROP_MALFORMED;   // lanes of another width than the job's
+            } else if (t == MSG_DATA && meta.job.lane_bits > MAX_DATA_RESULT_LANE_BITS) {
+                meta.drop_reason = DROP_LANE_UNSUPPORTED;
             } else if (hdr.thc.slot >= meta.job.num_slots) {
                 meta.drop_reason = DROP_BAD_SLOT;
             } else if (meta.is_up == 1) {
