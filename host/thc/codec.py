@@ -139,8 +139,13 @@ class THCCodec:
         # energy, so √(padded)/M would inflate the blocks that hold the data and clip them
         # (a 1025-element chunk pads to 2048). Identical to the reference's d without padding.
         sq = math.sqrt(seg.length)
-        with np.errstate(divide="ignore"):
+        with np.errstate(divide="ignore", over="ignore"):
             scale = np.where(M > 0, sq / np.where(M > 0, M, 1.0), 0.0)
+            # A (subnormal) norm so small that √len/M overflows float32 cannot be scaled:
+            # such a chunk is sent as zeros (its value stays in the error memory).
+            tiny = ~np.isfinite(scale.astype(np.float32))
+        scale[tiny] = 0.0
+        M = np.where(tiny, 0.0, M)
         a1 = cfg.inc * M / sq
         b1 = cfg.granularity / 2 * cfg.inc * M / sq
         return _SegConsts(scale.astype(np.float32), a1.astype(np.float32), b1.astype(np.float32),

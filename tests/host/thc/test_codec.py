@@ -241,3 +241,14 @@ def test_per_block_norms_follow_layer_scales(codec):
     e_reference = nmse(roundtrip(ref, x), x)
     assert e_default < 0.025
     assert e_reference > 2 * e_default
+
+
+def test_subnormal_norm_chunk_encodes_as_zero(codec):
+    x = torch.randn(3072, generator=torch.Generator().manual_seed(14))
+    x[1024:2048] = 1e-44  # norm ~ 3e-43: √1024/M overflows float32
+    norms = codec.chunk_norms(x)
+    enc = codec.encode(x, norms, worker=0, round=0, residual=True)
+    out = codec.decode(codec.values(enc), 1, norms, x.numel(), round=0)
+    assert torch.isfinite(out).all() and torch.isfinite(enc.residual).all()
+    assert float(out[1024:2048].abs().max()) == 0.0
+    assert nmse(torch.cat([out[:1024], out[2048:]]), torch.cat([x[:1024], x[2048:]])) < 0.05
