@@ -150,11 +150,12 @@ def measure(topo: Topology, kind: str, args, workdir: Path, loop: AsyncLoop) -> 
                 {"rank": r, "raw": topo.mode == "veth", "mac": mac, "ip": ip}
                 for r, _p, ip, mac in topo.workers], switch_ip=topo.switch_ip)
             cmd = [*topo.prefix, *loadgen.c_command(args.c_exe, tpl, length, args.window, args.seconds,
-                                                    args.warmup, 0.05, topo.endpoints)]
+                                                    args.warmup, args.rto, topo.endpoints)]
         else:
             cmd = [*topo.prefix, sys.executable, "-m", "host.softswitch.loadgen", "--job", str(JOB),
                    "--window", str(args.window), "--seconds", str(args.seconds),
-                   "--warmup", str(args.warmup), "--switch-ip", topo.switch_ip, *topo.gen]
+                   "--warmup", str(args.warmup), "--rto", str(args.rto), "--switch-ip", topo.switch_ip,
+                   *topo.gen]
         gen = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                cwd=REPO, env=ENV)
         time.sleep(args.warmup)
@@ -189,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=float, default=0.7)
     ap.add_argument("--window", type=int, default=64, help="slots in flight per worker")
     ap.add_argument("--batch", type=int, default=512, help="switch receive batch")
+    ap.add_argument("--rto", type=float, default=0.25,
+                    help="generator retransmission timeout, s (long: a busy machine stalls)")
     ap.add_argument("--generator", choices=("c", "python"), default="c",
                     help="load generator: c (built with cc; falls back to python) or python")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
