@@ -36,6 +36,11 @@ from host.thc.lanes import lane_bits
 log = logging.getLogger(__name__)
 
 
+#: Agreed chunk norms below this are sent as zero chunks (their values stay in the error memory):
+#: the codec's scale √d/M overflows float32 for M below about 3e-36.
+TINY_NORM = 1e-30
+
+
 class NonFiniteGradientError(FloatingPointError):
     """Some rank's gradient bucket holds NaN or Inf; raised on every rank at the same bucket."""
 
@@ -190,7 +195,8 @@ def _check_finite(state: THCHookState, agg: Aggregator, x: torch.Tensor, bucket_
             f"THC hook, step {state.iter}, bucket {bucket_index}: rank(s) {bad} of {n} passed "
             f"NaN/Inf gradients (raised on rank {rank}){here}"
         )
-    return agreed[: norms.numel()].contiguous()
+    agreed = agreed[: norms.numel()].contiguous()
+    return torch.where(agreed < TINY_NORM, torch.zeros_like(agreed), agreed)
 
 
 def thc_hook(state: THCHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:

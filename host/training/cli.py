@@ -45,7 +45,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "measured compute plus its bytes' transfer time (an emulation)")
     parser.add_argument("--target", type=float,
                         help="held-out metric that counts as reached for time-to-target "
-                        "(default: the task's, digits 0.95 accuracy, charlm 3.3 bits/char)")
+                        "(default: the task's, digits 0.95 accuracy, charlm 3.15 bits/char)")
     parser.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP bucket size")
     parser.add_argument("--out", help="JSON report path (default netco-train-TASK.json)")
     parser.add_argument("--plot", help="PNG path with --compare (default netco-train-TASK.png)")

@@ -5,8 +5,10 @@ rendezvous in a temporary directory, so no port is raced for). Each wraps the ta
 ``DistributedDataParallel``, registers the compressor's communication hook, and trains for a
 fixed number of steps with deterministic batches. Rank 0 records, per step: the loss averaged
 over workers, the held-out metric (every ``eval_every`` steps), the bytes this worker sent and
-received as the compressor transmits them, and the step's wall time split into communication
-(time some all-reduce was in flight) and compute (the rest, including encode/decode).
+received as the compressor transmits them, the step's wall time split into communication
+(time some all-reduce was in flight) and compute (the rest, including encode/decode), and the
+worker process's CPU time in the step (``cpu_s``), which other load on a shared machine does not
+inflate.
 
 A rank that fails (e.g. NaN gradients) writes its error and exits cleanly; the parent raises
 :class:`TrainingError` with every rank's message. A run that exceeds ``timeout_s`` is killed.
@@ -111,7 +113,7 @@ def _train(rank: int, cfg: TrainConfig) -> dict:
         for step in range(steps):
             x, y = task.batch(step, rank, n)
             meter.take()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             opt.zero_grad(set_to_none=True)
             loss = task.loss(ddp, x, y)
             if cfg.inject_nan is not None and cfg.inject_nan == (rank, step):
@@ -119,7 +121,7 @@ def _train(rank: int, cfg: TrainConfig) -> dict:
             loss.backward()
             opt.step()
             sched.step()
-            wall = time.perf_counter() - t0
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             nbytes, comm = meter.take()
             if isinstance(state, THCHookState):
                 sent, recv = state.history[-1].sent, state.history[-1].received
@@ -131,7 +133,8 @@ def _train(rank: int, cfg: TrainConfig) -> dict:
             meter.take()
             rec = {"step": step + 1, "loss": float(lt) / n, "metric": None, "eval_loss": None,
                    "bytes_sent": int(sent), "bytes_received": int(recv),
-                   "compute_s": max(wall - comm, 0.0), "comm_s": comm, "wall_s": wall}
+                   "compute_s": max(wall - comm, 0.0), "comm_s": comm, "wall_s": wall,
+                   "cpu_s": cpu}
             if rank == 0 and ((step + 1) % eval_every == 0 or step + 1 == steps):
                 ev = task.evaluate(model)
                 rec["metric"], rec["eval_loss"] = ev.metric, ev.loss

@@ -1,7 +1,9 @@
 """Summaries, link emulation and the comparison plot of training runs.
 
-Link emulation (``--link-mbps B``): each step is charged its measured compute time plus the
-time its bytes take on a full-duplex link of ``B`` Mbit/s per worker,
+Link emulation (``--link-mbps B``): each step is charged the run's measured compute per step --
+the worker's CPU time in the step, median over the steps (wall time on a shared 2-core machine
+varies by tens of percent between identical runs with the load of other processes) -- plus the time
+its bytes take on a full-duplex link of ``B`` Mbit/s per worker,
 ``max(sent, received) · 8 / (B · 10⁶)`` seconds, with no overlap of communication and compute.
 It is an emulation from counted bytes, not a measurement of a network; the network testbed
 measures the same quantity for real.
@@ -10,6 +12,7 @@ measures the same quantity for real.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 
 FP32_BYTES = 4
@@ -26,7 +29,8 @@ def summarize(run: dict, *, target: float, link_mbps: float | None = None) -> di
     Returns a dict with final metric and held-out loss, bytes per step (mean over all steps,
     per worker) and their ratio to plain fp32 (``4 × parameters`` each way), the first step at
     which the held-out metric reached ``target``, and the time to it: measured wall time and,
-    with ``link_mbps``, the emulated compute + link time.
+    with ``link_mbps``, the emulated time (median CPU time per step + link time of the step's
+    bytes, summed).
     """
     recs = run["records"]
     hib = run["higher_is_better"]
@@ -37,10 +41,11 @@ def summarize(run: dict, *, target: float, link_mbps: float | None = None) -> di
     recv = sum(r["bytes_received"] for r in recs)
     wall = cum_emul = 0.0
     hit = None
+    compute_step = statistics.median(r.get("cpu_s", r["compute_s"]) for r in recs) if recs else 0.0
     for r in recs:
         wall += r["wall_s"]
         if link_mbps:
-            cum_emul += r["compute_s"] + link_seconds(r["bytes_sent"], r["bytes_received"], link_mbps)
+            cum_emul += compute_step + link_seconds(r["bytes_sent"], r["bytes_received"], link_mbps)
         r["emulated_s"] = cum_emul if link_mbps else None
         m = r["metric"]
         if hit is None and m is not None and (m >= target if hib else m <= target):
@@ -58,6 +63,8 @@ def summarize(run: dict, *, target: float, link_mbps: float | None = None) -> di
         "total_bytes_sent": sent,
         "total_bytes_received": recv,
         "compute_s": sum(r["compute_s"] for r in recs),
+        "cpu_s": sum(r.get("cpu_s", 0.0) for r in recs),
+        "compute_s_median_step": compute_step,
         "comm_s": sum(r["comm_s"] for r in recs),
         "wall_s": wall,
         "emulated_s": cum_emul if link_mbps else None,

@@ -217,7 +217,7 @@ class CharLMTask(Task):
 
     def __init__(self, seed: int = 0, lr: float | None = None) -> None:
         super().__init__(name="charlm", metric_name="bits_per_char", higher_is_better=False,
-                         default_steps=300, default_eval_every=15, default_target=3.3,
+                         default_steps=300, default_eval_every=5, default_target=3.15,
                          batch_per_worker=16, seed=seed)
         text = stdlib_corpus(self.n_chars)
         codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)

@@ -117,6 +117,37 @@ def _rebuild(rank: int, world: int) -> dict:
     return {"trace": state.trace, "snapshots": snapshots, "sizes": sizes}
 
 
+def _warmup(rank: int, world: int) -> dict:
+    model = Linear1(BUCKET_NUMEL)
+    ddp = DistributedDataParallel(model)
+    state = THCHookState(start_thc_iter=1)
+    ddp.register_comm_hook(state, thc_hook)
+    grads = []
+    for _ in range(2):
+        ddp(rank_vector(rank)).backward()
+        grads.append(model.w.grad.detach().clone())
+        model.w.grad = None
+    return {"grads": grads, "history": [(h.step, h.sent, h.received) for h in state.history],
+            "memory_keys": len(state.memory)}
+
+
+def tiny_vector(rank: int) -> torch.Tensor:
+    """A gradient whose second 1024-element chunk is subnormal (norm ~1e-39)."""
+    c = rank_vector(rank, 3072)
+    c[1024:2048] *= 1e-41
+    return c
+
+
+def _tiny(rank: int, world: int) -> dict:
+    model = Linear1(3072)
+    ddp = DistributedDataParallel(model)
+    state = THCHookState(error_feedback=True)
+    ddp.register_comm_hook(state, thc_hook)
+    ddp(tiny_vector(rank)).backward()
+    mem = next(iter(state.memory.values()))
+    return {"grad": model.w.grad.detach().clone(), "memory": mem.clone()}
+
+
 def _nan(rank: int, world: int) -> dict:
     model = Linear1(3000)
     ddp = DistributedDataParallel(model)
@@ -135,4 +166,4 @@ def hook_checks(rank: int, world: int) -> dict:
     """Every distributed check of the hook tests, in one process group."""
     return {"gloo": _gloo_probe(), "lanes": _lane_checks(rank, world),
             "fixed": _fixed_bucket(rank, world), "rebuild": _rebuild(rank, world),
-            "nan": _nan(rank, world)}
+            "warmup": _warmup(rank, world), "tiny": _tiny(rank, world), "nan": _nan(rank, world)}

@@ -113,6 +113,35 @@ def test_error_memory_survives_bucket_rebuild(ranks):
         assert {k: m.numel() for k, m in snaps[-1].items()} == rb["sizes"]
 
 
+def test_warmup_steps_run_uncompressed_then_thc(ranks):
+    n, vals = ranks
+    exact = torch.stack([W.rank_vector(r) for r in range(n)]).mean(0)
+    w = vals[0]["warmup"]
+    assert torch.allclose(w["grads"][0], exact, atol=1e-6)  # plain float average
+    err = float((w["grads"][1] - exact).square().sum() / exact.square().sum())
+    assert 0.001 < err < 0.05  # THC's error, not zero
+    up, down = vals[0]["fixed"]["expected_bytes"]
+    assert w["history"] == [(0, 4 * W.BUCKET_NUMEL, 4 * W.BUCKET_NUMEL), (1, up, down)]
+    assert w["memory_keys"] == 1  # error memory starts with the first compressed step
+
+
+def test_subnormal_chunk_is_sent_as_zero_and_kept_in_memory(ranks):
+    """A chunk whose agreed norm is subnormal would overflow the codec's scale; the hook sends
+    it as zeros and keeps it in the error memory, the other chunks are averaged as usual."""
+    n, vals = ranks
+    exact = torch.stack([W.tiny_vector(r) for r in range(n)]).mean(0)
+    for r, v in enumerate(vals):
+        g = v["tiny"]["grad"]
+        assert torch.isfinite(g).all()
+        assert float(g[1024:2048].abs().max()) == 0.0
+        kept = v["tiny"]["memory"][1024:2048].double() * 1e41  # subnormals: compare scaled up
+        want_kept = W.tiny_vector(r)[1024:2048].double() * 1e41
+        assert float((kept - want_kept).norm()) < 0.01 * float(want_kept.norm())
+        rest = torch.cat([g[:1024], g[2048:]])
+        want = torch.cat([exact[:1024], exact[2048:]])
+        assert float((rest - want).square().sum() / want.square().sum()) < 0.05
+
+
 def test_nan_on_one_rank_raises_on_every_rank(ranks):
     n, vals = ranks
     for r, v in enumerate(vals):

@@ -75,15 +75,18 @@ def _run(step: int, metric: float | None, sent: int, recv: int, compute: float) 
 
 def test_summary_link_emulation_and_time_to_target():
     run = {"compressor": "x", "higher_is_better": True, "params": 1000, "records": [
-        _run(1, 0.5, 500, 1000, 0.1), _run(2, None, 500, 1000, 0.1), _run(3, 0.9, 500, 1000, 0.1)]}
+        _run(1, 0.5, 500, 1000, 0.1), _run(2, None, 500, 1000, 0.9), _run(3, 0.9, 500, 1000, 0.1)]}
     s = summarize(run, target=0.8, link_mbps=8.0)
-    per_step = 0.1 + link_seconds(500, 1000, 8.0)  # the busier direction: 1000 B = 1 ms at 8 Mbit/s
+    # The median compute (0.1 s; the 0.9 s outlier is another process) plus the busier
+    # direction on the link: 1000 B = 1 ms at 8 Mbit/s.
+    per_step = 0.1 + link_seconds(500, 1000, 8.0)
     assert link_seconds(500, 1000, 8.0) == pytest.approx(1e-3)
     assert s["steps_to_target"] == 3
     assert s["emulated_to_target_s"] == pytest.approx(3 * per_step)
     assert s["uplink_vs_fp32"] == pytest.approx(500 / 4000)
     assert s["downlink_vs_fp32"] == pytest.approx(1000 / 4000)
     assert s["final_metric"] == 0.9
+    assert s["compute_s"] == pytest.approx(1.1) and s["compute_s_median_step"] == pytest.approx(0.1)
     low = summarize({**run, "higher_is_better": False}, target=0.6)
     assert low["steps_to_target"] == 1 and low["emulated_to_target_s"] is None
     g = gaps({"none": {"final_metric": 0.98, "final_eval_loss": 2.0},
