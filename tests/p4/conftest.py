@@ -19,15 +19,22 @@ import pytest
 # (switch_fixture, thc_frames) importable by their plain names.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from switch_fixture import INTRUDER, WORKERS, AggregationNetwork, Bmv2Network
+from switch_fixture import INTRUDER, WORKERS, AggregationNetwork, Bmv2Network, job_entries
 
 
 def _bmv2(workdir: Path, tag: str) -> AggregationNetwork:
     return Bmv2Network(workdir, prefix=f"nct{os.getpid() % 10000}{tag}")
 
 
+def _softswitch(workdir: Path, tag: str) -> AggregationNetwork:
+    from host.softswitch.testnet import SoftswitchNetwork
+
+    return SoftswitchNetwork(workdir, entries=job_entries, wiring="tunnel")
+
+
 TARGETS = [
     pytest.param(_bmv2, id="bmv2", marks=[pytest.mark.root, pytest.mark.bmv2, pytest.mark.p4c]),
+    pytest.param(_softswitch, id="softswitch"),
 ]
 
 

@@ -11,7 +11,7 @@ import itertools
 import numpy as np
 import pytest
 from switch_fixture import INTRUDER, WORKERS, AggregationNetwork, SwitchJob, Worker
-from thc_frames import thc_frame, thc_only
+from thc_frames import thc_frame, thc_only, wait_count
 
 from host.protocol import codec
 from host.protocol import layout as lay
@@ -21,7 +21,7 @@ from host.protocol.layout import DropReason, Flag, MsgType
 TABLE = [0, 3, 5, 7, 9, 11, 13, 14, 16, 17, 19, 21, 23, 25, 27, 30]
 C = lay.COORDS_PER_PACKET
 SWITCH = "s0"
-_ids = itertools.count(0)
+_ids: dict[int, itertools.count] = {}  # per started network: next job index
 
 
 def lane_bits_check(n: int, g: int) -> int:
@@ -31,7 +31,7 @@ def lane_bits_check(n: int, g: int) -> int:
 
 def new_job(net: AggregationNetwork, hosts: list[str], lane_bits: int | None = None,
             table: list[int] = TABLE, num_slots: int = 4) -> SwitchJob:
-    k = next(_ids)
+    k = next(_ids.setdefault(id(net), itertools.count(0)))
     assert k < 16, "more jobs than MAX_JOBS in p4/v1model/include/size.p4"
     contributors = []
     for rank, name in enumerate(hosts):
@@ -245,6 +245,7 @@ def test_result_resent_on_retransmission(single_switch):
         assert len(got[h]) == 1
         np.testing.assert_array_equal(got[h][0].msg.values, expected_sums(r1))
     net.send("w0", data(net, job, "w0", 0, 2, 2, r1[0]))
+    assert wait_count(net, net.hosts["w1"], job.self_ip, job.job_id, 1, 2, 2, want=1) == 1
     before = net.drop_counts(SWITCH)
     net.send("w1", data(net, job, "w1", 1, 2, 0, r0[1], flags=Flag.RETX))
     assert thc_only(net.recv("w1", count=1, timeout=0.5)) == []
@@ -302,6 +303,9 @@ def test_peek_names_contributors_without_changing_state(single_switch):
     idxs = [np.full(C, i + 1) for i in range(3)]
     net.send("w0", data(net, job, "w0", 0, 0, 0, idxs[0]))
     net.send("w2", data(net, job, "w2", 2, 0, 0, idxs[2]))
+    # w1 asks until both are in (ports are not processed in a fixed order); every request is
+    # a PEEK carrying w1's data, which must not be counted.
+    assert wait_count(net, net.hosts["w1"], job.self_ip, job.job_id, 1, 0, 0, want=2) == 2
     net.send("w1", data(net, job, "w1", 1, 0, 0, idxs[1], flags=Flag.RETX | Flag.PEEK))
     got = collect(net, hosts, timeout=1.0)
     assert got["w0"] == [] and got["w2"] == []
@@ -324,6 +328,7 @@ def test_deadline_releases_partial_sum_and_late_sender_gets_it(single_switch):
     idxs = [rng.integers(0, 16, C) for _ in hosts]
     net.send("w0", data(net, job, "w0", 0, 1, 0, idxs[0]))
     net.send("w1", data(net, job, "w1", 1, 1, 0, idxs[1]))
+    assert wait_count(net, net.hosts["w0"], job.self_ip, job.job_id, 0, 1, 0, want=2) == 2
     net.send("w0", data(net, job, "w0", 0, 1, 0, idxs[0], flags=Flag.RETX | Flag.DEADLINE))
     got = collect(net, hosts)
     part = expected_sums(idxs[:2])

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from switch_fixture import AggregationNetwork, SwitchJob, Worker
-from thc_frames import thc_frame, thc_only
+from thc_frames import thc_frame, thc_only, wait_count
 
 from host.protocol import codec
 from host.protocol import layout as lay
@@ -97,6 +97,7 @@ def test_tree_retransmissions_never_double_count(tree, tree_job):
     idxs = {h: rng.integers(0, 16, C) for h in HOSTS}
     send_data(net, "a0", 2, 0, idxs["a0"])
     send_data(net, "a1", 2, 0, idxs["a1"])       # leaf0 complete: partial goes up
+    assert wait_count(net, net.hosts["a0"], net.switch_ip("leaf0"), 7, 0, 2, 0, want=2) == 2
     root_before = net.drop_counts("root")
     send_data(net, "a0", 2, 0, idxs["a0"], flags=Flag.RETX)  # leaf0 re-sends its partial
     assert thc_only(net.recv("a0", count=1, timeout=0.5)) == []

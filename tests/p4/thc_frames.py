@@ -46,3 +46,27 @@ def thc_only(frames: list[bytes]) -> list[Received]:
     """The THC messages among ``frames``."""
     out = [parse(f) for f in frames]
     return [r for r in out if r is not None]
+
+
+def wait_count(net, host: Host, dst_ip: str, job_id: int, rank: int, slot: int, rnd: int,
+               want: int, kind: int = 1, timeout: float = 3.0) -> int:
+    """Poll the switch with PEEK requests until copy (slot, rnd) counts ``want`` contributions.
+
+    Frames from different hosts enter the switch on different ports, whose processing order is
+    not guaranteed; a PEEK (which changes no state, docs/protocol.md) is the barrier. Returns
+    the last count seen. ``kind`` is the message type (DATA or NORM).
+    """
+    import time
+
+    lane = 32 if kind == lay.MsgType.NORM else lay.INDEX_BITS
+    hd = codec.Header(msg_type=kind, job_id=job_id, slot=slot, round=rnd, rank=rank,
+                      lane_bits=lane, flags=lay.Flag.RETX | lay.Flag.PEEK)
+    frame = thc_frame(host, dst_ip, hd, np.zeros(0, dtype=np.uint8))
+    end = time.monotonic() + timeout
+    seen = -1
+    while seen != want and time.monotonic() < end:
+        net.send(host.name, frame)
+        for r in thc_only(net.recv(host.name, count=1, timeout=0.5)):
+            if r.msg.header.flags & lay.Flag.PEEK and r.msg.header.round == rnd:
+                seen = r.msg.header.count
+    return seen
