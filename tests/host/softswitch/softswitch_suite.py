@@ -28,6 +28,17 @@ from host.softswitch.testnet import SoftswitchNetwork  # noqa: E402
 SUITE_FILES = ("test_p4_aggregation", "test_p4_tree")
 
 
+def listed_in_p4_conftest(wiring: str) -> bool:
+    """Whether ``tests/p4/conftest.py`` already lists the software target with ``wiring``
+    (then the copies here would only run the same cases twice)."""
+    text = (P4_TESTS / "conftest.py").read_text()
+    if "SoftswitchNetwork" not in text:
+        return False
+    if wiring == "tunnel":   # the default wiring
+        return 'wiring="tunnel"' in text or "wiring=" not in text
+    return f'wiring="{wiring}"' in text
+
+
 def load_suite(tag: str) -> dict[str, object]:
     """Test functions and fixtures of the suite, loaded under fresh module names."""
     out: dict[str, object] = {}
