@@ -254,7 +254,9 @@ def problems(imp: Impairment, res: ProbeResult, direction: str = "") -> list[str
     if imp.delay_ms > 0 or imp.jitter_ms > 0:
         med = statistics.median(res.delays_ms)
         lo = imp.delay_ms - 0.5 - 0.2 * imp.jitter_ms
-        hi = imp.delay_ms + imp.jitter_ms + max(10.0, 0.5 * imp.delay_ms)
+        # generous above: a user-space forwarder on a busy machine adds milliseconds; what must
+        # never pass is a delay that is not there (the lower bound)
+        hi = imp.delay_ms + imp.jitter_ms + max(30.0, imp.delay_ms)
         if not lo <= med <= hi:
             out.append(f"{where}delay asked {imp.delay_ms:g} ms, measured median {med:.2f} ms "
                        f"(expected {lo:.1f}..{hi:.1f})")
@@ -282,7 +284,7 @@ def check(imp: Impairment, results: dict[str, ProbeResult], link: str = "") -> N
 
 def measure(imp: Impairment, tx: socket.socket, rx: socket.socket) -> ProbeResult:
     """Probe one direction as :func:`check` needs it: counts, delays and (if capped) rate."""
-    rate_pps = 10000.0
+    rate_pps = 5000.0
     if imp.bandwidth_mbps is not None:  # keep the probes' own load at a third of the cap
         rate_pps = min(rate_pps, imp.bandwidth_mbps * 1e6 / 3 / (64 * 8))
     count = probes_needed(imp)

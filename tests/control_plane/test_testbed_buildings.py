@@ -54,7 +54,7 @@ def test_tree_over_impaired_wan(target, tmp_path):
         for d in ("a->b", "b->a"):
             m = wan["measured"][d]
             assert 0.2 <= m["loss_pct"] <= 2.5, m
-            assert 4.5 <= m["delay_ms_median"] <= 15, m
+            assert 4.5 <= m["delay_ms_median"] <= 35, m
             assert 30 <= m["rate_mbps"] <= 65, m
         assert tb.ping("h1", "h4")  # routed across the WAN
         size, seed, rounds = 8192, 3, 2

@@ -30,7 +30,7 @@ def test_topology_file_aggregates_along_its_tree(topo, tmp_path):
         assert report["target"] in ("bmv2", "softswitch") and report["target_reason"]
         for ln in report["links"]:
             if "asked" in ln:  # buildings: the WAN link, measured before use
-                assert 9.5 <= ln["measured"]["a->b"]["delay_ms_median"] <= 25
+                assert 9.5 <= ln["measured"]["a->b"]["delay_ms_median"] <= 40
         job = tb.job()
         first, last = job.members[0], job.members[-1]
         assert tb.ping(first, last)
