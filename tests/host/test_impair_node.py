@@ -19,7 +19,7 @@ import pytest
 from host.impair import Impairment, ImpairmentError
 from host.impair.forwarder import Forwarder, open_packet_socket
 from host.impair.netns import in_netns
-from host.impair.node import configure, forwarder_command
+from host.impair.node import configure, forwarder_command, kernel_has_netem
 from host.impair.probe import check, measure, open_probe_socket, probe
 
 pytestmark = pytest.mark.root
@@ -153,3 +153,15 @@ def test_forwarder_process_writes_stats(chain, tmp_path):
     st = json.loads(stats.read_text())
     assert st["a->b"]["received"] == res.sent
     assert st["a->b"]["dropped"] == res.lost
+
+
+def test_netem_mode_matches_the_kernel(chain):
+    # Where the kernel has netem, that mode must measure right; where it has not (this
+    # machine), asking for it must fail loudly instead of building an unimpaired link.
+    imp = Impairment(delay_ms=5, loss_pct=2, bandwidth_mbps=20)
+    if kernel_has_netem():
+        configure(imp, "a1", "b1", "netem", chain.run_node)
+        check(imp, {"a->b": measure(imp, chain.tx, chain.rx)})
+    else:
+        with pytest.raises(ImpairmentError, match="a1/b1"):
+            configure(imp, "a1", "b1", "netem", chain.run_node)
