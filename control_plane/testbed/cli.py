@@ -23,6 +23,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -78,15 +79,23 @@ def state_path(args: argparse.Namespace) -> Path:
 
 
 def _topo(args: argparse.Namespace) -> Path:
+    """The topology file, validated as the controller's file and as a testbed layout."""
     topo = Path(args.topo)
     if not topo.exists():
         raise UsageError(f"--topo {topo}: no such file")
     from control_plane.config import ConfigError, load_config
+    from control_plane.testbed.plan import PlanError, make_plan
+    from control_plane.testbed.targets import TestbedError, choose_target
 
     try:
-        load_config(topo)
+        cfg = load_config(topo)
+        make_plan(cfg, getattr(args, "tag", None) or "nt000")
+        if hasattr(args, "target"):
+            choose_target(args.target, cfg.controller.bmv2_json)
     except ConfigError as exc:
         raise UsageError(f"--topo {exc}") from None
+    except (PlanError, TestbedError) as exc:
+        raise UsageError(f"--topo {topo}: {exc}") from None
     return topo
 
 
@@ -113,7 +122,9 @@ def _alive(pid: int | None, must_contain: str = "") -> bool:
 
 
 def _supervisor_alive(state: dict[str, Any], path: Path) -> bool:
-    return _alive(state.get("pid"), SUPERVISOR) and str(path) in _cmdline(state["pid"])
+    """The process holding the testbed (supervisor, or ``up --foreground``) still runs."""
+    cmd = _cmdline(state.get("pid") or 0)
+    return bool(cmd) and cmd == state.get("cmdline") and "testbed" in cmd  # not a reused PID
 
 
 def _emit(args: argparse.Namespace, obj: dict[str, Any], text: str) -> None:
@@ -196,19 +207,21 @@ def _foreground(args: argparse.Namespace, topo: Path) -> int:
     except Exception as exc:
         print(f"netco testbed up: failed: {exc}", file=sys.stderr)
         return 1
-    write_state(path, {"pid": os.getpid(), "status": "ready", "tag": tb.tag, "report": report,
+    write_state(path, {"pid": os.getpid(), "cmdline": _cmdline(os.getpid()), "status": "ready",
+                       "tag": tb.tag, "report": report,
                        "root_interfaces": report["root_interfaces"], "workdir": str(tb.workdir),
                        "foreground": True})
     _emit(args, report, _summary(report) + "\n  Ctrl-C tears it down")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # SIGINT too: a shell's "&" ignores it
+        signal.signal(sig, lambda *_: stop.set())
     try:
-        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
+        while not stop.wait(1.0):
+            pass
     finally:
         removed = tb.down()
-        path.unlink(missing_ok=True)
+        write_state(path, {"pid": os.getpid(), "status": "down", "tag": tb.tag, "removed": removed,
+                           "root_interfaces": report["root_interfaces"], "foreground": True})
         print(f"testbed {tb.tag} down: {json.dumps(removed)}", file=sys.stderr)
     return 0
 
@@ -243,17 +256,13 @@ def run_down(args: argparse.Namespace) -> int:
         raise UsageError(f"no testbed state at {path}: nothing is up for {args.topo} "
                          "(or give --state FILE)")
     result: dict[str, Any] = {"tag": st.get("tag"), "state_file": str(path)}
-    if st.get("foreground"):
-        if _alive(st.get("pid")):
-            os.kill(st["pid"], signal.SIGINT)
-        result["note"] = "foreground testbed asked to stop"
-    elif _supervisor_alive(st, path):
+    if _supervisor_alive(st, path):
         os.kill(st["pid"], signal.SIGTERM)
         end = time.monotonic() + args.timeout
         while _supervisor_alive(st, path) and time.monotonic() < end:
             time.sleep(0.2)
         if _supervisor_alive(st, path):
-            raise UsageError(f"supervisor {st['pid']} still running after {args.timeout:g} s")
+            raise UsageError(f"process {st['pid']} still running after {args.timeout:g} s")
         after = _read(path) or {}
         result["removed"] = after.get("removed")
     else:
@@ -277,7 +286,7 @@ def run_status(args: argparse.Namespace) -> int:
         _emit(args, {"up": False, "state_file": str(path)}, f"not up ({path} missing)")
         return 1
     report = st.get("report") or {}
-    sup = _supervisor_alive(st, path) or (st.get("foreground") and _alive(st.get("pid")))
+    sup = _supervisor_alive(st, path)
     out: dict[str, Any] = {"up": bool(sup) and st.get("status") == "ready", "status": st.get("status"),
                            "tag": st.get("tag"), "supervisor_pid": st.get("pid"),
                            "target": report.get("target"), "error": st.get("error")}

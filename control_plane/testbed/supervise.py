@@ -45,8 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     from control_plane.testbed.net import Testbed
 
     state_path = Path(args.state)
-    base = {"pid": os.getpid(), "topology": str(Path(args.topo).resolve()), "state_file": str(state_path),
-            "started": time.time()}
+    cmdline = Path("/proc/self/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    base = {"pid": os.getpid(), "cmdline": cmdline, "topology": str(Path(args.topo).resolve()),
+            "state_file": str(state_path), "started": time.time()}
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

@@ -131,3 +131,11 @@ def test_cli_input_errors(tmp_path, capsys):
     bad.write_text("switches: []\nhosts: []\n")
     assert netco(["testbed", "up", "--topo", str(bad), "--state", str(tmp_path / "s.json")]) == 2
     assert "switches: empty" in capsys.readouterr().err
+    good = REPO / "mininet" / "rack.yaml"
+    assert netco(["testbed", "up", "--topo", str(good), "--tag", "Bad_Tag", "--state",
+                  str(tmp_path / "s.json")]) == 2
+    assert "tag 'Bad_Tag'" in capsys.readouterr().err
+    remote = tmp_path / "remote.yaml"
+    remote.write_text(good.read_text().replace("127.0.0.1:50101", "192.0.2.1:9559"))
+    assert netco(["testbed", "up", "--topo", str(remote), "--state", str(tmp_path / "s.json")]) == 2
+    assert "switches[0].address: 192.0.2.1:9559 is not on this machine" in capsys.readouterr().err
