@@ -60,12 +60,19 @@ def expected_sums(idxs: list[np.ndarray], table=TABLE) -> np.ndarray:
 
 
 def collect(net, hosts, timeout=2.0):
-    """THC messages received by each host (waits for one, then drains briefly)."""
+    """THC messages received by each host within ``timeout``.
+
+    Results are multicast at once, so after the first host got one the others get 0.3 s more.
+    """
+    import time
+
     out = {}
+    deadline = time.monotonic() + timeout
     for h in hosts:
-        got = thc_only(net.recv(h, count=1, timeout=timeout))
-        got += thc_only(net.recv(h, count=8, timeout=0.1))
-        out[h] = got
+        got = thc_only(net.recv(h, count=1, timeout=max(0.0, deadline - time.monotonic())))
+        if got:
+            deadline = min(deadline, time.monotonic() + 0.3)
+        out[h] = got + thc_only(net.recv(h, count=8, timeout=0.05))
     return out
 
 
