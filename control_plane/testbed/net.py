@@ -128,6 +128,8 @@ def raw_socket_compat() -> None:
 
 def _offloads_off(run, dev: str) -> None:
     # Raw-frame switches copy frames verbatim: a checksum left to "hardware" would stay wrong.
+    if shutil.which("ethtool") is None:
+        return
     with contextlib.suppress(RuntimeError):
         run(["ethtool", "-K", dev, "tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off"])
 
@@ -187,6 +189,8 @@ class Testbed:
         self._endpoints: list = []
         self._lock = threading.Lock()
         self._used_jobs: set[str] = set()
+        #: warnings about what this testbed could not do (missing optional tools)
+        self.notes: list[str] = []
         self.netem: bool | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -206,10 +210,16 @@ class Testbed:
         except ImportError as exc:
             raise TestbedError("Mininet is not importable: apt-get install mininet; in a venv add "
                                "/usr/lib/python3/dist-packages via a .pth file (./dev.sh does)") from exc
-        missing = [t for t in ("mnexec", "ip", "tc", "ethtool", "nft") if shutil.which(t) is None]
+        missing = [t for t in ("mnexec", "ip", "tc") if shutil.which(t) is None]
         if missing:
-            raise TestbedError(f"missing tools: {', '.join(missing)} (apt-get install mininet "
-                               "iproute2 ethtool nftables)")
+            raise TestbedError(f"missing tools: {', '.join(missing)} (apt-get install mininet iproute2)")
+        for tool, what in (("ethtool", "checksum offloads stay on: ordinary TCP/UDP through the "
+                                       "switches may arrive with bad checksums (THC is unaffected)"),
+                           ("nft", "hosts answer THC results with ICMP port unreachable (counted "
+                                   "as NO_ROUTE drops); links with loss and no delay cannot be built")):
+            if shutil.which(tool) is None:
+                self.notes.append(f"{tool} missing: {what}")
+                log.warning("%s missing: %s", tool, what)
         taken = [i for i in self.plan.root_interfaces if Path(f"/sys/class/net/{i}").exists()]
         if taken:
             raise TestbedError(f"interfaces {', '.join(taken)} already exist: another testbed with tag "
@@ -251,6 +261,7 @@ class Testbed:
             "links": [self._link_report(ln) for ln in self.plan.links],
             "root_interfaces": list(self.plan.root_interfaces),
             "controller": results,
+            "notes": list(self.notes),
             "up_s": round(time.monotonic() - t0, 2),
         }
         return self.report
@@ -321,7 +332,8 @@ class Testbed:
                  "nud", "permanent"])
             # THC results are read by raw sockets (before netfilter); the host's IP stack must not
             # answer them with ICMP port unreachable, which the switch would count as NO_ROUTE.
-            run(["nft", "-f", "-"], HOST_NFT)
+            if shutil.which("nft") is not None:
+                run(["nft", "-f", "-"], HOST_NFT)
 
     def _setup_impairments(self) -> None:
         if not self.plan.impaired:
