@@ -234,6 +234,8 @@ class Testbed:
 
         On any failure everything started so far is stopped before the error propagates.
         """
+        if self.net is not None:
+            raise TestbedError(f"testbed {self.tag} is already up; call down() first")
         t0 = time.monotonic()
         self.preflight()
         self.workdir.mkdir(parents=True, exist_ok=True)
