@@ -505,11 +505,12 @@ class Pipeline:
         self.st_nc[ucell] = nc
         self.st_cnt[ucell] = cnt
         self.st_wb[ucell] = wb
-        over = np.zeros(m, dtype=bool)
-        over[starts[fresh]] = True
-        occ = np.arange(m) - np.repeat(starts, counts)
         rows = acc[order]
-        self._apply_adds(b, v, rows, cs, over, occ, cfg)
+        if not self._add_groups(b, v, rows, jn[order], ucell, counts, fresh, cfg):
+            over = np.zeros(m, dtype=bool)
+            over[starts[fresh]] = True
+            occ = np.arange(m) - np.repeat(starts, counts)
+            self._apply_adds(b, v, rows, cs, over, occ, cfg)
         done = np.flatnonzero(complete)
         if done.size:
             last = starts[done] + counts[done] - 1
@@ -542,6 +543,36 @@ class Pipeline:
         w = {PC_L8: 8, PC_L16: 16, PC_L32: 32}[pc]
         raw = b[rows, PAY_OFF: PAY_OFF + lay.LANES[w].nbytes]
         return raw.view(_LANE_DT[w]).astype(np.uint32)
+
+    def _add_groups(self, b, v, rows, jn, ucell, counts, fresh, cfg: Compiled) -> bool:
+        """ACC_ADD when every touched copy gets the same number of frames of one payload
+        class: sum each copy's frames first (one reduction), then overwrite (fresh round) or
+        add. Returns ``False`` (nothing done) when the batch is not that regular."""
+        c = int(counts[0])
+        if (counts != c).any():
+            return False
+        pc = PAYLOAD_CLASS[v["msg_type"][rows], v["lane_bits"][rows]]
+        if (pc != pc[0]).any():
+            return False
+        cls = int(pc[0])
+        vals = self._values(b, rows, jn, cls, cfg)
+        g, w = len(ucell), vals.shape[1]
+        grouped = vals.reshape(g, c, w)
+        red = grouped.max(axis=1) if cls == PC_NORMS else grouped.sum(axis=1, dtype=np.uint32)
+        sums = self.sums
+        if fresh.all():
+            sums[ucell, :w] = red
+            if w < sums.shape[1]:
+                sums[ucell, w:] = 0
+        else:
+            old = sums[ucell, :w]
+            old[fresh] = 0
+            sums[ucell, :w] = np.maximum(old, red) if cls == PC_NORMS else old + red
+            if w < sums.shape[1] and fresh.any():
+                sums[ucell[fresh], w:] = 0
+        _count(self.counters.contributions, cfg.job["index"][jn])
+        self.outcomes["contribution"] += len(rows)
+        return True
 
     def _apply_adds(self, b, v, a_rows, a_cells, over, occ, cfg: Compiled) -> None:
         """ThcAccumulate's ACC_ADD for rows (``occ``: how many earlier rows of this group add
@@ -640,25 +671,33 @@ class Pipeline:
             vals = self._values(b, row, e_jn[i: i + 1], pc, cfg)[0]
             pay[i] = 0
             pay[i, : vals.size] = vals
-        P = np.zeros((m, lay.LANES[32].nbytes), dtype=np.uint8)
-        plen = np.zeros(m, dtype=np.int64)
+        plen = np.where(norm, lay.NORMS.nbytes, lane * (lay.COORDS_PER_PACKET // 8))
+        nbmax = int(plen.max())
+        # M: each emission's message (headers + payload) built once, copied per replica
+        M = np.empty((m, PAY_OFF + nbmax), dtype=np.uint8)
         dnorm = ~norm
-        if dnorm.any():
-            widths = [int(lane[dnorm][0])] if (lane[dnorm] == lane[dnorm][0]).all() else \
-                np.unique(lane[dnorm]).tolist()
-            for w in widths:
+        if dnorm.all() and (lane == lane[0]).all():
+            w = int(lane[0])                          # the common case: one lane width
+            M[:, PAY_OFF:] = pay.astype(_LANE_DT[w]).view(np.uint8).reshape(m, nbmax)
+        else:
+            for w in np.unique(lane[dnorm]).tolist():
                 sel = dnorm & (lane == w)
                 nb = lay.LANES[w].nbytes
                 raw = pay[sel].astype(_LANE_DT[w])   # truncation to the lane (THC step 10)
-                P[sel, :nb] = raw.view(np.uint8).reshape(-1, nb)
-                plen[sel] = nb
-        if norm.any():
-            nb = lay.NORMS.nbytes
-            raw = pay[norm, : lay.NORMS_PER_PACKET].astype(">u4")
-            P[norm, :nb] = raw.view(np.uint8).reshape(-1, nb)
-            plen[norm] = nb
+                M[sel, PAY_OFF: PAY_OFF + nb] = raw.view(np.uint8).reshape(-1, nb)
+            if norm.any():
+                nb = lay.NORMS.nbytes
+                raw = pay[norm, : lay.NORMS_PER_PACKET].astype(">u4")
+                M[norm, PAY_OFF: PAY_OFF + nb] = raw.view(np.uint8).reshape(-1, nb)
         hv["udp_len"] = UDP + lay.THC_HEADER_BYTES + plen
         hv["ip_len"] = UDP + lay.THC_HEADER_BYTES + plen + IP4
+        # IPv4 checksum without the destination (added per replica below)
+        dst_e = hv["dst"].copy()
+        hv["dst"] = 0
+        hv["ip_csum"] = 0
+        words = H[:, ETH: ETH + IP4].view(">u2").astype(np.int64)
+        partial = words.sum(axis=1)
+        M[:, :PAY_OFF] = H
         # bytes the parser did not consume stay behind the emitted headers (as in BMv2)
         in_pay = PAYLOAD_BYTES[v["msg_type"][e_row], v["lane_bits"][e_row]]
         tail = self._lens[e_row] - PAY_OFF - in_pay
@@ -683,16 +722,8 @@ class Pipeline:
             out.reserve(start + k)
             out.buf[:start], out.lens[:start], out.ports[:start] = keep
         o = out.buf[start: start + k]
-        o[:, :PAY_OFF] = H[ri]
-        out_plen = plen[ri]
-        nbs = [int(out_plen[0])] if (out_plen == out_plen[0]).all() else np.unique(out_plen).tolist()
-        for nb in nbs:
-            if len(nbs) == 1:
-                o[:, PAY_OFF: PAY_OFF + nb] = P[ri, :nb]
-            else:
-                osel = out_plen == nb
-                o[osel, PAY_OFF: PAY_OFF + nb] = P[ri[osel], :nb]
-        olen = PAY_OFF + out_plen
+        o[:, : PAY_OFF + nbmax] = M[ri]
+        olen = PAY_OFF + plen[ri]
         if (tail > 0).any():
             for i in np.flatnonzero(tail[ri] > 0).tolist():
                 er = e_row[ri[i]]
@@ -700,6 +731,7 @@ class Pipeline:
                 o[i, olen[i]: olen[i] + extra.size] = extra
                 olen[i] += extra.size
         ov = o.view(ROW_DTYPE)[:, 0]
+        dst = dst_e[ri].astype(np.int64)
         mc = is_mc_e[ri]
         if mc.any() and cfg.member_keys.size:   # egress: ThcMembers
             mi = np.flatnonzero(mc)
@@ -708,8 +740,12 @@ class Pipeline:
             hit = cfg.member_keys[pos] == keys
             mh, ph = mi[hit], pos[hit]
             o[mh, 0:6] = cfg.member_mac[ph]
-            ov["dst"][mh] = cfg.member_addr[ph]
-        _ipv4_checksum(o, ov)
+            dst[mh] = cfg.member_addr[ph]
+        ov["dst"] = dst
+        c = partial[ri] + (dst >> 16) + (dst & 0xFFFF)   # ComputeChecksumImpl
+        c = (c & 0xFFFF) + (c >> 16)
+        c = (c & 0xFFFF) + (c >> 16)
+        ov["ip_csum"] = ~c & 0xFFFF
         out.lens[start: start + k] = olen
         out.ports[start: start + k] = eg
         out.n = start + k

@@ -15,7 +15,7 @@ from finsy.proto import p4r
 
 from host.protocol import codec
 from host.protocol import layout as lay
-from host.softswitch.frames import read_frame, thc_frame
+from host.softswitch.frames import ipv4_checksum, read_frame, thc_frame
 from host.softswitch.p4info import netco_p4info
 from host.softswitch.switch import SoftSwitch
 
@@ -74,6 +74,8 @@ class Bench:
     def send(self, *frames: tuple[int, bytes]) -> list[tuple[int, tuple]]:
         """Process frames in one batch; returns (port, (dst_mac, src, dst, message))."""
         out = self.sw.process_frames(list(frames))
+        for _p, f in out:   # every emitted IPv4 header carries a valid checksum
+            assert ipv4_checksum(f[14:34]) == 0, f[14:34].hex()
         return [(p, read_frame(f)) for p, f in out]
 
     def drops(self) -> dict[int, int]:

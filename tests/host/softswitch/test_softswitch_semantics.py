@@ -20,7 +20,7 @@ from host.protocol import codec
 from host.protocol import layout as lay
 from host.protocol.layout import DropReason as R
 from host.protocol.layout import Flag, MsgType
-from host.softswitch.frames import read_frame, thc_frame, udp_frame
+from host.softswitch.frames import ipv4_checksum, read_frame, thc_frame, udp_frame
 
 W = [worker(r) for r in range(4)]
 INTRUDER = Peer(0, 9, "10.0.0.9", "02:00:00:00:00:09")
@@ -289,6 +289,7 @@ def _run(frames, batch: bool, fast: bool):
     x.sw.pipeline.fast = fast
     one_by_one = [[f] for f in frames]
     out = [o for fs in ([frames] if batch else one_by_one) for o in x.sw.process_frames(fs)]
+    assert all(ipv4_checksum(f[14:34]) == 0 for _, f in out)
     return x, sorted(out)
 
 
