@@ -143,6 +143,9 @@ class TorchDistributedAggregator:
         self.group = group if group is not None else dist.group.WORLD
         self._rank = dist.get_rank(self.group)
         self._world = dist.get_world_size(self.group)
+        #: Where the collectives' tensors must live: the current GPU for NCCL, else the CPU.
+        self.device = (torch.device("cuda", torch.cuda.current_device())
+                       if dist.get_backend(self.group) == "nccl" else torch.device("cpu"))
         self.lane_dtypes_used: set[torch.dtype] = set()
 
     @property
@@ -154,18 +157,20 @@ class TorchDistributedAggregator:
         return self._world
 
     def max_floats(self, x: torch.Tensor) -> torch.Tensor:
-        t = x.detach().to(torch.float32).clone()
+        t = x.detach().to(self.device, torch.float32, copy=True)
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
-        return t
+        return t.to(x.device)
 
     def _sum_async(self, t: torch.Tensor, post: Callable[[torch.Tensor], torch.Tensor]
                    ) -> torch.futures.Future[tuple[torch.Tensor, Count]]:
-        n = self._world
-        fut = dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self.group, async_op=True).get_future()
-        return fut.then(lambda f: (post(f.value()[0]), n))
+        """All-reduce a private copy of ``t`` on the group's device; results on ``t``'s device."""
+        n, home = self._world, t.device
+        wire = t.to(self.device, copy=True)  # all_reduce works in place
+        fut = dist.all_reduce(wire, op=dist.ReduceOp.SUM, group=self.group, async_op=True).get_future()
+        return fut.then(lambda f: (post(f.value()[0]).to(home), n))
 
     def sum_floats_async(self, x: torch.Tensor) -> torch.futures.Future[tuple[torch.Tensor, Count]]:
-        return self._sum_async(x.detach().clone(), lambda s: s)
+        return self._sum_async(x.detach(), lambda s: s)
 
     def sum_lanes_async(
         self, lanes: torch.Tensor, max_value_per_contribution: int
@@ -181,9 +186,8 @@ class TorchDistributedAggregator:
                 )
         dtype = lane_dtype(self._world, max_value_per_contribution)
         self.lane_dtypes_used.add(dtype)
-        wire = lanes.to(dtype, copy=True).contiguous()  # all_reduce works in place
         # Sums are returned as int32 whatever the wire dtype (uint8 sums are exact: n·g ≤ 255).
-        return self._sum_async(wire, lambda s: s.to(torch.int32))
+        return self._sum_async(lanes.to(dtype).contiguous(), lambda s: s.to(torch.int32))
 
     def sum_encoded_async(
         self, enc: Encoded, codec: THCCodec

@@ -161,8 +161,9 @@ class THCHookState:
             segs.append((self.param_key(p), g.storage_offset() - base, g.numel()))
         return segs
 
-    def _gather_memory(self, segs: list[tuple[int, int, int]], numel: int) -> torch.Tensor:
-        mem = torch.zeros(numel, dtype=torch.float32)
+    def _gather_memory(self, segs: list[tuple[int, int, int]], numel: int,
+                       device: torch.device) -> torch.Tensor:
+        mem = torch.zeros(numel, dtype=torch.float32, device=device)
         for key, off, n in segs:
             m = self.memory.get(key)
             if m is not None and m.numel() == n:
@@ -180,7 +181,7 @@ def _check_finite(state: THCHookState, agg: Aggregator, x: torch.Tensor, bucket_
     n, rank = agg.world_size, agg.rank
     local_error = None
     try:
-        norms = state.codec.chunk_norms(x)
+        norms = state.codec.chunk_norms(x).to("cpu", torch.float32)
     except NonFiniteError as exc:
         local_error = str(exc)
         norms = torch.zeros(len(state.codec.layout(x.numel()).chunks), dtype=torch.float32)
@@ -240,7 +241,7 @@ def thc_hook(state: THCHookState, bucket: dist.GradBucket) -> torch.futures.Futu
     segs = state._segments(bucket, buf)
     x = buf.detach().to(torch.float32).reshape(-1)
     if state.error_feedback:
-        mem = state._gather_memory(segs, numel)
+        mem = state._gather_memory(segs, numel, x.device)
         if state.trace is not None:
             state.trace.append({"iter": state.iter, "bucket": idx, "keys": [s[0] for s in segs],
                                 "memory": mem.clone()})
