@@ -108,7 +108,10 @@ def compile_p4(p4c: str, outdir: Path) -> dict:
             "output": (proc.stdout + proc.stderr).strip(),
         }
         if proc.returncode == 0:
-            shutil.copyfile(Path(tmp) / "main.json", outdir / JSON_OUT.name)
+            # The JSON names the preprocessed file in the temporary directory; keep the
+            # committed output independent of it (reproducible builds).
+            text = (Path(tmp) / "main.json").read_text()
+            (outdir / JSON_OUT.name).write_text(text.replace(f"{tmp}/", ""))
             shutil.copyfile(Path(tmp) / "netco.p4info.txtpb", outdir / P4INFO_OUT.name)
     return result
 
