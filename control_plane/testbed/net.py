@@ -119,13 +119,6 @@ def _wait_port(port: int, proc: subprocess.Popen, timeout: float, what: str, log
     raise TestbedError(f"{what}: P4Runtime port {port} not open after {timeout:g} s (log: {log_path})")
 
 
-def raw_socket_compat() -> None:
-    """``host.transport.ports.RawEndpoint`` uses ``socket.SOL_PACKET``, which Python < 3.12
-    does not define; give it the Linux value (263, linux/socket.h)."""
-    if not hasattr(socket, "SOL_PACKET"):
-        socket.SOL_PACKET = 263  # type: ignore[attr-defined]
-
-
 def _offloads_off(run, dev: str) -> None:
     # Raw-frame switches copy frames verbatim: a checksum left to "hardware" would stay wrong.
     if shutil.which("ethtool") is None:
@@ -471,7 +464,6 @@ class Testbed:
         attachment switch (opened inside the host's namespace; closed by :meth:`down`)."""
         from host.transport.ports import RawEndpoint
 
-        raw_socket_compat()
         h = self.plan.host(host)
         ep = in_netns(self.node_pid(host), lambda: RawEndpoint(h.ifname, h.mac, h.gateway_mac, h.ip,
                                                                h.gateway_ip))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import sys
 import time
 from pathlib import Path
@@ -46,8 +45,6 @@ def main(argv: list[str] | None = None) -> int:
     from host.transport.ports import RawEndpoint
     from host.transport.slots import SlotConfig
 
-    if not hasattr(socket, "SOL_PACKET"):  # Python < 3.12; RawEndpoint needs it (linux: 263)
-        socket.SOL_PACKET = 263  # type: ignore[attr-defined]
     codec = THCCodec(THCConfig(bits=args.b, granularity=args.g, clip_mass=args.p))
     ep = RawEndpoint(args.ifname, args.src_mac, args.dst_mac, args.src_ip, args.dst_ip)
     spec = JobSpec(args.job_id, args.rank, args.world, args.num_slots, args.g)

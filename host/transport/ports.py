@@ -22,6 +22,7 @@ from host.protocol.layout import THC_UDP_PORT
 #: Largest THC datagram (header + 256 32-bit lanes) with room to spare.
 MAX_DATAGRAM = 2048
 ETH_P_IP = 0x0800
+SOL_PACKET = 263  # linux/socket.h (not exported by Python's socket module)
 PACKET_IGNORE_OUTGOING = 23  # linux/if_packet.h (Linux >= 4.20)
 _ETH = 14
 _IP = 20
@@ -139,7 +140,7 @@ class RawEndpoint:
             self.sock.setsockopt(socket.SOL_SOCKET, opt, bufsize)
         # Older kernels lack the option: outgoing copies are then filtered by address below.
         with contextlib.suppress(OSError):
-            self.sock.setsockopt(socket.SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+            self.sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
         self.sock.bind((ifname, ETH_P_IP))
         self.sock.setblocking(False)
         self._eth = mac_bytes(dst_mac) + mac_bytes(src_mac) + struct.pack("!H", ETH_P_IP)
