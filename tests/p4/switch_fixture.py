@@ -182,8 +182,12 @@ class AggregationNetwork(abc.ABC):
         """Frames received at ``host``: stop after ``count`` or ``timeout`` seconds."""
 
     @abc.abstractmethod
+    def counter(self, switch: str, name: str) -> dict[int, int]:
+        """Packet count per index of counter ``name`` (P4Info name, e.g. ``ingress.drops``)."""
+
     def drop_counts(self, switch: str) -> dict[int, int]:
         """Drop counter per :class:`host.protocol.DropReason` value."""
+        return self.counter(switch, "ingress.drops")
 
     def flush(self, host: str) -> None:
         """Discard frames already queued at ``host``."""
@@ -440,13 +444,13 @@ class Bmv2Network(AggregationNetwork):
                                     dst_mac=dst_mac))
         self._loop.run(client.insert([entry]))
 
-    def drop_counts(self, switch: str) -> dict[int, int]:
+    def counter(self, switch: str, name: str) -> dict[int, int]:
         client = self._client(switch)
         assert self._loop is not None
 
         async def read() -> dict[int, int]:
             out = {}
-            async for e in client.read(fy.P4CounterEntry("ingress.drops")):
+            async for e in client.read(fy.P4CounterEntry(name)):
                 out[e.index] = e.packet_count
             return out
 

@@ -146,6 +146,46 @@ def test_duplicate_contribution_not_double_counted(single_switch):
     assert drops_delta(before, net.drop_counts(SWITCH)) == {DropReason.DUPLICATE: 1}
 
 
+def test_contribution_result_and_resent_counters(single_switch):
+    net = single_switch
+    hosts = WORKERS[:2]
+    job = new_job(net, hosts)
+    names = ("ingress.thc_slot.contributions", "ingress.thc_output.results",
+             "ingress.thc_output.resent")
+    before = [net.counter(SWITCH, n).get(job.index, 0) for n in names]
+    for rnd in range(2):
+        for rank, h in enumerate(hosts):
+            net.send(h, data(net, job, h, rank, 0, rnd, np.ones(C, dtype=int)))
+        collect(net, hosts)
+    net.send("w0", data(net, job, "w0", 0, 0, 1, np.ones(C, dtype=int), flags=Flag.RETX))
+    assert len(collect(net, ["w0"])["w0"]) == 1
+    after = [net.counter(SWITCH, n).get(job.index, 0) for n in names]
+    assert [a - b for a, b in zip(after, before, strict=True)] == [4, 2, 1]
+
+
+def test_workers_cannot_forge_results_or_partials(single_switch):
+    net = single_switch
+    hosts = WORKERS[:2]
+    job = new_job(net, hosts)
+    before = net.drop_counts(SWITCH)
+    for mt in (MsgType.RESULT, MsgType.PARTIAL):
+        hd = codec.Header(msg_type=mt, job_id=job.job_id, slot=0, round=0, rank=0,
+                          lane_bits=job.lane_bits, count=2, bitmap=3)
+        net.send("w0", thc_frame(net.hosts["w0"], job.self_ip, hd, np.full(C, 200)))
+    hd = codec.Header(msg_type=MsgType.RESULT, job_id=job.job_id, slot=0, round=0, rank=0,
+                      lane_bits=16)  # lanes of another width than the job's
+    net.send("w0", thc_frame(net.hosts["w0"], job.self_ip, hd, np.full(C, 200)))
+    idxs = [np.full(C, 3), np.full(C, 4)]
+    for rank, h in enumerate(hosts):
+        net.send(h, data(net, job, h, rank, 0, 0, idxs[rank]))
+    got = collect(net, hosts)
+    for h in hosts:
+        assert len(got[h]) == 1
+        np.testing.assert_array_equal(got[h][0].msg.values, expected_sums(idxs))
+    assert drops_delta(before, net.drop_counts(SWITCH)) == {
+        DropReason.BAD_SENDER: 2, DropReason.MALFORMED: 1}
+
+
 def test_unregistered_sender_and_wrong_job_dropped(single_switch):
     net = single_switch
     job_a = new_job(net, WORKERS[:2])
@@ -299,8 +339,12 @@ def test_ordinary_ipv4_routed_and_unrouted_dropped(single_switch):
     assert got[0][Ether].dst == dst.mac and got[0][IP].ttl == 8
     assert bytes(got[0][UDP].payload) == b"hello"
     net.send("w6", bytes(Ether() / IP(dst="172.16.0.1") / UDP() / b"x"))
-    net.recv("w7", count=1, timeout=0.3)
-    assert drops_delta(before, net.drop_counts(SWITCH)) == {DropReason.NO_ROUTE: 1}
+    net.send("w6", bytes(Ether(src=net.hosts["w6"].mac) / IP(dst="192.168.7.5", ttl=1)
+                         / UDP() / b"x"))
+    net.send("w6", bytes(Ether(type=0x86DD) / (b"\x60" + bytes(50))))
+    assert net.recv("w7", count=1, timeout=0.3) == []
+    assert drops_delta(before, net.drop_counts(SWITCH)) == {
+        DropReason.NO_ROUTE: 1, DropReason.TTL_EXPIRED: 1, DropReason.NOT_IPV4: 1}
 
 
 def test_peek_names_contributors_without_changing_state(single_switch):
