@@ -617,6 +617,15 @@ class _Validator:
             tree, explicit = self.tree(w, m, members, cfg)
             if tree is None:
                 continue
+            targets = {sw.name: sw.target for sw in cfg.switches}
+            bmv2 = [n.switch for n in tree if targets[n.switch] == "bmv2"]
+            if lane == 32 and bmv2:
+                # BMv2 lets a packet grow by 512 bytes only: 128 B of indices -> 1 KiB of lanes
+                # crashes it, so the P4 program drops such DATA (LANE_UNSUPPORTED).
+                self.err(f"{w}.lane_bits", f"32-bit lanes are not supported on BMv2 switch "
+                                           f"{bmv2[0]}; use 16 (n·g up to 65535: g <= 2047 "
+                                           "for 32 workers)")
+                continue
             ids[jid] = name
             names.add(name)
             out.append(JobSpec(name, jid, tuple(members), thc, policy, nslots, sbase, lane,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from host.protocol.layout import lane_bits_for
 from host.thc import fused
 from host.thc.packing import nibble_lookup
 
@@ -23,6 +24,8 @@ class LaneOverflowError(ValueError):
 def lane_bits(n: int, g: int, minimum: int = 8) -> int:
     """Smallest lane width (8, 16 or 32 bits, at least ``minimum``) holding ``n·g``.
 
+    The widths are the wire protocol's (:func:`host.protocol.layout.lane_bits_for`).
+
     Raises
     ------
     LaneOverflowError
@@ -30,13 +33,14 @@ def lane_bits(n: int, g: int, minimum: int = 8) -> int:
     """
     if n < 1 or g < 1:
         raise ValueError(f"need n >= 1 and g >= 1, got n={n}, g={g}")
-    for bits in (8, 16, 32):
-        if bits >= minimum and n * g <= LANE_LIMITS[bits]:
-            return bits
-    raise LaneOverflowError(
-        f"n·g = {n}·{g} = {n * g} does not fit a 32-bit lane; use fewer workers per "
-        "aggregation (a tree) or a smaller granularity g"
-    )
+    try:
+        need = lane_bits_for(n, g)
+    except ValueError as exc:
+        raise LaneOverflowError(
+            f"n·g = {n}·{g} = {n * g} does not fit a 32-bit lane; use fewer workers per "
+            "aggregation (a tree) or a smaller granularity g"
+        ) from exc
+    return max(need, min(w for w in LANE_LIMITS if w >= minimum))
 
 
 def check_capacity(n: int, g: int, bits: int) -> None:

@@ -249,3 +249,20 @@ def test_members_on_unconnected_switches_are_refused() -> None:
     problems = bad(lambda r: r.__setitem__("links", []))
     assert problems == ["jobs[0].members: members attach to switches leaf0, leaf1, which no chain "
                         "of links connects; add links or split the job"]
+
+
+def test_32_bit_lanes_refused_on_bmv2_only():
+    from control_plane.config import ConfigError, parse_config
+
+    def cfg(target: str) -> dict:
+        return {
+            "switches": [{"name": "s1", "address": "127.0.0.1:9559", "addr": "10.0.0.254",
+                          "target": target}],
+            "hosts": [{"name": f"h{i}", "mac": f"02:00:00:00:00:0{i}", "ip": f"10.0.0.{i}",
+                       "attach": f"s1:{i}"} for i in (1, 2)],
+            "jobs": [{"name": "j", "id": 1, "members": ["h1", "h2"], "lane_bits": 32}],
+        }
+
+    with pytest.raises(ConfigError, match=r"jobs\[0\]\.lane_bits: 32-bit lanes are not supported on BMv2"):
+        parse_config(cfg("bmv2"))
+    assert parse_config(cfg("softswitch")).jobs[0].lane_bits == 32
