@@ -137,7 +137,7 @@ def measure(topo: Topology, kind: str, args, workdir: Path, loop: AsyncLoop) -> 
     """One run: start the switch (echo or aggregate), drive it, return rates."""
     grpc_port = free_tcp_port()
     extra = ("--echo",) if kind == "echo" else ()
-    extra += ("--batch", str(args.batch))
+    extra += ("--batch", str(args.batch), "--slots", str(max(256, args.window)))
     proc = start_switch_process(topo.ports, grpc_port, workdir / f"{topo.mode}-{topo.n}-{kind}.log", extra)
     client = None
     try:
@@ -188,8 +188,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", default="2,4,8", help="worker counts (default %(default)s)")
     ap.add_argument("--seconds", type=float, default=3.0, help="measured seconds per run")
     ap.add_argument("--warmup", type=float, default=0.7)
-    ap.add_argument("--window", type=int, default=64, help="slots in flight per worker")
-    ap.add_argument("--batch", type=int, default=512, help="switch receive batch")
+    ap.add_argument("--window", type=int, default=1024,
+                    help="slots in flight per worker (a THC chunk of 2^20 coordinates is 4096 "
+                         "packets); the switch gets a slot pool this large")
+    ap.add_argument("--batch", type=int, default=1024, help="switch receive batch")
     ap.add_argument("--rto", type=float, default=0.25,
                     help="generator retransmission timeout, s (long: a busy machine stalls)")
     ap.add_argument("--generator", choices=("c", "python"), default="c",

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import signal
 import sys
 import threading
@@ -23,13 +22,13 @@ import time
 
 from host.cli.main import UsageError
 
-log = logging.getLogger(__name__)
-
 __all__ = ["UsageError", "configure", "run"]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``netco switch`` arguments."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = __doc__.split("\n", 1)[1] + "\nSee docs/softswitch.md."
     parser.add_argument("--port", action="append", default=[], metavar="N=SPEC",
                         help="switch port N: IFNAME or afpacket:IFNAME (raw frames, root), "
                              "udp:IP:PORT[,peer=IP:PORT] (THC datagrams), "
@@ -39,7 +38,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device-id", type=int, default=1, help="P4Runtime device id (default 1)")
     parser.add_argument("--slots", type=int, default=256,
                         help="aggregation slot pool shared by all jobs (default 256, as the P4 program)")
-    parser.add_argument("--batch", type=int, default=512, help="frames per receive batch (default 512)")
+    parser.add_argument("--batch", type=int, default=1024, help="frames per receive batch (default 1024)")
     parser.add_argument("--p4info", default=None, metavar="PATH|default",
                         help="preload a P4Info (default: wait for the controller's pipeline)")
     parser.add_argument("--stats-interval", type=float, default=0.0, metavar="S",
@@ -105,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         if args.stats_interval > 0:
             def report() -> None:
                 while not sw.stop_event.wait(args.stats_interval):
-                    log.warning("stats %s", json.dumps(sw.stats()))
+                    print(json.dumps(sw.stats()), file=sys.stderr, flush=True)
             reporter = threading.Thread(target=report, daemon=True)
             reporter.start()
         print(f"netco switch: P4Runtime on {args.grpc}, device {args.device_id}, ports "

@@ -11,7 +11,8 @@ from host.cli import switch as cli
 
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` with the ``netco switch`` arguments and run."""
-    parser = argparse.ArgumentParser(prog="python -m host.softswitch", description=cli.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m host.softswitch",
+                                     description=cli.__doc__.split("\n", 1)[0])
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
     cli.configure(parser)
     args = parser.parse_args(argv)

@@ -48,7 +48,7 @@ class SoftSwitch:
     """
 
     def __init__(self, ports: Iterable[Port] = (), device_id: int = 1, pool_slots: int = 256,
-                 batch: int = 512) -> None:
+                 batch: int = 1024) -> None:
         self.ports: dict[int, Port] = {p.number: p for p in ports}
         self.pool_slots = pool_slots
         self.batch = batch
