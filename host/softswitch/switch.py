@@ -63,6 +63,7 @@ class SoftSwitch:
         self.stop_event = threading.Event()
         self.tx_lost = 0
         self.batches = 0
+        self.errors = 0
         self.any_udp = any(isinstance(p, UdpPort) for p in self.ports.values())
         self._port_tables()
 
@@ -279,7 +280,14 @@ class SoftSwitch:
         step = self.echo_once if echo else self.poll_once
         try:
             while not self.stop_event.is_set():
-                step(ep, fd2port, idle_timeout)
+                try:
+                    step(ep, fd2port, idle_timeout)
+                except Exception:
+                    # A bug must not take the switch down: the batch is lost, it is counted
+                    # (stats()["errors"]) and logged, and the loop goes on.
+                    self.errors += 1
+                    if self.errors <= 10:
+                        log.exception("data plane error (batch dropped)")
         finally:
             ep.close()
 
@@ -301,7 +309,8 @@ class SoftSwitch:
         c = pl.counters
         return {
             "rx": pl.rx, "tx": pl.tx, "tx_lost": self.tx_lost, "routed": pl.routed,
-            "batches": self.batches, "drops": {int(i): int(v) for i, v in enumerate(c.drops) if v},
+            "batches": self.batches, "errors": self.errors,
+            "drops": {int(i): int(v) for i, v in enumerate(c.drops) if v},
             "contributions": int(c.contributions.sum()), "results": int(c.results.sum()),
             "resent": int(c.resent.sum()), "outcomes": dict(pl.outcomes), "time": time.time(),
         }

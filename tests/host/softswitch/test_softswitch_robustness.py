@@ -214,6 +214,7 @@ def test_fuzzed_packets_never_crash_and_every_drop_is_counted(rig):
     kernel = _udp_kernel_drops(rig.sw_ports[1])
     stats = rig.stop()
     legit = N
+    assert stats["errors"] == 0
     assert stats["rx"] + kernel == sent + legit
     assert sum(stats["outcomes"].values()) + sum(drops.values()) == stats["rx"]
     assert {int(k): v for k, v in stats["drops"].items()} == {k: v for k, v in drops.items() if v}
