@@ -1,0 +1,320 @@
+"""FIELDING clusters as in-network aggregation jobs, installed and reconciled by the controller.
+
+Offline: the controller file built from a membership, stable job ids and slot ranges, and the
+entries a migration touches. On the software target (``python -m host.softswitch`` on
+loopback UDP, no root): two clusters aggregate at the same time, each to exactly the in-process
+THC result of its own members; a migration of one client rewrites only the two affected jobs'
+entries and moves its contributions to the other tree; the same driven by FIELDING's drift
+detection.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from control_plane.embedded import free_port
+from control_plane.fielding.clusterer import FieldingClusterer
+from control_plane.fielding.config import FieldingConfig
+from control_plane.fielding.network import (
+    ClusterNetwork,
+    job_entries,
+    plan_network,
+    touched_jobs,
+)
+from control_plane.reconcile import normalise
+from host.thc import THCCodec
+from host.thc.simulate import allreduce as simulated_allreduce
+from host.transport.job import NetworkAggregator, session_round_base
+from host.transport.ports import UdpEndpoint
+
+REPO = Path(__file__).resolve().parents[3]
+CLIENTS = [f"c{i}" for i in range(8)]
+IP = {c: f"127.0.0.{21 + i}" for i, c in enumerate(CLIENTS)}
+
+
+def base_config(grpc_port: int = 9559) -> dict:
+    """One software switch, one client per port (c<i> on port i+1)."""
+    return {
+        "switches": [{"name": "s1", "address": f"127.0.0.1:{grpc_port}", "addr": "127.0.0.254",
+                      "target": "softswitch", "ports": len(CLIENTS)}],
+        "hosts": [{"name": c, "mac": f"02:00:00:00:01:{i + 1:02x}", "ip": IP[c],
+                   "attach": f"s1:{i + 1}"} for i, c in enumerate(CLIENTS)],
+    }
+
+
+THREE = {0: ["c2", "c0", "c1"], 1: ["c3", "c4", "c5"], 2: ["c6", "c7"]}
+MIGRATED = {0: ["c0", "c1"], 1: ["c2", "c3", "c4", "c5"], 2: ["c6", "c7"]}
+
+
+# -- offline ---------------------------------------------------------------------------------
+def test_one_job_per_cluster_with_ranks_ids_and_slots():
+    plan = plan_network(base_config(), {**THREE, 3: []}, job_id_base=200, num_slots=8)
+    jobs = {j["name"]: j for j in plan.config["jobs"]}
+    assert list(jobs) == ["fielding-c0", "fielding-c1", "fielding-c2"]  # empty cluster 3: no job
+    assert jobs["fielding-c0"] == {"name": "fielding-c0", "id": 200, "members": ["c0", "c1", "c2"],
+                                   "num_slots": 8, "slot_base": 0}
+    assert [jobs[n]["slot_base"] for n in jobs] == [0, 8, 16]
+    assert plan.jobs[0].rank("c2") == 2 and plan.job_of("c4").id == 201
+    spec = plan.jobs[1].worker_spec("c5", round_base=77)
+    assert (spec.job_id, spec.rank, spec.world, spec.num_slots, spec.round_base) == (201, 2, 3, 8, 77)
+    cfg = plan.network_config()
+    assert [(j.id, j.members) for j in cfg.jobs] == [
+        (200, ("c0", "c1", "c2")), (201, ("c3", "c4", "c5")), (202, ("c6", "c7"))]
+    assert [j.job_id for j in plan.diff.added] == ["fielding-c0", "fielding-c1", "fielding-c2"]
+
+
+def test_migration_touches_only_the_two_jobs_entries():
+    first = plan_network(base_config(), THREE)
+    second = plan_network(base_config(), MIGRATED, previous=first)
+    assert {c.job_id: (c.joined, c.left) for c in second.diff.changed} == {
+        "fielding-c0": ((), ("c2",)), "fielding-c1": (("c2",), ())}
+    assert second.diff.unchanged == ["fielding-c2"]
+    # ranks follow the new membership; ids and slot ranges stay
+    assert second.jobs[1].clients == ("c2", "c3", "c4", "c5") and second.jobs[1].rank("c3") == 1
+    assert [(j.id, j.slot_base) for j in second.jobs.values()] == [
+        (j.id, j.slot_base) for j in first.jobs.values()]
+    before = job_entries(first.network_config())
+    after = job_entries(second.network_config())
+    assert touched_jobs(before, after) == ["fielding-c0", "fielding-c1"]
+    assert before["fielding-c2"] == after["fielding-c2"] and before["<routes>"] == after["<routes>"]
+
+
+def test_removed_cluster_frees_its_slots_and_survivors_keep_theirs():
+    first = plan_network(base_config(), THREE, num_slots=32)
+    # cluster 1 empties, a new cluster 5 appears: it takes the freed range, 0 and 2 stay put
+    second = plan_network(base_config(), {0: ["c0", "c1", "c2", "c3"], 2: ["c6", "c7"],
+                                          5: ["c4", "c5"]}, previous=first, num_slots=32)
+    assert {c: j.slot_base for c, j in first.jobs.items()} == {0: 0, 1: 32, 2: 64}
+    assert {c: j.slot_base for c, j in second.jobs.items()} == {0: 0, 2: 64, 5: 32}
+    assert [j.job_id for j in second.diff.removed] == ["fielding-c1"]
+    assert [j.job_id for j in second.diff.added] == ["fielding-c5"]
+
+
+@pytest.mark.parametrize(
+    ("clusters", "kwargs", "message"),
+    [
+        ({0: ["c0", "zz"]}, {}, "clusters[0]: client 'zz' maps to host 'zz'"),
+        ({0: ["c0"], 1: ["c0", "c1"]}, {}, "client 'c0' is in clusters 0 and 1"),
+        ({-1: ["c0"]}, {}, "cluster id -1 is not a non-negative integer"),
+        ({"a": ["c0"]}, {}, "cluster id 'a' is not a non-negative integer"),
+        ({70000: ["c0"]}, {}, "job_id_base: cluster 70000 would get job id 70100"),
+        ({i: [c] for i, c in enumerate(CLIENTS)}, {"num_slots": 64}, "num_slots: 8 clusters x 64"),
+    ],
+)
+def test_bad_memberships_name_the_field(clusters, kwargs, message):
+    with pytest.raises(ValueError) as exc:
+        plan_network(base_config(), clusters, **kwargs)
+    assert message in str(exc.value)
+
+
+def test_base_with_jobs_is_refused():
+    with pytest.raises(ValueError, match=r"base\.jobs"):
+        plan_network({**base_config(), "jobs": []}, THREE)
+
+
+# -- on the software target ------------------------------------------------------------------
+class SoftSwitch:
+    """``python -m host.softswitch`` with one UDP port per client, stopped by PID."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.grpc = free_port(socket.SOCK_STREAM)
+        self.port = {c: free_port() for c in CLIENTS}
+        cmd = [sys.executable, "-m", "host.softswitch", "--grpc", f"127.0.0.1:{self.grpc}"]
+        for i, c in enumerate(CLIENTS):
+            cmd += ["--port", f"{i + 1}=udp:127.0.0.1:{self.port[c]}"]
+        self.log = workdir / "switch.log"
+        with open(self.log, "w") as f:
+            self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=REPO,
+                                         env={**os.environ, "PYTHONPATH": str(REPO)})
+        end = time.monotonic() + 30
+        while True:
+            assert self.proc.poll() is None, self.log.read_text()
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.grpc)) == 0:
+                    break
+            assert time.monotonic() < end, "the software switch did not open its gRPC port"
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+
+
+@pytest.fixture(scope="module")
+def switch(tmp_path_factory):
+    sw = SoftSwitch(tmp_path_factory.mktemp("fielding-net"))
+    try:
+        yield sw
+    finally:
+        sw.stop()
+
+
+def tensors(seed: int, numel: int = 3000) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {c: torch.randn(numel, generator=g) * (1 + i) for i, c in enumerate(CLIENTS)}
+
+
+def aggregate(sw: SoftSwitch, net: ClusterNetwork, cluster_ids, xs, codec) -> dict:
+    """Every member of ``cluster_ids`` runs one allreduce, all clusters at once (threads).
+
+    Returns ``client -> result``. A fresh round base per session: the switch keeps its slots'
+    rounds across membership changes.
+    """
+    base = session_round_base()
+    aggs = {}
+    for cid in cluster_ids:
+        job = net.plan.jobs[cid]
+        for c in job.clients:
+            ep = UdpEndpoint(("127.0.0.1", sw.port[c]), bind=(IP[c], 0))
+            aggs[c] = NetworkAggregator(ep, job.worker_spec(c, base))
+    out: dict = {}
+    errs: list = []
+
+    def work(c: str) -> None:
+        try:
+            out[c] = aggs[c].allreduce(xs[c], codec)
+        except BaseException as exc:  # re-raised below
+            errs.append(exc)
+
+    threads = [threading.Thread(target=work, args=(c,), daemon=True) for c in aggs]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert not any(t.is_alive() for t in threads), "a worker hung"
+    finally:
+        for a in aggs.values():
+            a.ep.close()
+    if errs:
+        raise errs[0]
+    return out
+
+
+def check_cluster_results(net: ClusterNetwork, out: dict, xs: dict, codec, cluster_ids) -> None:
+    for cid in cluster_ids:
+        job = net.plan.jobs[cid]
+        # the in-process protocol over this cluster's tensors only, in rank order
+        want = simulated_allreduce(codec, [xs[c] for c in job.clients], round=0).average
+        for c in job.clients:
+            assert torch.equal(out[c], want), (cid, c)
+
+
+def delta(a: dict, b: dict) -> dict[int, int]:
+    return {cid: b[cid]["s1"] - a[cid]["s1"] for cid in b}
+
+
+def written_keys(results, schema) -> tuple[set, set]:
+    """(key, value) of inserted/modified entries and keys of deleted ones, all switches."""
+    put, gone = set(), set()
+    for r in results:
+        for e in (*r.diff.to_insert, *r.diff.to_modify):
+            n = normalise(e, schema)
+            put.add((n.key, n.value))
+        for e in r.diff.to_delete:
+            gone.add(normalise(e, schema).key)
+    return put, gone
+
+
+def test_two_clusters_aggregate_separately_and_a_migration_moves_one_client(switch):
+    net = ClusterNetwork(base_config(switch.grpc))
+    codec = THCCodec()
+    first = net.update(THREE)
+    assert first.writes > 0 and first.writes == first.writes_per_switch["s1"]
+    assert net.update(THREE).writes == 0  # reconcile: nothing to do
+    old_entries = job_entries(net.controller.cfg, net.p4info)
+
+    xs = tensors(1)
+    c0 = net.contributions()
+    out = aggregate(switch, net, [0, 1], xs, codec)
+    check_cluster_results(net, out, xs, codec, [0, 1])
+    # the clusters really are separate: A's result is not the average over all six
+    mixed = simulated_allreduce(codec, [xs[c] for c in CLIENTS[:6]], round=0).average
+    assert not torch.equal(out["c0"], mixed)
+    d1 = delta(c0, net.contributions())
+    per_worker = d1[0] // 3
+    assert per_worker > 0 and d1 == {0: 3 * per_worker, 1: 3 * per_worker, 2: 0}
+
+    # migrate c2 from cluster 0 to cluster 1
+    upd = net.update(MIGRATED)
+    assert upd.touched_jobs == ["fielding-c0", "fielding-c1"]
+    assert upd.writes == upd.predicted_writes["s1"]
+    total = sum(len(v) for v in old_entries["fielding-c0"].values()) + sum(
+        len(v) for v in old_entries["fielding-c1"].values())
+    assert 0 < upd.writes <= total < first.writes  # only the two jobs' entries, not a reinstall
+    # cluster 0: job entry + group modified, c2's sender and member entries deleted (4);
+    # cluster 1: job entry + group modified, member c2 inserted, and the sender entries of all
+    # four re-keyed because ranks shift (c2 takes rank 0): 3 deleted, 4 inserted (10)
+    assert upd.writes == 14
+    new_entries = job_entries(net.controller.cfg, net.p4info)
+    put, gone = written_keys(upd.results, net.controller.schema)
+    mine_new = new_entries["fielding-c0"]["s1"] | new_entries["fielding-c1"]["s1"]
+    mine_old = {k for k, _ in old_entries["fielding-c0"]["s1"] | old_entries["fielding-c1"]["s1"]}
+    assert put <= mine_new and gone <= mine_old
+    untouched = {k for k, _ in new_entries["fielding-c2"]["s1"] | new_entries["<routes>"]["s1"]}
+    assert not ({k for k, _ in put} | gone) & untouched
+    assert new_entries["fielding-c2"] == old_entries["fielding-c2"]
+    assert net.update(MIGRATED).writes == 0
+
+    xs2 = tensors(2)
+    c1 = net.contributions()
+    out = aggregate(switch, net, [0, 1], xs2, codec)
+    check_cluster_results(net, out, xs2, codec, [0, 1])
+    assert net.plan.jobs[1].clients == ("c2", "c3", "c4", "c5")
+    # c2's contribution now lands in cluster 1's sum
+    want_b = simulated_allreduce(codec, [xs2[c] for c in ("c2", "c3", "c4", "c5")], round=0).average
+    assert torch.equal(out["c2"], want_b) and torch.equal(out["c5"], want_b)
+    assert d1 != (d2 := delta(c1, net.contributions()))
+    assert d2 == {0: 2 * per_worker, 1: 4 * per_worker, 2: 0}
+
+
+def _hist(major: int, drift: float = 0.0) -> np.ndarray:
+    h = np.full(6, 0.02)
+    h[major] = 0.9
+    h[(major + 1) % 6] += drift
+    return h / h.sum()
+
+
+def test_drift_detection_migrates_a_client_between_trees(switch):
+    """FIELDING sees c2's label histogram drift to the other group and migrates it."""
+    clients = CLIENTS[:6]
+    groups = {"c0": 0, "c1": 0, "c2": 0, "c3": 3, "c4": 3, "c5": 3}
+    reps = {c: _hist(m, drift=0.01 * i) for i, (c, m) in enumerate(groups.items())}
+    fc = FieldingClusterer(FieldingConfig(k_max=3, kmeans_n_init=2))
+    assert fc.observe(reps).reason == "initial"
+    a, b = fc.assignment["c0"], fc.assignment["c3"]
+    assert a != b and sorted(fc.clusters[a]) == ["c0", "c1", "c2"]
+    net = ClusterNetwork(base_config(switch.grpc), job_id_base=300)
+    net.update(fc.clusters)
+
+    upd = fc.observe({"c2": _hist(3, drift=0.02)})  # 1 of 6 drifted: migration, not re-clustering
+    assert upd.reason == "migration" and upd.migrated == {"c2": (a, b)}
+    changed = net.update(fc.clusters)
+    assert changed.touched_jobs == sorted([f"fielding-c{a}", f"fielding-c{b}"])
+    assert {c.job_id for c in changed.job_diff.changed} == set(changed.touched_jobs)
+    assert 0 < changed.writes == changed.predicted_writes["s1"]
+
+    xs = tensors(3)
+    codec = THCCodec()
+    before = net.contributions()
+    out = aggregate(switch, net, [a, b], xs, codec)
+    check_cluster_results(net, out, xs, codec, [a, b])
+    assert net.plan.job_of("c2").cluster_id == b and set(out) == set(clients)
+    d = delta(before, net.contributions())
+    assert d[b] == 2 * d[a] > 0  # four contributors against two
