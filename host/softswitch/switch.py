@@ -157,6 +157,8 @@ class SoftSwitch:
         rows = self.rxb.buf[idx] if not allrows else self.rxb.buf[:n]
         names = self.rxb.names[idx]
         k = len(names)
+        if k == 0:
+            return
         rows[:, :THC_OFF] = self.udp_template
         rows[:, 26:30] = names["addr"].astype(">u4").view(np.uint8).reshape(k, 4)
         rows[:, 30:34] = self.p_bind[self.inports[idx]].astype(">u4").view(np.uint8).reshape(k, 4)
