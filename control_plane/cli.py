@@ -37,6 +37,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--json", action="store_true", help=json_help)
         p.add_argument("--switch", action="append", default=None, metavar="NAME",
                        help="only this switch (repeatable; default: all)")
+        p.add_argument("--plan", default=None, metavar="PLAN",
+                       help="also install a ScaleAcross network plan (netco explore plan --out): "
+                            "hosts for its ranks, a THC job per DP group, paths for its "
+                            "cross-building flows (docs/scaleacross.md)")
 
     p = sub.add_parser("apply", help="push the pipeline and write the difference to every switch")
     common(p)
@@ -81,7 +85,13 @@ def _load(args: argparse.Namespace):
     from control_plane.config import ConfigError, load_config
 
     try:
-        cfg = load_config(args.file)
+        if getattr(args, "plan", None):
+            from control_plane.scaleacross.install import install_files
+
+            args.installation = install_files(args.file, args.plan)
+            cfg = args.installation.config
+        else:
+            cfg = load_config(args.file)
     except ConfigError as exc:
         raise UsageError(str(exc).replace("\n", " ")) from exc
     if args.switch:
@@ -333,9 +343,23 @@ def run_show(args: argparse.Namespace) -> int:
                                        for n in j.tree]}
                      for j in cfg.jobs},
             "switches": {sw: [describe(e) for e in ctl.desired[sw]] for sw in chosen},
+            **({"plan": args.installation.to_json()} if getattr(args, "installation", None) else {}),
         })
         return 0
     print(f"P4Info: {ctl.p4info_source}")
+    inst = getattr(args, "installation", None)
+    if inst is not None:
+        print(f"plan {args.plan}: nodes -> hosts "
+              + ", ".join(f"{n}={h}" for n, h in inst.node_hosts.items()))
+        for j in inst.jobs:
+            print(f"  job {j['job']} (id {j['id']}, {j['method']}): members "
+                  f"{', '.join(j['members'])}, root {j['root']}")
+        for f in inst.flows:
+            for p in f.get("installed", []):
+                print(f"  flow {f['flow']} {f['class']} {f['src']}->{f['dst']}: to {p['dst']} via "
+                      + " | ".join(" ".join(v) for v in p["via"]))
+        for n in inst.notes:
+            print(f"  note: {n}")
     for sw in chosen:
         print(f"\n{sw} ({len(ctl.desired[sw])} entities):")
         for e in ctl.desired[sw]:
