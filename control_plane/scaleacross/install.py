@@ -306,10 +306,13 @@ class _Installer:
         b, i = m["b"], int(m["i"])
         ups = view.uplinks[b]
         if i >= len(ups):
-            have = ", ".join(f"{x}-{y}" for x, y in ups) or "none"
-            self.err(where, f"uplink {name} needs {i + 1} links from building {b}'s switches to "
-                            f"cross-building switches; the topology has {len(ups)} ({have}); add "
-                            "links (links[]) or plan with fewer cross_building.parallel_links")
+            have = ", ".join(f"{x}-{y}" for x, y in ups) or (
+                "none: the cross-building layer is every switch whose name starts with no plan "
+                "building's name, e.g. 'x0'")
+            self.err(where, f"uplink {name} needs at least {i + 1} link(s) from building {b}'s "
+                            f"switches to cross-building switches; the topology has {len(ups)} "
+                            f"({have}); add links (links[]) or plan with fewer "
+                            "cross_building.parallel_links")
             return None
         return ups[i]
 
