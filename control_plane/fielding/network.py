@@ -42,7 +42,13 @@ from typing import Any
 
 from control_plane import multicast, routing, thc_load, thc_members, thc_validate
 from control_plane.config import NetworkConfig, parse_config
-from control_plane.controller import JOB_COUNTERS, Controller, ControllerError, SwitchResult
+from control_plane.controller import (
+    JOB_COUNTERS,
+    Controller,
+    ControllerError,
+    NotPrimaryError,
+    SwitchResult,
+)
 from control_plane.fielding.jobs import JobDiff, diff_jobs, jobs_for
 from control_plane.placement import DEFAULT_SLOT_POOL, limits_from_p4info, place
 from control_plane.reconcile import diff, normalise
@@ -393,6 +399,8 @@ class ClusterNetwork:
         self.controller: Controller | None = None
         self._entries: dict[str, dict[str, frozenset]] | None = None
         self.history: list[NetworkUpdate] = []
+        #: times a switch that refused us as not primary is tried again (see :meth:`_apply`)
+        self.primary_retries = 5
 
     def plan_for(self, clusters: Mapping[Any, Sequence[Hashable]]) -> NetworkPlan:
         """The plan for ``clusters`` after the installed one (pure; nothing is written)."""
@@ -425,7 +433,7 @@ class ClusterNetwork:
                                   ctl.schema).writes
                          for sw in ctl.desired.keys() | self.controller.desired.keys()}
         touched = touched_jobs(self._entries or {}, entries)
-        results = await ctl.apply()
+        results = await self._apply(ctl)
         bad = [r.error for r in results if not r.ok]
         if bad:
             raise ControllerError("cluster network update failed: " + "; ".join(map(str, bad)))
@@ -442,6 +450,31 @@ class ClusterNetwork:
         self.plan, self.controller, self._entries = plan, ctl, entries
         self.history.append(upd)
         return upd
+
+    async def _apply(self, ctl: Controller) -> list[SwitchResult]:
+        """``ctl.apply()``, retrying a switch that refused us as not primary.
+
+        A read-only session (:meth:`status`) that just closed may still hold the switch's
+        highest election id for a moment (finsy adopts it when no writer is connected;
+        docs/controller.md, "Reconciliation"), so the next write can be refused once. A
+        controller that really is a backup is still refused after the retries.
+        """
+        async def one(sw) -> SwitchResult:
+            for attempt in range(self.primary_retries + 1):
+                try:
+                    return await ctl.apply_switch(sw)
+                except NotPrimaryError as exc:
+                    if attempt == self.primary_retries:
+                        return SwitchResult(sw.name, sw.address, error=str(exc))
+                    log.debug("%s: not primary yet (%s), retrying", sw.name, exc)
+                    await asyncio.sleep(0.2 * (attempt + 1))
+                except ControllerError as exc:
+                    return SwitchResult(sw.name, sw.address, error=str(exc))
+                except Exception as exc:  # reported per switch, like Controller.apply
+                    return SwitchResult(sw.name, sw.address, error=f"{sw.name}: {exc}")
+            raise AssertionError("unreachable")
+
+        return list(await asyncio.gather(*(one(sw) for sw in ctl.cfg.switches)))
 
     def update(self, clusters: Mapping[Any, Sequence[Hashable]]) -> NetworkUpdate:
         """Synchronous :meth:`aupdate` (must not be called from a running event loop)."""
