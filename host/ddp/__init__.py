@@ -1,5 +1,5 @@
 """THC as a PyTorch DDP communication hook: ``ddp_model.register_comm_hook(state, thc_hook)``."""
 
-from host.ddp.thc_hook import NonFiniteGradientError, THCHookState, thc_hook
+from host.ddp.hook import NonFiniteGradientError, THCHookState, thc_hook
 
 __all__ = ["NonFiniteGradientError", "THCHookState", "thc_hook"]

@@ -14,7 +14,7 @@ from typing import Any
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
-from host.ddp.thc_hook import THCHookState, thc_hook
+from host.ddp.hook import THCHookState, thc_hook
 from host.thc.config import THCConfig
 
 COMPRESSORS = ("none", "fp16", "powersgd", "thc")

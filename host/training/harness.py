@@ -27,7 +27,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from host.aggregation import CollectiveMeter
 from host.ddp.baselines import CompressorSpec, make_hook
-from host.ddp.thc_hook import THCHookState
+from host.ddp.hook import THCHookState
 from host.thc.config import THCConfig
 from host.training.launch import LaunchTimeoutError, run_workers
 from host.training.tasks import make_task
