@@ -8,7 +8,7 @@ import pytest
 
 from host.cli.main import main
 from host.ddp.baselines import CompressorSpec
-from host.ddp.thc_hook import THCHookState
+from host.ddp.hook import THCHookState
 from host.training.harness import TrainConfig, TrainingError, train
 from host.training.tasks import make_task
 
