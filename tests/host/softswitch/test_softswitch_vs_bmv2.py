@@ -7,6 +7,7 @@ the software target "behaves exactly like the P4 program"."""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -94,6 +95,8 @@ def _run(net, script) -> tuple[dict[str, list[bytes]], dict[int, int]]:
     before = net.drop_counts("s0")
     got: dict[str, list[bytes]] = {h: [] for h in HOSTS}
     for host, fields, values in script:
+        for h in HOSTS:   # what the previous frame caused has arrived by now
+            got[h] += net.recv(h, count=64, timeout=0.002)
         if isinstance(fields, str):                # raw cases: SHORT, BAD_VERSION, NO_ROUTE
             h = net.hosts[host]
             good = codec.encode(codec.Header(msg_type=MsgType.DATA, job_id=9, slot=3, round=0,
@@ -105,8 +108,10 @@ def _run(net, script) -> tuple[dict[str, list[bytes]], dict[int, int]]:
             net.send(host, frame)
         else:
             net.send(host, _frame(net, host, codec.Header(**fields), values))
-        for h in HOSTS:
-            got[h] += net.recv(h, count=8, timeout=0.15)
+        time.sleep(0.03)
+    time.sleep(0.3)
+    for h in HOSTS:
+        got[h] += net.recv(h, count=64, timeout=0.05)
     after = net.drop_counts("s0")
     drops = {k: after.get(k, 0) - before.get(k, 0) for k in after if after.get(k, 0) != before.get(k, 0)}
     return got, drops
@@ -122,3 +127,35 @@ def test_same_frames_out_and_same_drops(nets):
         assert [f.hex() for f in sg[h]] == [f.hex() for f in bg[h]], h
     assert sum(len(v) for v in bg.values()) > 10     # the script provoked real traffic
     assert len(bd) >= 6                               # and drops of several reasons
+
+
+def _random_script(seed: int, n: int = 40) -> list[tuple[str, dict, np.ndarray]]:
+    """Random contributions (3 workers and an intruder, 2 slots, rounds 0..4, DATA or NORM,
+    RETX/DEADLINE/PEEK flags) — the corner cases of the slot logic in random order."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        who = int(rng.integers(0, 4))
+        rank = who if who < 3 else int(rng.integers(0, 3))
+        rnd = int(rng.integers(0, 5))
+        flags = int(rng.choice([0, 0, 0, Flag.RETX, Flag.DEADLINE, Flag.PEEK]))
+        if rng.random() < 0.25:
+            fields = dict(msg_type=MsgType.NORM, lane_bits=32)
+            values = rng.uniform(0, 50, 32).astype(np.float32)
+        else:
+            fields = dict(msg_type=MsgType.DATA)
+            values = rng.integers(0, 16, C)
+        fields.update(job_id=9, slot=int(rng.integers(0, 2)), round=rnd, rank=rank, flags=flags)
+        out.append((HOSTS[who], fields, values))
+    return out
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13])
+def test_random_scripts_same_frames_and_drops(nets, seed):
+    script = _random_script(seed)
+    out = {k: _run(net, script) for k, net in nets.items()}
+    (bg, bd), (sg, sd) = out["bmv2"], out["softswitch"]
+    assert sd == bd
+    assert sum(len(v) for v in bg.values()) > 5 and sum(bd.values()) > 3
+    for h in HOSTS:
+        assert [f.hex() for f in sg[h]] == [f.hex() for f in bg[h]], h
