@@ -377,8 +377,9 @@ class _Installer:
             if any(par == XCORE for *_, par in leaves):
                 k = k_cross
                 k_cross += 1
-                if method not in SWITCH_METHODS:
-                    self.notes.append(f"{w}: method {method!r} with parent xcore; installed as THC")
+                if method != "thc":
+                    self.notes.append(f"{w}: method {method!r} summed by the cross-building switch "
+                                      "is installed as a THC job (the netco switch sums THC indices)")
                 nodes: list[dict] = []
                 roots = {}
                 for b, hosts, _per, _par in leaves:
@@ -428,6 +429,13 @@ class _Installer:
                     self.notes.append(f"{w}: {name} has {len(members)} member host; nothing to "
                                       "aggregate, no job")
                     continue
+                multi = {h: per[h] for h in members if len(per[h]) > 1}
+                if multi:
+                    h0 = next(iter(multi))
+                    self.notes.append(
+                        f"{w}: {name}: {len(multi)} member host(s) hold several ranks of the group "
+                        f"(e.g. {h0}: ranks {', '.join(map(str, multi[h0]))}); such a host "
+                        "contributes once, the sum of its ranks (reduced over NVLink first)")
                 raw_jobs.append({"name": name, "id": next_id, "members": members, "tree": nodes,
                                  **job_kw})
                 info.append({"job": name, "id": next_id, "group": group, "method": method,

@@ -228,3 +228,15 @@ def test_controller_cli_takes_the_plan(tmp_path, capsys):
     plan.write_text(json.dumps({"version": 7}))
     assert netco_main(["controller", "show", str(topo), "--plan", str(plan)]) == 2
     assert "version: 7" in capsys.readouterr().err
+
+
+def test_notes_for_what_the_network_cannot_take_literally():
+    # a node holding two ranks of one group joins once, with the sum of its ranks
+    inst = install_plan(make_plan(gpn=2, tp=1, dp=8), TOPO)
+    (job,) = inst.jobs
+    assert job["ranks"] == {"a1": [0, 1], "a2": [2, 3], "b1": [4, 5], "b2": [6, 7]}
+    assert any("a1: ranks 0, 1" in n and "contributes once" in n for n in inst.notes)
+    # uncompressed in-network aggregation runs as THC on netco switches
+    inst = install_plan(make_plan(dp_sync="ina"), TOPO)
+    assert len(inst.config.jobs) == 2 and all("installed as a THC job" in n for n in inst.notes)
+    assert install_plan(make_plan(), TOPO).notes == []
