@@ -14,7 +14,7 @@ Three port kinds carry a switch port (``docs/softswitch.md``):
     Ethernet/IPv4/UDP header of each datagram from its source address (so the sender check
     sees the sender's IPv4 address) and sends what egresses the port to the frame's IPv4
     destination, at the UDP port learned from that address (else :data:`THC_UDP_PORT`), or to
-    a fixed ``peer``.
+    a fixed ``peer`` (done per batch in :class:`host.softswitch.switch.SoftSwitch`).
 ``tunnel`` (:class:`TunnelPort`)
     whole Ethernet frames inside UDP datagrams between two fixed addresses: raw-frame tests
     and links between software switches without root.
@@ -31,7 +31,6 @@ import socket
 
 import numpy as np
 
-from host.protocol import layout as lay
 from host.softswitch.pipeline import ROW, THC_OFF
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -183,18 +182,6 @@ class Port:
         # arrival times let a batch gathered from several ports be processed in arrival order
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
 
-    def after_recv(self, batch: MsgBatch, lens: np.ndarray, start: int, k: int) -> None:
-        """Turn received messages in rows ``start..start+k`` into frames (lengths in place)."""
-
-    def prepare_send(self, batch: MsgBatch, lens: np.ndarray, start: int, k: int) -> None:
-        """Fill message headers of rows ``start..start+k`` (frames) for this port."""
-        sl = slice(start, start + k)
-        batch.iov["base"][sl] = batch.rows[sl]
-        batch.iov["len"][sl] = lens[sl]
-        batch.hdr["name"][sl] = 0
-        batch.hdr["namelen"][sl] = 0
-        batch.hdr["controllen"][sl] = 0
-
     def close(self) -> None:
         """Close the socket."""
         self.sock.close()
@@ -239,51 +226,6 @@ class UdpPort(Port):
         self.bind = s.getsockname()
         self.peer = peer
         self.peer_addr = _ip(peer[0]) if peer else 0
-        self.learned: dict[int, int] = {}
-        t = np.zeros(THC_OFF, dtype=np.uint8)
-        t[0:6] = (0x02, 0, 0, 0, 0xFF, 0xFE)          # switch side
-        t[6:12] = (0x02, 0, 0, 0, 0xFF, number & 0xFF)
-        t[12:14] = (0x08, 0x00)
-        t[14], t[22], t[23] = 0x45, 64, 17
-        t[30:34] = np.frombuffer(_ip(self.bind[0]).to_bytes(4, "big"), dtype=np.uint8)
-        t[36:38] = (lay.THC_UDP_PORT >> 8, lay.THC_UDP_PORT & 0xFF)
-        self.template = t
-
-    def after_recv(self, batch: MsgBatch, lens: np.ndarray, start: int, k: int) -> None:
-        sl = slice(start, start + k)
-        rows = batch.buf[sl]
-        rows[:, :THC_OFF] = self.template
-        names = batch.names[sl]
-        addr = names["addr"]
-        sport = names["port"]
-        rows[:, 26:30] = addr.astype(">u4").view(np.uint8).reshape(k, 4)
-        rows[:, 34:36] = sport.astype(">u2").view(np.uint8).reshape(k, 2)
-        n = lens[sl]
-        rows[:, 16:18] = (n + 28).astype(">u2").view(np.uint8).reshape(k, 2)
-        rows[:, 38:40] = (n + 8).astype(">u2").view(np.uint8).reshape(k, 2)
-        lens[sl] = n + THC_OFF
-        if self.peer is None:
-            a, p = addr.tolist(), sport.tolist()
-            if len(self.learned) < 4096:
-                self.learned.update(zip(a, p, strict=True))
-
-    def prepare_send(self, batch: MsgBatch, lens: np.ndarray, start: int, k: int) -> None:
-        sl = slice(start, start + k)
-        batch.iov["base"][sl] = batch.rows[sl] + THC_OFF
-        batch.iov["len"][sl] = lens[sl] - THC_OFF
-        names = batch.names[sl]
-        names["family"] = socket.AF_INET
-        if self.peer is not None:
-            names["addr"] = self.peer_addr
-            names["port"] = self.peer[1]
-        else:
-            dst = batch.buf[sl, 30:34].copy().view(">u4")[:, 0]
-            names["addr"] = dst
-            get = self.learned.get
-            names["port"] = [get(d, lay.THC_UDP_PORT) for d in dst.tolist()]
-        batch.hdr["name"][sl] = batch.name_ptr[sl]
-        batch.hdr["namelen"][sl] = SOCKADDR_IN.itemsize
-        batch.hdr["controllen"][sl] = 0
 
     def describe(self) -> str:
         peer = f",peer={self.peer[0]}:{self.peer[1]}" if self.peer else ""
