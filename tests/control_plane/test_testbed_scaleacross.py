@@ -12,14 +12,16 @@ GPUs, TP 2 inside a node, DP 4 across buildings, two uplinks per building), writ
    equals the THC simulation bit for bit; the switch counters show aggregation at both leaves
    and at the planned parent only; the interface counters show its packets on the planned
    uplinks and none on the other ones.
-2. The same testbed reconciled to the hierarchical plan (``paths`` for the building-to-building
-   ring): pings that went over ``x0`` before now take the uplinks the plan deals their
-   destination to (``b2``, ``a2`` over ``x1``; ``b1``, ``a1`` over ``x0``).
+2. The same testbed reconciled to the hierarchical plan with ``netco controller apply TOPO
+   --plan PLAN`` (``paths`` for the building-to-building ring): pings that went over ``x0``
+   before now take the uplinks the plan deals their destination to (``b2``, ``a2`` over
+   ``x1``; ``b1``, ``a1`` over ``x0``).
 """
 
 from __future__ import annotations
 
-import dataclasses
+import copy
+import json
 import os
 import shutil
 import time
@@ -27,14 +29,16 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from control_plane.config import DEFAULT_BMV2_JSON
-from control_plane.scaleacross.install import install_plan, read_topology
+from control_plane.scaleacross.install import install_files, install_plan, read_topology
 from control_plane.scaleacross.netplan import build_network_plan
 from control_plane.scaleacross.plan import resolve_plan
 from control_plane.scaleacross.scenario import load_scenario
 from control_plane.testbed.net import Testbed, with_free_ports
 from control_plane.testbed.worker import tensor
+from host.cli.main import main as netco_main
 from host.protocol.layout import COORDS_PER_PACKET, NORMS_PER_PACKET, DropReason
 from host.thc.simulate import allreduce as simulate
 
@@ -63,7 +67,7 @@ def leftovers(tag: str, markers: list[str]) -> list[str]:
 
 
 @pytest.mark.parametrize("target", ["softswitch", pytest.param("bmv2", marks=pytest.mark.bmv2)])
-def test_plan_paths_and_trees_on_testbed(target, tmp_path):
+def test_plan_paths_and_trees_on_testbed(target, tmp_path, capsys):
     if target == "bmv2" and not (DEFAULT_BMV2_JSON.exists() and shutil.which("simple_switch_grpc")):
         pytest.skip("BMv2 or p4/build/netco.json missing")
     topo = read_topology(DATA / "two_uplinks.yaml")
@@ -141,12 +145,19 @@ def test_plan_paths_and_trees_on_testbed(target, tmp_path):
         d = pings("a1", "b2")  # before: shortest paths, over x0 both ways
         assert d["A-x0"][0] >= 20 and d["B-x0"][0] >= 20 and d["A-x1"][0] <= NOISE, d
 
-        hier = install_plan(plan_for("hierarchical"), topo)
-        cfg2 = dataclasses.replace(hier.config, switches=tb.cfg_eff.switches)
-        from control_plane.controller import Controller, run_sync
-
-        res = run_sync(Controller(cfg2, timeout=30.0).apply())
-        assert all(r.ok and r.in_sync_after for r in res), [r.error for r in res]
+        # through the CLI, as an operator would: netco controller apply TOPO --plan PLAN
+        live = copy.deepcopy(topo)
+        for sw in live["switches"]:
+            sw.update(address=tb.cfg_eff.switch(sw["name"]).address, target=tb.choice.target)
+        (tmp_path / "topo.yaml").write_text(yaml.safe_dump(live))
+        (tmp_path / "hier.json").write_text(json.dumps(plan_for("hierarchical")))
+        argv = [str(tmp_path / "topo.yaml"), "--plan", str(tmp_path / "hier.json")]
+        capsys.readouterr()
+        assert netco_main(["controller", "apply", *argv, "--json", "--timeout", "30"]) == 0
+        applied = json.loads(capsys.readouterr().out)
+        assert applied["writes"] > 0 and all(r["ok"] for r in applied["switches"])
+        assert netco_main(["controller", "diff", *argv, "--timeout", "30"]) == 0  # in sync
+        hier = install_files(tmp_path / "topo.yaml", tmp_path / "hier.json")
         dealt = {p["dst"]: p["uplinks"] for f in hier.flows for p in f.get("installed", [])}
         assert dealt == {"b1": ["A-x0", "B-x0"], "b2": ["A-x1", "B-x1"],
                          "a1": ["B-x0", "A-x0"], "a2": ["B-x1", "A-x1"]}
