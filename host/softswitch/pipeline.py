@@ -476,8 +476,12 @@ class Pipeline:
         ucell = cs[starts]
         rs = rnd[order]
         R = rs[starts]
-        if len(starts) != m and (rs != np.repeat(R, counts)).any():
-            return False                                     # two rounds of one cell
+        if len(starts) != m:
+            if (rs != np.repeat(R, counts)).any():
+                return False                                 # two rounds of one cell
+            js = jn[order]
+            if (js != np.repeat(js[starts], counts)).any():
+                return False                                 # overlapping slot ranges of jobs
         st = self.st_state[ucell]
         cr = self.st_round[ucell]
         ahead = ((R - cr) & 0xFFFFFFFF) < 0x80000000
