@@ -52,6 +52,7 @@ from control_plane.controller import (
 from control_plane.fielding.jobs import JobDiff, diff_jobs, jobs_for
 from control_plane.placement import DEFAULT_SLOT_POOL, limits_from_p4info, place
 from control_plane.reconcile import diff, normalise
+from host.protocol.layout import MAX_WORKERS
 
 log = logging.getLogger(__name__)
 
@@ -245,6 +246,10 @@ def plan_network(
     if len(set(ids.values())) != len(ids):
         raise ValueError(f"clusters: ids {list(clusters)} name one cluster twice")
     members = {ids[c]: list(m) for c, m in clusters.items()}
+    for c, m in members.items():
+        if len(set(m)) > MAX_WORKERS:
+            raise ValueError(f"clusters[{c}]: {len(set(m))} clients; one aggregation job holds at most "
+                             f"{MAX_WORKERS} (the switch's contributor bitmap); use smaller clusters")
     by_name = jobs_for(members, prefix)  # ValueError if a client is in two clusters
     _, jdiff = diff_jobs(previous.clusters if previous else None, members, prefix)
     hosts = {h.get("name") for h in base.get("hosts") or [] if isinstance(h, Mapping)}
@@ -335,6 +340,11 @@ class NetworkUpdate:
         unless the switch held something else (restart, foreign writes).
     touched_jobs : list
         Jobs whose entries changed (job names; ``"<routes>"`` for routes).
+    foreign_per_switch : dict
+        ``switch -> entries`` installed but neither desired nor marked as this controller's,
+        left alone unless ``prune``. A target that drops the owner ``metadata`` (the software
+        target does for multicast groups) leaves the group of a job that left a switch here:
+        then ``writes + foreign == predicted_writes``.
     results : list of SwitchResult
     """
 
@@ -343,6 +353,7 @@ class NetworkUpdate:
     writes_per_switch: dict[str, int]
     predicted_writes: dict[str, int] | None
     touched_jobs: list[str]
+    foreign_per_switch: dict[str, int] = field(default_factory=dict)
     results: list[SwitchResult] = field(repr=False, default_factory=list)
 
     @property
@@ -352,6 +363,7 @@ class NetworkUpdate:
     def as_dict(self) -> dict:
         return {"writes": self.writes, "writes_per_switch": self.writes_per_switch,
                 "predicted_writes": self.predicted_writes, "touched_jobs": self.touched_jobs,
+                "foreign_per_switch": self.foreign_per_switch,
                 **self.plan.as_dict()}
 
 
@@ -372,6 +384,9 @@ class ClusterNetwork:
         Seconds to wait for a switch.
     p4info : P4Info, optional
         Default: :func:`control_plane.desired.load_p4info` (read once).
+    prune : bool
+        Also delete foreign entries (``netco controller apply --prune``): only when this
+        network is the switches' sole writer.
 
     Examples
     --------
@@ -384,7 +399,7 @@ class ClusterNetwork:
                  num_slots: int = DEFAULT_NUM_SLOTS, job_id_base: int = DEFAULT_JOB_ID_BASE,
                  host_of: Callable[[Hashable], str] | None = None, prefix: str = "fielding",
                  base_dir: Path | None = None, election_id: int | None = None,
-                 timeout: float = 15.0, p4info=None) -> None:
+                 timeout: float = 15.0, p4info=None, prune: bool = False) -> None:
         self.base = dict(base)
         self.thc = dict(thc) if thc is not None else None
         self.num_slots = num_slots
@@ -395,6 +410,7 @@ class ClusterNetwork:
         self.election_id = election_id
         self.timeout = timeout
         self.p4info = p4info
+        self.prune = prune
         self.plan: NetworkPlan | None = None
         self.controller: Controller | None = None
         self._entries: dict[str, dict[str, frozenset]] | None = None
@@ -438,7 +454,11 @@ class ClusterNetwork:
         if bad:
             raise ControllerError("cluster network update failed: " + "; ".join(map(str, bad)))
         per = {r.switch: r.writes for r in results}
-        upd = NetworkUpdate(plan, sum(per.values()), per, predicted, touched, results)
+        foreign = {r.switch: len(r.diff.foreign) if r.diff is not None else 0 for r in results}
+        upd = NetworkUpdate(plan, sum(per.values()), per, predicted, touched, foreign, results)
+        if any(foreign.values()) and not self.prune:
+            log.info("cluster network: foreign entries left in place %s (prune=True deletes them)",
+                     {k: v for k, v in foreign.items() if v})
         stale = [n for n in touched if n.startswith(f"{self.prefix}-c")
                  and n not in {j.job_id for j in (*plan.diff.added, *plan.diff.removed)}
                  and n not in {c.job_id for c in plan.diff.changed}]
@@ -462,7 +482,7 @@ class ClusterNetwork:
         async def one(sw) -> SwitchResult:
             for attempt in range(self.primary_retries + 1):
                 try:
-                    return await ctl.apply_switch(sw)
+                    return await ctl.apply_switch(sw, prune=self.prune)
                 except NotPrimaryError as exc:
                     if attempt == self.primary_retries:
                         return SwitchResult(sw.name, sw.address, error=str(exc))

@@ -110,12 +110,47 @@ def test_removed_cluster_frees_its_slots_and_survivors_keep_theirs():
         ({"a": ["c0"]}, {}, "cluster id 'a' is not a non-negative integer"),
         ({70000: ["c0"]}, {}, "job_id_base: cluster 70000 would get job id 70100"),
         ({i: [c] for i, c in enumerate(CLIENTS)}, {"num_slots": 64}, "num_slots: 8 clusters x 64"),
+        ({0: [f"x{i}" for i in range(33)]}, {}, "clusters[0]: 33 clients; one aggregation job"),
     ],
 )
 def test_bad_memberships_name_the_field(clusters, kwargs, message):
     with pytest.raises(ValueError) as exc:
         plan_network(base_config(), clusters, **kwargs)
     assert message in str(exc.value)
+
+
+TREE = ("root", "leaf0", "leaf1")
+
+
+def tree_base(grpc: dict[str, int] | None = None) -> dict:
+    """Two leaves under a root: c0..c3 on leaf0 (ports 1-4), c4..c7 on leaf1; leaf port 5 up."""
+    grpc = grpc or {n: 9560 + i for i, n in enumerate(TREE)}
+    return {
+        "switches": [{"name": n, "address": f"127.0.0.1:{grpc[n]}", "addr": f"10.0.255.{i + 1}",
+                      "target": "softswitch"} for i, n in enumerate(TREE)],
+        "hosts": [{"name": c, "mac": f"02:00:00:00:01:{i + 1:02x}", "ip": IP[c],
+                   "attach": f"leaf{i // 4}:{i % 4 + 1}"} for i, c in enumerate(CLIENTS)],
+        "links": [{"a": "leaf0:5", "b": "root:1"}, {"a": "leaf1:5", "b": "root:2"}],
+    }
+
+
+def test_each_cluster_gets_its_own_tree_and_a_migration_prunes_it():
+    first = plan_network(tree_base(), {0: ["c0", "c1"], 1: ["c2", "c4", "c5"], 2: ["c6", "c7"]})
+    second = plan_network(tree_base(), {0: ["c0", "c1", "c2"], 1: ["c4", "c5"], 2: ["c6", "c7"]},
+                          previous=first)
+
+    def trees(plan):
+        return {j.name: {n.switch: n.parent for n in j.tree} for j in plan.network_config().jobs}
+
+    assert trees(first) == {"fielding-c0": {"leaf0": None},
+                            "fielding-c1": {"root": None, "leaf0": "root", "leaf1": "root"},
+                            "fielding-c2": {"leaf1": None}}
+    # c2 leaves cluster 1: its tree shrinks to leaf1, the root no longer serves any job
+    assert trees(second)["fielding-c1"] == {"leaf1": None}
+    before, after = job_entries(first.network_config()), job_entries(second.network_config())
+    assert touched_jobs(before, after) == ["fielding-c0", "fielding-c1"]
+    assert set(after["fielding-c1"]) == {"leaf1"} and "root" in before["fielding-c1"]
+    assert before["fielding-c2"] == after["fielding-c2"]
 
 
 def test_base_with_jobs_is_refused():
@@ -134,7 +169,7 @@ def test_a_switch_that_refuses_us_as_not_primary_is_retried_then_reported():
             self.cfg = plan_network(base_config(), THREE).network_config()
             self.refusals, self.calls = refusals, 0
 
-        async def apply_switch(self, sw):
+        async def apply_switch(self, sw, prune=False):
             self.calls += 1
             if self.calls <= self.refusals:
                 raise NotPrimaryError(f"{sw.name}: another controller is primary")
@@ -152,24 +187,26 @@ def test_a_switch_that_refuses_us_as_not_primary_is_retried_then_reported():
 
 # -- on the software target ------------------------------------------------------------------
 class SoftSwitch:
-    """``python -m host.softswitch`` with one UDP port per client, stopped by PID."""
+    """``python -m host.softswitch`` with the given ``--port`` specs, stopped by PID."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, name: str, ports: list[str]) -> None:
         self.grpc = free_port(socket.SOCK_STREAM)
-        self.port = {c: free_port() for c in CLIENTS}
+        self.port: dict[str, int] = {}  # client -> UDP port, where the test sets it
         cmd = [sys.executable, "-m", "host.softswitch", "--grpc", f"127.0.0.1:{self.grpc}"]
-        for i, c in enumerate(CLIENTS):
-            cmd += ["--port", f"{i + 1}=udp:127.0.0.1:{self.port[c]}"]
-        self.log = workdir / "switch.log"
+        for spec in ports:
+            cmd += ["--port", spec]
+        self.log = workdir / f"{name}.log"
         with open(self.log, "w") as f:
             self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=REPO,
                                          env={**os.environ, "PYTHONPATH": str(REPO)})
+
+    def wait(self) -> SoftSwitch:
         end = time.monotonic() + 30
         while True:
             assert self.proc.poll() is None, self.log.read_text()
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", self.grpc)) == 0:
-                    break
+                    return self
             assert time.monotonic() < end, "the software switch did not open its gRPC port"
             time.sleep(0.05)
 
@@ -185,9 +222,13 @@ class SoftSwitch:
 
 @pytest.fixture(scope="module")
 def switch(tmp_path_factory):
-    sw = SoftSwitch(tmp_path_factory.mktemp("fielding-net"))
+    """One software switch, client c<i> on UDP port i+1; ``.port``: client -> UDP port."""
+    port = {c: free_port() for c in CLIENTS}
+    sw = SoftSwitch(tmp_path_factory.mktemp("fielding-net"), "s1",
+                    [f"{i + 1}=udp:127.0.0.1:{port[c]}" for i, c in enumerate(CLIENTS)])
+    sw.port.update(port)
     try:
-        yield sw
+        yield sw.wait()
     finally:
         sw.stop()
 
@@ -197,7 +238,7 @@ def tensors(seed: int, numel: int = 3000) -> dict[str, torch.Tensor]:
     return {c: torch.randn(numel, generator=g) * (1 + i) for i, c in enumerate(CLIENTS)}
 
 
-def aggregate(sw: SoftSwitch, net: ClusterNetwork, cluster_ids, xs, codec) -> dict:
+def aggregate(port: dict[str, int], net: ClusterNetwork, cluster_ids, xs, codec) -> dict:
     """Every member of ``cluster_ids`` runs one allreduce, all clusters at once (threads).
 
     Returns ``client -> result``. A fresh round base per session: the switch keeps its slots'
@@ -208,7 +249,7 @@ def aggregate(sw: SoftSwitch, net: ClusterNetwork, cluster_ids, xs, codec) -> di
     for cid in cluster_ids:
         job = net.plan.jobs[cid]
         for c in job.clients:
-            ep = UdpEndpoint(("127.0.0.1", sw.port[c]), bind=(IP[c], 0))
+            ep = UdpEndpoint(("127.0.0.1", port[c]), bind=(IP[c], 0))
             aggs[c] = NetworkAggregator(ep, job.worker_spec(c, base))
     out: dict = {}
     errs: list = []
@@ -269,7 +310,7 @@ def test_two_clusters_aggregate_separately_and_a_migration_moves_one_client(swit
 
     xs = tensors(1)
     c0 = net.contributions()
-    out = aggregate(switch, net, [0, 1], xs, codec)
+    out = aggregate(switch.port, net, [0, 1], xs, codec)
     check_cluster_results(net, out, xs, codec, [0, 1])
     # the clusters really are separate: A's result is not the average over all six
     mixed = simulated_allreduce(codec, [xs[c] for c in CLIENTS[:6]], round=0).average
@@ -301,7 +342,7 @@ def test_two_clusters_aggregate_separately_and_a_migration_moves_one_client(swit
 
     xs2 = tensors(2)
     c1 = net.contributions()
-    out = aggregate(switch, net, [0, 1], xs2, codec)
+    out = aggregate(switch.port, net, [0, 1], xs2, codec)
     check_cluster_results(net, out, xs2, codec, [0, 1])
     assert net.plan.jobs[1].clients == ("c2", "c3", "c4", "c5")
     # c2's contribution now lands in cluster 1's sum
@@ -340,11 +381,73 @@ def test_drift_detection_migrates_a_client_between_trees(switch):
     xs = tensors(3)
     codec = THCCodec()
     before = net.contributions()
-    out = aggregate(switch, net, [a, b], xs, codec)
+    out = aggregate(switch.port, net, [a, b], xs, codec)
     check_cluster_results(net, out, xs, codec, [a, b])
     assert net.plan.job_of("c2").cluster_id == b and set(out) == set(clients)
     d = delta(before, net.contributions())
     assert d[b] == 2 * d[a] > 0  # four contributors against two
+
+
+@pytest.fixture
+def tree_switches(tmp_path):
+    """root, leaf0, leaf1 software targets; leaves linked to the root by tunnel ports."""
+    port = {c: free_port() for c in CLIENTS}
+    t = [free_port() for _ in range(4)]
+    specs = {
+        "root": [f"1=tunnel:127.0.0.1:{t[1]},peer=127.0.0.1:{t[0]}",
+                 f"2=tunnel:127.0.0.1:{t[3]},peer=127.0.0.1:{t[2]}"],
+        "leaf0": [f"{i + 1}=udp:127.0.0.1:{port[c]}" for i, c in enumerate(CLIENTS[:4])]
+        + [f"5=tunnel:127.0.0.1:{t[0]},peer=127.0.0.1:{t[1]}"],
+        "leaf1": [f"{i + 1}=udp:127.0.0.1:{port[c]}" for i, c in enumerate(CLIENTS[4:])]
+        + [f"5=tunnel:127.0.0.1:{t[2]},peer=127.0.0.1:{t[3]}"],
+    }
+    sws = {n: SoftSwitch(tmp_path, n, sp) for n, sp in specs.items()}
+    try:
+        for sw in sws.values():
+            sw.wait()
+        yield sws, port
+    finally:
+        for sw in sws.values():
+            sw.stop()
+
+
+def test_a_cluster_spanning_the_tree_loses_its_root_after_a_migration(tree_switches):
+    sws, port = tree_switches
+    net = ClusterNetwork(tree_base({n: sw.grpc for n, sw in sws.items()}))
+    codec = THCCodec()
+
+    def counted(before, after):
+        return {cid: {sw: after[cid][sw] - before[cid].get(sw, 0) for sw in after[cid]}
+                for cid in after}
+
+    net.update({0: ["c0", "c1"], 1: ["c2", "c4", "c5"]})  # cluster 1: leaf0 + leaf1 under root
+    xs = tensors(4)
+    c0 = net.contributions()
+    out = aggregate(port, net, [0, 1], xs, codec)
+    check_cluster_results(net, out, xs, codec, [0, 1])
+    d = counted(c0, net.contributions())
+    p = d[1]["leaf0"]  # packets per contributor: c2 alone at leaf0
+    assert p > 0 and d == {0: {"leaf0": 2 * p}, 1: {"root": 2 * p, "leaf0": p, "leaf1": 2 * p}}
+
+    upd = net.update({0: ["c0", "c1", "c2"], 1: ["c4", "c5"]})
+    assert upd.touched_jobs == ["fielding-c0", "fielding-c1"]
+    # cluster 1 leaves the root: its six table entries there are deleted. The software target
+    # keeps no owner metadata on multicast groups, so the job's old groups (root, leaf0) stay
+    # behind as foreign entries instead of being deleted (a target that keeps it: foreign = 0)
+    assert upd.writes_per_switch["root"] == 6
+    assert {sw: upd.writes_per_switch[sw] + upd.foreign_per_switch[sw] for sw in TREE} == \
+        upd.predicted_writes
+    assert [n.switch for n in net.controller.cfg.jobs[1].tree] == ["leaf1"]
+    xs = tensors(5)
+    c1 = net.contributions()
+    out = aggregate(port, net, [0, 1], xs, codec)
+    check_cluster_results(net, out, xs, codec, [0, 1])
+    assert counted(c1, net.contributions()) == {0: {"leaf0": 3 * p}, 1: {"leaf1": 2 * p}}
+    # as the switches' only writer the network may prune what it left behind
+    net.prune = True
+    pruned = net.update({0: ["c0", "c1", "c2"], 1: ["c4", "c5"]})
+    assert pruned.writes == sum(upd.foreign_per_switch.values())
+    assert all(r.diff.in_sync and not r.diff.foreign for r in net.status())
 
 
 # -- on BMv2 ---------------------------------------------------------------------------------
