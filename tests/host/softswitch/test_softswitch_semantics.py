@@ -334,3 +334,26 @@ def test_frames_built_here_parse_back(n):
     assert (src, dst, m.header.job_id) == ("10.0.0.1", SELF_IP, n)
     np.testing.assert_array_equal(m.values, np.arange(n) % 16)
     assert TABLE[15] == 30
+
+
+def test_overlapping_job_ranges_follow_each_packets_job():
+    """A controller error (two jobs on the same slots) still gets packet-by-packet semantics:
+    each frame uses its own job's expected count."""
+    j2 = [Peer(2, 3, W[2].ip, W[2].mac)]
+    frames = [data(W[0], 40, 0, 0, np.full(C, 1)), data(j2[0], 41, 0, 0, np.full(C, 2)),
+              data(W[1], 40, 0, 0, np.full(C, 3))]
+
+    def run(batch: bool, fast: bool):
+        x = Bench(pool_slots=8)
+        x.job(40, W[:2], index=0, num_slots=2, expected=3)
+        x.job(41, j2, index=1, num_slots=2, expected=2)   # same slot_base 0: overlapping
+        x.sw.pipeline.fast = fast
+        groups = [frames] if batch else [[f] for f in frames]
+        return sorted(o for g in groups for o in x.sw.process_frames(g)), x.drops()
+
+    want = run(False, False)
+    # job 41's frame completed the copy (its expected is 2); job 40's second worker came
+    # after completion and gets the stored result flagged RESENT
+    late = [read_frame(f)[3].header for p, f in want[0] if p == W[1].port]
+    assert [h.flags for h in late] == [Flag.RESENT] and want[1] == {}
+    assert run(True, True) == want
