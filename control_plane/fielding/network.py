@@ -284,7 +284,7 @@ def plan_network(
         if thc is not None:
             entry["thc"] = dict(thc)
         raw_jobs.append(entry)
-    config = {**{k: v for k, v in base.items()}, "jobs": raw_jobs}
+    config = {**base, "jobs": raw_jobs}
     return NetworkPlan(config, jobs, {c: list(jobs[c].clients) for c in jobs}, jdiff)
 
 

@@ -99,6 +99,10 @@ def test_removed_cluster_frees_its_slots_and_survivors_keep_theirs():
     assert {c: j.slot_base for c, j in second.jobs.items()} == {0: 0, 2: 64, 5: 32}
     assert [j.job_id for j in second.diff.removed] == ["fielding-c1"]
     assert [j.job_id for j in second.diff.added] == ["fielding-c5"]
+    # the controller's job index is the position in id order: cluster 2 keeps its members but
+    # moves from index 2 to 1 (job entry and multicast group rewritten), a documented limit
+    touched = touched_jobs(job_entries(first.network_config()), job_entries(second.network_config()))
+    assert touched == ["fielding-c0", "fielding-c1", "fielding-c2", "fielding-c5"]
 
 
 @pytest.mark.parametrize(
