@@ -161,16 +161,20 @@ class TorchDistributedAggregator:
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
         return t.to(x.device)
 
-    def _sum_async(self, t: torch.Tensor, post: Callable[[torch.Tensor], torch.Tensor]
+    def _sum_async(self, t: torch.Tensor, post: Callable[[torch.Tensor], torch.Tensor],
+                   home: torch.device, owned: bool = False
                    ) -> torch.futures.Future[tuple[torch.Tensor, Count]]:
-        """All-reduce a private copy of ``t`` on the group's device; results on ``t``'s device."""
-        n, home = self._world, t.device
-        wire = t.to(self.device, copy=True)  # all_reduce works in place
+        """All-reduce ``t`` on the group's device (a copy unless ``owned``: all_reduce works in
+        place and must not touch the caller's tensor); results come back on ``home``."""
+        n = self._world
+        wire = t.to(self.device)
+        if not owned and wire.data_ptr() == t.data_ptr():
+            wire = wire.clone()
         fut = dist.all_reduce(wire, op=dist.ReduceOp.SUM, group=self.group, async_op=True).get_future()
         return fut.then(lambda f: (post(f.value()[0]).to(home), n))
 
     def sum_floats_async(self, x: torch.Tensor) -> torch.futures.Future[tuple[torch.Tensor, Count]]:
-        return self._sum_async(x.detach(), lambda s: s)
+        return self._sum_async(x.detach(), lambda s: s, x.device)
 
     def sum_lanes_async(
         self, lanes: torch.Tensor, max_value_per_contribution: int
@@ -178,21 +182,28 @@ class TorchDistributedAggregator:
         if lanes.dtype.is_floating_point or lanes.dtype == torch.bool:
             raise TypeError(f"lanes must be an integer tensor, got {lanes.dtype}")
         if lanes.numel():
-            lo, hi = int(lanes.min()), int(lanes.max())
+            lo, hi = (int(v) for v in torch.aminmax(lanes))
             if lo < 0 or hi > max_value_per_contribution:
                 raise LaneValueError(
                     f"lane values span {lo}..{hi}, outside 0..{max_value_per_contribution}: "
                     "the sum could wrap"
                 )
-        dtype = lane_dtype(self._world, max_value_per_contribution)
+        return self._sum_lanes(lanes, max_value_per_contribution)
+
+    def _sum_lanes(self, lanes: torch.Tensor, max_value: int
+                   ) -> torch.futures.Future[tuple[torch.Tensor, Count]]:
+        dtype = lane_dtype(self._world, max_value)
         self.lane_dtypes_used.add(dtype)
         # Sums are returned as int32 whatever the wire dtype (uint8 sums are exact: n·g ≤ 255).
-        return self._sum_async(lanes.to(dtype).contiguous(), lambda s: s.to(torch.int32))
+        wire = lanes.to(dtype).contiguous()
+        return self._sum_async(wire, lambda s: s.to(torch.int32), lanes.device,
+                               owned=wire.data_ptr() != lanes.data_ptr())
 
     def sum_encoded_async(
         self, enc: Encoded, codec: THCCodec
     ) -> torch.futures.Future[tuple[torch.Tensor, Count]]:
-        return self.sum_lanes_async(codec.values(enc), codec.cfg.granularity)
+        # Table values lie in 0..g by construction: no range check needed.
+        return self._sum_lanes(codec.values(enc), codec.cfg.granularity)
 
     # Synchronous conveniences (tests, scripts).
     def sum_lanes(self, lanes: torch.Tensor, max_value_per_contribution: int) -> tuple[torch.Tensor, Count]:
