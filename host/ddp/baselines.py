@@ -59,8 +59,16 @@ def compare_set(powersgd_ranks: tuple[int, ...] = (1, 4)) -> list[CompressorSpec
 
 
 def make_hook(spec: CompressorSpec, *, seed: int = 0, thc_config: THCConfig | None = None,
-              group: dist.ProcessGroup | None = None) -> tuple[Any, Callable]:
-    """(state, hook) for ``ddp_model.register_comm_hook(state, hook)``."""
+              group: dist.ProcessGroup | None = None, aggregator: Any = None,
+              ) -> tuple[Any, Callable]:
+    """(state, hook) for ``ddp_model.register_comm_hook(state, hook)``.
+
+    ``aggregator`` (THC only): where the hook sums, e.g. an in-network
+    :class:`host.transport.job.NetworkAggregator`; default ``torch.distributed``.
+    """
+    if aggregator is not None and spec.kind != "thc":
+        raise ValueError(f"compressor {spec.kind!r} cannot use an in-network aggregator: the "
+                         "switch sums THC encodings only")
     if spec.kind == "none":
         return group, default_hooks.allreduce_hook
     if spec.kind == "fp16":
@@ -73,4 +81,4 @@ def make_hook(spec: CompressorSpec, *, seed: int = 0, thc_config: THCConfig | No
         )
         return state, powerSGD_hook.powerSGD_hook
     return (THCHookState(thc_config, process_group=group, error_feedback=spec.error_feedback,
-                         start_thc_iter=spec.start_iter), thc_hook)
+                         start_thc_iter=spec.start_iter, aggregator=aggregator), thc_hook)

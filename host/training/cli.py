@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from host.cli.main import UsageError
@@ -14,6 +17,7 @@ from host.thc.lanes import LaneOverflowError, lane_bits
 from host.training.harness import TrainConfig, TrainingError, train
 from host.training.report import gaps, plot_comparison, summarize
 from host.training.tasks import TASKS, make_task
+from host.transport.job import NetworkSpec, session_round_base
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -47,6 +51,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="held-out metric that counts as reached for time-to-target "
                         "(default: the task's, digits 0.95 accuracy, charlm 3.15 bits/char)")
     parser.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP bucket size")
+    net = parser.add_argument_group("in-network aggregation (THC runs only)")
+    net.add_argument("--aggregator", choices=["torch", "network"], default="torch",
+                     help="sum THC with torch.distributed (default) or through a switch")
+    net.add_argument("--switch", default="embedded", metavar="embedded|IP:PORT[,IP:PORT...]",
+                     help="'embedded' (default): start the software target on loopback and "
+                          "configure it over P4Runtime; else the switch's UDP address, one per "
+                          "rank or one for all")
+    net.add_argument("--worker-ips", metavar="IP[,IP...]",
+                     help="address each rank binds, as in the controller's file "
+                          "(default 127.0.0.11, .12, ...)")
+    net.add_argument("--job-id", type=int, default=1, help="THC job id at the switch (default 1)")
+    net.add_argument("--slots", type=int, default=64, help="the job's slots (window; default 64)")
+    net.add_argument("--policy", choices=["exact", "partial"], default="exact",
+                     help="straggler policy (default exact)")
     parser.add_argument("--out", help="JSON report path (default netco-train-TASK.json)")
     parser.add_argument("--plot", help="PNG path with --compare (default netco-train-TASK.png)")
     parser.add_argument("--json", action="store_true", help="print the JSON report to stdout")
@@ -89,6 +107,44 @@ def _print_table(summaries: dict[str, dict], gap: dict[str, dict], metric: str, 
         print(line)
 
 
+@contextlib.contextmanager
+def network_for(args: argparse.Namespace, thc: THCConfig) -> Iterator[NetworkSpec | None]:
+    """The THC runs' :class:`NetworkSpec` (starting the embedded target when asked), or None."""
+    if args.aggregator != "network":
+        yield None
+        return
+    if args.switch == "embedded":
+        from control_plane.embedded import EmbeddedNetwork
+
+        with EmbeddedNetwork(args.workers, job_id=args.job_id, num_slots=args.slots,
+                             thc={"g": thc.granularity}) as emb:
+            addrs = [emb.address(r) for r in range(args.workers)]
+            yield NetworkSpec(tuple(a.switch for a in addrs), tuple(a.ip for a in addrs),
+                              job_id=args.job_id, num_slots=args.slots,
+                              granularity=thc.granularity, policy=args.policy)
+        return
+    switches = []
+    for part in args.switch.split(","):
+        host, sep, port = part.rpartition(":")
+        if not sep or not port.isdigit():
+            raise UsageError(f"--switch {part!r}: expected 'embedded' or IP:PORT[,IP:PORT...]")
+        switches.append((host, int(port)))
+    if len(switches) not in (1, args.workers):
+        raise UsageError(f"--switch: {len(switches)} addresses for {args.workers} workers; give "
+                         "one for all or one per rank")
+    ips = (args.worker_ips.split(",") if args.worker_ips
+           else [f"127.0.0.{11 + r}" for r in range(args.workers)])
+    if len(ips) != args.workers:
+        raise UsageError(f"--worker-ips: {len(ips)} addresses for {args.workers} workers")
+    yield NetworkSpec(tuple(switches), tuple(ips), job_id=args.job_id, num_slots=args.slots,
+                      granularity=thc.granularity, policy=args.policy)
+
+
+def session(network: NetworkSpec) -> NetworkSpec:
+    """``network`` with a fresh round base: the switch keeps the rounds of earlier runs."""
+    return dataclasses.replace(network, round_base=session_round_base())
+
+
 def run(args: argparse.Namespace) -> int:
     thc_cfg = _validate(args)
     task = make_task(args.task, seed=args.seed)
@@ -100,17 +156,20 @@ def run(args: argparse.Namespace) -> int:
                                 error_feedback=not args.no_error_feedback, start_iter=args.start_iter)]
     progress = (not args.json) or sys.stderr.isatty()
     runs, summaries = [], {}
-    for spec in specs:
-        cfg = TrainConfig(task=args.task, spec=spec, workers=args.workers, steps=args.steps,
-                          eval_every=args.eval_every, seed=args.seed, lr=args.lr, thc=thc_cfg,
-                          bucket_cap_mb=args.bucket_cap_mb, progress=progress)
-        try:
-            r = train(cfg)
-        except TrainingError as exc:
-            print(f"netco train: {spec.label} failed: {exc}", file=sys.stderr)
-            return 1
-        runs.append(r)
-        summaries[spec.label] = summarize(r, target=target, link_mbps=args.link_mbps)
+    with network_for(args, thc_cfg) as network:
+        for spec in specs:
+            net = session(network) if network is not None and spec.kind == "thc" else None
+            cfg = TrainConfig(task=args.task, spec=spec, workers=args.workers, steps=args.steps,
+                              eval_every=args.eval_every, seed=args.seed, lr=args.lr, thc=thc_cfg,
+                              bucket_cap_mb=args.bucket_cap_mb, progress=progress, network=net)
+            try:
+                r = train(cfg)
+            except TrainingError as exc:
+                print(f"netco train: {spec.label} failed: {exc}", file=sys.stderr)
+                return 1
+            runs.append(r)
+            summaries[spec.label] = summarize(r, target=target, link_mbps=args.link_mbps)
+            summaries[spec.label]["aggregator"] = r.get("aggregator")
     gap = gaps(summaries, task.higher_is_better)
     report = {
         "task": args.task, "workers": args.workers, "seed": args.seed, "steps": runs[0]["steps"],

@@ -31,6 +31,7 @@ from host.ddp.hook import THCHookState
 from host.thc.config import THCConfig
 from host.training.launch import LaunchTimeoutError, run_workers
 from host.training.tasks import make_task
+from host.transport.job import NetworkSpec
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,9 @@ class TrainConfig:
         tqdm progress bar on stderr (rank 0).
     inject_nan : tuple of int, optional
         (rank, step): that rank's loss becomes NaN at that step (tests and demonstrations).
+    network : NetworkSpec, optional
+        Sum THC through a switch (:mod:`host.transport`) instead of ``torch.distributed``;
+        bytes are then the datagrams each worker really sent and received (headers included).
     timeout_s : float
         Kill the workers after this long; also the collectives' timeout.
     """
@@ -88,6 +92,7 @@ class TrainConfig:
     progress: bool = False
     inject_nan: tuple[int, int] | None = None
     timeout_s: float = 900.0
+    network: NetworkSpec | None = None
 
 
 def _train(rank: int, cfg: TrainConfig) -> dict:
@@ -98,11 +103,14 @@ def _train(rank: int, cfg: TrainConfig) -> dict:
     model = task.build_model()
     n_params = sum(p.numel() for p in model.parameters())
     ddp = DistributedDataParallel(model, bucket_cap_mb=cfg.bucket_cap_mb)
-    state, hook = make_hook(cfg.spec, seed=cfg.seed, thc_config=cfg.thc)
+    agg = cfg.network.connect(rank, n) if cfg.network is not None else None
+    state, hook = make_hook(cfg.spec, seed=cfg.seed, thc_config=cfg.thc, aggregator=agg)
+    wire = (0, 0)
     ddp.register_comm_hook(state, hook)
     opt = task.build_optimizer(ddp.parameters())
     sched = task.build_scheduler(opt, steps)
     meter = CollectiveMeter().install()
+    comm_before = 0.0
     records: list[dict] = []
     bar = None
     if rank == 0 and cfg.progress:
@@ -123,7 +131,12 @@ def _train(rank: int, cfg: TrainConfig) -> dict:
             sched.step()
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             nbytes, comm = meter.take()
-            if isinstance(state, THCHookState):
+            if agg is not None:  # what really went over the wire this step
+                sent, recv = agg.bytes_sent - wire[0], agg.bytes_received - wire[1]
+                wire = (agg.bytes_sent, agg.bytes_received)
+                comm = agg.window.stats.seconds - comm_before
+                comm_before = agg.window.stats.seconds
+            elif isinstance(state, THCHookState):
                 sent, recv = state.history[-1].sent, state.history[-1].received
             else:
                 sent = recv = nbytes
@@ -147,7 +160,11 @@ def _train(rank: int, cfg: TrainConfig) -> dict:
         meter.uninstall()
         if bar is not None:
             bar.close()
+        if agg is not None:
+            agg.ep.close()
     return {"task": cfg.task, "compressor": cfg.spec.label, "workers": n, "steps": steps,
+            "aggregator": "network" if agg is not None else "torch.distributed",
+            "network_stats": agg.window.stats.as_dict() if agg is not None else None,
             "eval_every": eval_every, "seed": cfg.seed, "params": n_params,
             "metric_name": task.metric_name, "higher_is_better": task.higher_is_better,
             "default_target": task.default_target, "records": records}

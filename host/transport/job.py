@@ -230,3 +230,38 @@ class NetworkAggregator:
         out = codec.decode(sums, count, norms, x.numel(), round=rnd, stream=stream,
                            dtype=tensor.dtype)
         return out.reshape(tensor.shape)
+
+
+@dataclass(frozen=True)
+class NetworkSpec:
+    """How every worker of a job reaches its switch over UDP (picklable: goes to workers).
+
+    Parameters
+    ----------
+    switch : tuple of (host, port)
+        The switch's UDP address for each rank (one entry: shared by all ranks).
+    ips : tuple of str
+        The address each rank binds (its IPv4 address in the controller's file).
+    job_id, num_slots, granularity, round_base : as :class:`JobSpec`.
+    policy : {"exact", "partial"}
+    """
+
+    switch: tuple[tuple[str, int], ...]
+    ips: tuple[str, ...]
+    job_id: int = 1
+    num_slots: int = 64
+    granularity: int = 30
+    round_base: int = 1
+    policy: str = "exact"
+
+    def connect(self, rank: int, world: int) -> NetworkAggregator:
+        """The aggregator of worker ``rank`` (opens its socket)."""
+        from host.transport.ports import UdpEndpoint
+        from host.transport.slots import SlotConfig
+
+        if len(self.ips) < world:
+            raise ValueError(f"{len(self.ips)} worker addresses for {world} workers")
+        sw = self.switch[rank] if len(self.switch) > 1 else self.switch[0]
+        ep = UdpEndpoint(sw, bind=(self.ips[rank], 0))
+        spec = JobSpec(self.job_id, rank, world, self.num_slots, self.granularity, self.round_base)
+        return NetworkAggregator(ep, spec, SlotConfig(policy=self.policy))
