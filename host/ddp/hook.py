@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 
 
 #: Agreed chunk norms below this are sent as zero chunks (their values stay in the error memory):
-#: the codec's scale √d/M overflows float32 for M below about 3e-36.
+#: the scale √d/M overflows float32 for M below about 3e-36. The codec now does the same; the
+#: hook keeps its own threshold so its behaviour does not depend on the codec version.
 TINY_NORM = 1e-30
 
 
