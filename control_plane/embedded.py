@@ -148,7 +148,7 @@ class EmbeddedNetwork:
         bad = [r for r in results if not r.ok]
         if bad:
             self.stop()
-            raise RuntimeError(f"controller apply failed: {[r.as_dict() for r in bad]}")
+            raise RuntimeError(f"controller apply failed: {[r.to_json() for r in bad]}")
         self.updates = self.controller.writes
         log.info("embedded network: switch pid %s, %d workers, %d P4Runtime updates",
                  self.proc.pid, self.workers, self.updates)

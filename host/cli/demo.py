@@ -1,87 +1,110 @@
-"""``netco demo``: the main job on the embedded default (no switch hardware, no BMv2).
+"""``netco demo``: the main job on the embedded default (no switch hardware, no BMv2, no root).
 
-Today it shows THC on real gradients: four workers each compute the gradient of a small CNN
-on their own shard of scikit-learn's digits, agree on the chunk norms, encode to 4-bit indices,
-sum the integers (what the switch does) and decode the average. It prints bits per coordinate
-up and down, the error against the exact average and the time of each step.
+Starts the software aggregation target on loopback, configures it through the controller over
+P4Runtime, and trains the ``digits`` task (a small CNN on scikit-learn's digits) with four
+worker processes whose gradients go THC-encoded through the target: 4 bits per coordinate up,
+8-bit integer sums down, summed by the switch. Then trains the same model with uncompressed
+all-reduce (``torch.distributed``, fp32) for comparison. Prints a summary — held-out accuracy,
+bytes on the wire per worker per step, time — and writes a JSON report and a PNG plot.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
-import torch
-
-from host.thc.codec import THCCodec
-from host.thc.simulate import allreduce
+from host.cli.main import UsageError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = __doc__
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=4, help="worker processes (default 4)")
+    parser.add_argument("--steps", type=int, help="training steps (default: the task's, 150)")
+    parser.add_argument("--quick", action="store_true", help="a short run (20 steps), e.g. for tests")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--link-mbps", type=float, default=100.0,
+                        help="also report the time the bytes would take on links of this speed "
+                             "(an emulation; default 100 Mbit/s per worker)")
+    parser.add_argument("--out", default="netco-demo.json", help="JSON report (default %(default)s)")
+    parser.add_argument("--plot", default="netco-demo.png", help="PNG plot (default %(default)s)")
+    parser.add_argument("--json", action="store_true", help="print the JSON report to stdout")
     parser.set_defaults(func=run)
 
 
-def worker_gradients(workers: int, seed: int) -> list[torch.Tensor]:
-    """Flattened gradients of one small CNN on ``workers`` disjoint shards of digits."""
-    from sklearn.datasets import load_digits
-
-    torch.manual_seed(seed)
-    data = load_digits()
-    xs = torch.tensor(data.images, dtype=torch.float32).unsqueeze(1) / 16.0
-    ys = torch.tensor(data.target)
-    model = torch.nn.Sequential(
-        torch.nn.Conv2d(1, 32, 3, padding=1), torch.nn.ReLU(),
-        torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Flatten(), torch.nn.Linear(64 * 16, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10),
-    )
-    grads = []
-    for w in range(workers):
-        model.zero_grad()
-        idx = torch.arange(w, len(ys), workers)[:128]
-        torch.nn.functional.cross_entropy(model(xs[idx]), ys[idx]).backward()
-        grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]))
-    return grads
-
-
 def run(args: argparse.Namespace) -> int:
+    from control_plane.embedded import EmbeddedNetwork
+    from host.ddp.baselines import CompressorSpec
+    from host.thc.config import THCConfig
+    from host.training.harness import TrainConfig, TrainingError, train
+    from host.training.report import plot_comparison, summarize
+    from host.training.tasks import make_task
+    from host.transport.job import NetworkSpec, session_round_base
+
+    if not 1 <= args.workers <= 8:
+        raise UsageError(f"--workers={args.workers}: the demo runs 1..8 workers (8-bit lanes)")
+    steps = 20 if args.quick else args.steps
+    task = make_task("digits", seed=args.seed)
+    steps = steps or task.default_steps
+    eval_every = max(1, min(task.default_eval_every, steps // 4))
+    thc = THCConfig()
+    progress = not args.json or sys.stderr.isatty()
+    say = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
+    say(f"netco demo: digits, {args.workers} workers, {steps} steps")
     t0 = time.perf_counter()
-    grads = worker_gradients(args.workers, args.seed)
-    t_grad = time.perf_counter() - t0
-    codec = THCCodec()
-    t1 = time.perf_counter()
-    res = allreduce(codec, grads)
-    t_thc = time.perf_counter() - t1
-    exact = torch.stack(grads).mean(0)
-    nmse = float(((res.average - exact) ** 2).sum() / (exact**2).sum())
-    cos = float(torch.nn.functional.cosine_similarity(res.average, exact, dim=0))
-    n = exact.numel()
+    with EmbeddedNetwork(args.workers, num_slots=64) as net:
+        say(f"  software switch on loopback (pid {net.proc.pid}), configured over P4Runtime: "
+            f"{net.updates} entries")
+        addrs = [net.address(r) for r in range(args.workers)]
+        spec = NetworkSpec(tuple(a.switch for a in addrs), tuple(a.ip for a in addrs),
+                           job_id=net.job_id, num_slots=net.num_slots,
+                           round_base=session_round_base())
+        runs = []
+        try:
+            say("  training with THC through the switch ...")
+            runs.append(train(TrainConfig(task="digits", spec=CompressorSpec("thc"),
+                                          workers=args.workers, steps=steps, eval_every=eval_every,
+                                          seed=args.seed, thc=thc, progress=progress,
+                                          network=spec)))
+            say("  training with uncompressed all-reduce (fp32, torch.distributed) ...")
+            runs.append(train(TrainConfig(task="digits", spec=CompressorSpec("none"),
+                                          workers=args.workers, steps=steps, eval_every=eval_every,
+                                          seed=args.seed, progress=progress)))
+        except TrainingError as exc:
+            print(f"netco demo: training failed: {exc}", file=sys.stderr)
+            return 1
+        switch_status = [s.to_json() for s in net.status()]
+    elapsed = time.perf_counter() - t0
+    summaries = {r["compressor"]: summarize(r, target=task.default_target, link_mbps=args.link_mbps)
+                 for r in runs}
+    thc_s, none_s = summaries["thc"], summaries["none"]
     report = {
-        "workers": args.workers,
-        "elements": n,
-        "bits_per_coordinate_up": 8 * res.bytes_up / n,
-        "bits_per_coordinate_down": 8 * res.bytes_down / n,
-        "fp32_bits": 32,
-        "lane_bits": res.lane_bits,
-        "nmse_vs_exact_average": nmse,
-        "cosine_vs_exact_average": cos,
-        "gradient_s": t_grad,
-        "thc_allreduce_s": t_thc,
-        "backend": "fused" if codec._use_fused(exact) else "torch",
+        "task": "digits", "workers": args.workers, "steps": steps, "seed": args.seed,
+        "params": runs[0]["params"], "metric": task.metric_name, "link_mbps": args.link_mbps,
+        "summary": summaries, "switch": switch_status, "elapsed_s": elapsed, "runs": runs,
+        "network_stats": runs[0].get("network_stats"),
     }
+    Path(args.out).write_text(json.dumps(report, indent=1))
+    plot_comparison(runs, args.plot, link_mbps=args.link_mbps, target=task.default_target)
     if args.json:
-        print(json.dumps(report))
+        print(json.dumps({k: v for k, v in report.items() if k != "runs"}))
         return 0
-    print(f"THC all-reduce of a real CNN gradient ({n} elements) over {args.workers} workers")
-    print(f"  uplink   {report['bits_per_coordinate_up']:.2f} bits/coordinate (fp32: 32)")
-    print(f"  downlink {report['bits_per_coordinate_down']:.2f} bits/coordinate "
-          f"({res.lane_bits}-bit integer lanes)")
-    print(f"  error    NMSE {nmse:.4f} vs the exact average (cosine {cos:.4f})")
-    print(f"  time     {t_thc * 1e3:.1f} ms for norms, {args.workers} encodes, integer sum, decode "
-          f"({report['backend']} kernels)")
+    p = runs[0]["params"]
+    print()
+    print(f"{'':24}{'THC via switch':>16}{'fp32 all-reduce':>17}")
+    print(f"{'held-out accuracy':24}{thc_s['final_metric']:>16.4f}{none_s['final_metric']:>17.4f}")
+    print(f"{'bytes up / worker / step':24}{thc_s['bytes_sent_per_step']:>16,.0f}"
+          f"{none_s['bytes_sent_per_step']:>17,.0f}")
+    print(f"{'bytes down / worker / step':24}{thc_s['bytes_received_per_step']:>16,.0f}"
+          f"{none_s['bytes_received_per_step']:>17,.0f}")
+    print(f"{'bits / coordinate up':24}{8 * thc_s['bytes_sent_per_step'] / p:>16.2f}"
+          f"{8 * none_s['bytes_sent_per_step'] / p:>17.2f}")
+    print(f"{'wall time (s)':24}{thc_s['wall_s']:>16.1f}{none_s['wall_s']:>17.1f}")
+    if args.link_mbps:
+        print(f"{f'time at {args.link_mbps:g} Mbit/s (s)':24}{thc_s['emulated_s']:>16.1f}"
+              f"{none_s['emulated_s']:>17.1f}")
+    print(f"\nreport: {args.out}, plot: {args.plot}   ({elapsed:.0f} s in all)")
     return 0

@@ -90,14 +90,6 @@ def test_bench_codec_prints_the_schema(capsys):
     assert g["thc"] < g["uniform4"] < g["per_worker4"]
 
 
-def test_demo_json(capsys):
-    assert main(["demo", "--json"]) == 0
-    rep = json.loads(capsys.readouterr().out)
-    assert rep["bits_per_coordinate_up"] == pytest.approx(4, abs=0.05)
-    assert rep["bits_per_coordinate_down"] == pytest.approx(8, abs=0.1)
-    assert rep["cosine_vs_exact_average"] > 0.9
-
-
 def test_help_lists_subcommands(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--help"])
