@@ -39,11 +39,14 @@ class FaultyEndpoint:
     delay_ms : float
         Added to every datagram (both directions).
     seed : int
+    die_after : int, optional
+        After this many datagrams sent, the endpoint goes silent for good (a worker killed
+        mid-round): nothing more leaves or arrives.
     """
 
     def __init__(self, inner: Endpoint, loss_pct: float = 0.0, dup_pct: float = 0.0,
                  reorder_pct: float = 0.0, delay_ms: float = 0.0, reorder_ms: float = 5.0,
-                 seed: int = 0) -> None:
+                 seed: int = 0, die_after: int | None = None) -> None:
         for name, v in (("loss_pct", loss_pct), ("dup_pct", dup_pct), ("reorder_pct", reorder_pct)):
             if not 0.0 <= v <= 100.0:
                 raise ValueError(f"{name}={v}: must be a percentage 0..100")
@@ -54,6 +57,7 @@ class FaultyEndpoint:
         self.delay, self.reorder_s = delay_ms / 1000, reorder_ms / 1000
         self.rng = random.Random(seed)
         self.stats = FaultStats()
+        self.die_after = die_after
         self._held_out: list[tuple[float, int, bytes]] = []
         self._held_in: list[tuple[float, int, bytes]] = []
         self._seq = 0
@@ -85,7 +89,15 @@ class FaultyEndpoint:
             out.append(heapq.heappop(held)[2])
         return out
 
+    @property
+    def dead(self) -> bool:
+        return self.die_after is not None and self.stats.sent >= self.die_after
+
     def send_many(self, datagrams: Sequence[bytes | bytearray | memoryview]) -> None:
+        if self.die_after is not None:
+            room = max(0, self.die_after - self.stats.sent)
+            self.stats.dropped += max(0, len(datagrams) - room)
+            datagrams = list(datagrams)[:room]
         now = time.monotonic()
         out = self._due(self._held_out, now)
         for d in datagrams:
@@ -95,6 +107,9 @@ class FaultyEndpoint:
             self.inner.send_many(out)
 
     def recv_many(self, timeout: float) -> list[memoryview]:
+        if self.dead:
+            time.sleep(timeout)
+            return []
         now = time.monotonic()
         late = self._due(self._held_out, now)
         if late:

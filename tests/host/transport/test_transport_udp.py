@@ -220,3 +220,41 @@ def test_a_new_session_needs_newer_rounds(net):
                 a.ep.close()
         same = np.array_equal(got[0][0].numpy().astype(np.int64), want.astype(np.int64))
         assert same == (seed == 1)  # the second session reused the first one's rounds
+
+
+def test_worker_killed_mid_round_partial_sums_are_exact_per_packet():
+    """Rank 3 sends its first 20 DATA packets, then dies: later packets hold m = 3."""
+    n, numel = 4, 64 * 256  # 64 packets, window 8
+    codec = THCCodec()
+    xs = worker_data(n, numel, 9)
+    norms = torch.stack([codec.chunk_norms(x) for x in xs]).amax(0)
+    encs = [codec.encode(x, norms, worker=r, round=0) for r, x in enumerate(xs)]
+    with EmbeddedNetwork(n, num_slots=8) as net:
+        slots = SlotConfig(policy="partial", deadline=0.3, rto=0.02, max_rto=0.1)
+        aggs = [aggregator(net, r, 1, slots) for r in range(n - 1)]
+        a = net.address(n - 1)
+        dying = NetworkAggregator(
+            FaultyEndpoint(UdpEndpoint(a.switch, bind=(a.ip, 0)), die_after=20),
+            JobSpec(net.job_id, n - 1, n, num_slots=8), SlotConfig(give_up=1.0, rto=0.02))
+
+        def work(r: int):
+            if r == n - 1:
+                with pytest.raises(SlotTimeoutError):
+                    dying.sum_encoded(encs[r], codec)
+                return None
+            return aggs[r].sum_encoded(encs[r], codec)
+
+        try:
+            got = run_workers(n, work)
+        finally:
+            for ag in [*aggs, dying]:
+                ag.ep.close()
+    table = torch.tensor(codec.table)
+    vals = [table[codec.indices(e).long()].numpy().astype(np.int64) for e in encs]
+    for sums, count in got[: n - 1]:
+        assert isinstance(count, torch.Tensor)  # per-coordinate counts: some packets partial
+        c = count.numpy()
+        assert set(np.unique(c)) == {3, 4}
+        assert (c[: 20 * 256] == 4).all()  # what rank 3 sent before dying was counted
+        want = np.where(c == 4, sum(vals), sum(vals[: n - 1]))
+        np.testing.assert_array_equal(sums.numpy().astype(np.int64), want)
