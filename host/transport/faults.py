@@ -90,6 +90,10 @@ class FaultyEndpoint:
         return out
 
     @property
+    def batch(self) -> int:
+        return self.inner.batch
+
+    @property
     def dead(self) -> bool:
         return self.die_after is not None and self.stats.sent >= self.die_after
 

@@ -30,7 +30,9 @@ _UDP = 8
 
 
 class Endpoint(Protocol):
-    """What the slot engine needs from a transport."""
+    """What the slot engine needs from a transport (``batch``: most datagrams per receive)."""
+
+    batch: int
 
     def send_many(self, datagrams: Sequence[bytes | bytearray | memoryview]) -> None: ...
 
@@ -63,6 +65,7 @@ class UdpEndpoint:
     def __init__(self, switch: tuple[str, int], bind: tuple[str, int] = ("127.0.0.1", 0),
                  batch: int = 256, bufsize: int = 8 << 20) -> None:
         self.switch = switch
+        self.batch = batch
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
             self.sock.setsockopt(socket.SOL_SOCKET, opt, bufsize)
@@ -135,6 +138,7 @@ class RawEndpoint:
     def __init__(self, ifname: str, src_mac: str, dst_mac: str, src_ip: str, dst_ip: str,
                  batch: int = 256, bufsize: int = 8 << 20) -> None:
         self.ifname = ifname
+        self.batch = batch
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_IP))
         for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
             self.sock.setsockopt(socket.SOL_SOCKET, opt, bufsize)

@@ -129,14 +129,18 @@ class SlotWindow:
         self.stats = ExchangeStats()
         self.srtt: float | None = None
         self.rttvar = 0.0
+        #: Exponential backoff kept across packets until a valid RTT sample (RFC 6298, 5.5):
+        #: under overload nearly every packet is retransmitted, Karn's rule then yields no
+        #: samples, and without it every new packet would start from the stale, short timeout.
+        self.backoff = 1.0
 
     def _rto(self) -> float:
-        """Current base timeout: ``srtt + 4·rttvar`` within [rto, max_rto] (RFC 6298)."""
-        if self.srtt is None:
-            return self.cfg.rto
-        return min(max(self.cfg.rto, self.srtt + 4 * self.rttvar), self.cfg.max_rto)
+        """Current base timeout: ``(srtt + 4·rttvar)·backoff`` within [rto, max_rto] (RFC 6298)."""
+        base = self.cfg.rto if self.srtt is None else max(self.cfg.rto, self.srtt + 4 * self.rttvar)
+        return min(base * self.backoff, self.cfg.max_rto)
 
     def _sample(self, rtt: float) -> None:
+        self.backoff = 1.0
         if self.srtt is None:
             self.srtt, self.rttvar = rtt, rtt / 2
         else:
@@ -259,6 +263,13 @@ class SlotWindow:
                 else:
                     out_pkt[s] = -1
                     due[s] = np.inf
+            if len(batch) >= self.ep.batch:
+                # More results may wait in the socket: read them before judging any timeout,
+                # or a slow receiver retransmits packets whose results it already holds.
+                if sends:
+                    self.ep.send_many(sends)
+                    self.stats.packets += len(sends)
+                continue
             now = time.monotonic()
             for s in np.nonzero(due <= now)[0]:
                 i = int(out_pkt[s])
@@ -271,6 +282,8 @@ class SlotWindow:
                 elif cfg.policy == "exact" and now - first_sent[s] >= cfg.give_up:
                     self._give_up(int(s), int(out_round[s]), i, build)
                 sends.append(bytes(build(int(s), i, flags)))
+                if not retried[s]:
+                    self.backoff = min(self.backoff * 2, 64.0)
                 retried[s] = True
                 self.stats.retransmits += 1
                 rto[s] = min(rto[s] * 2, cfg.max_rto)
