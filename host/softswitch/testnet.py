@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import os
 import socket
 import subprocess
@@ -36,12 +35,12 @@ from typing import Any
 
 import finsy as fy
 
+from host.impair.netns import in_netns
 from host.softswitch.p4info import COMPILED_P4INFO, netco_p4info, write_p4info
 
 REPO = Path(__file__).resolve().parents[2]
 ETH_P_ALL = 0x0003
 PACKET_OUTGOING = 4
-CLONE_NEWNET = 0x40000000
 
 
 @dataclass(frozen=True)
@@ -149,36 +148,12 @@ def connect(loop: AsyncLoop, name: str, grpc_port: int, p4info: Path) -> fy.Swit
     return client
 
 
-def _run(cmd: list[str], check: bool = True) -> subprocess.CompletedProcess:
+def run_cmd(cmd: list[str], check: bool = True) -> subprocess.CompletedProcess:
+    """Run ``cmd``; raise with its stderr when it fails and ``check``."""
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if check and proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr.strip()}")
     return proc
-
-
-def _in_netns(ns: str, fn):
-    """Run ``fn()`` in a thread that joined network namespace ``ns``."""
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    out: dict = {}
-
-    def target() -> None:
-        fd = os.open(f"/var/run/netns/{ns}", os.O_RDONLY)
-        try:
-            if libc.setns(fd, CLONE_NEWNET) != 0:
-                out["err"] = OSError(ctypes.get_errno(), f"setns({ns})")
-                return
-            out["val"] = fn()
-        except Exception as exc:
-            out["err"] = exc
-        finally:
-            os.close(fd)
-
-    t = threading.Thread(target=target)
-    t.start()
-    t.join()
-    if "err" in out:
-        raise out["err"]
-    return out["val"]
 
 
 class SoftswitchNetwork:
@@ -291,24 +266,24 @@ class SoftswitchNetwork:
         for i, (name, (hif, sif)) in enumerate(self._host_end.items()):
             host = self.hosts[name]
             ns = f"{self.prefix}-h{i}"
-            _run(["ip", "netns", "add", ns])
+            run_cmd(["ip", "netns", "add", ns])
             self._netns.append(ns)
-            _run(["ip", "link", "add", sif, "type", "veth", "peer", "name", hif])
+            run_cmd(["ip", "link", "add", sif, "type", "veth", "peer", "name", hif])
             self._veths.append(sif)
-            _run(["ip", "link", "set", hif, "netns", ns])
-            _run(["sysctl", "-qw", f"net.ipv6.conf.{sif}.disable_ipv6=1"], check=False)
-            _run(["ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv6.conf.{hif}.disable_ipv6=1"],
+            run_cmd(["ip", "link", "set", hif, "netns", ns])
+            run_cmd(["sysctl", "-qw", f"net.ipv6.conf.{sif}.disable_ipv6=1"], check=False)
+            run_cmd(["ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv6.conf.{hif}.disable_ipv6=1"],
                  check=False)
-            _run(["ip", "-n", ns, "link", "set", hif, "address", host.mac])
-            _run(["ip", "-n", ns, "link", "set", hif, "up"])
-            _run(["ip", "link", "set", sif, "up"])
-            self._socks[name] = _in_netns(ns, lambda hif=hif: self._packet_socket(hif))
+            run_cmd(["ip", "-n", ns, "link", "set", hif, "address", host.mac])
+            run_cmd(["ip", "-n", ns, "link", "set", hif, "up"])
+            run_cmd(["ip", "link", "set", sif, "up"])
+            self._socks[name] = in_netns(ns, lambda hif=hif: self._packet_socket(hif))
         for a, b in self._links:
-            _run(["ip", "link", "add", a, "type", "veth", "peer", "name", b])
+            run_cmd(["ip", "link", "add", a, "type", "veth", "peer", "name", b])
             self._veths.append(a)
             for x in (a, b):
-                _run(["sysctl", "-qw", f"net.ipv6.conf.{x}.disable_ipv6=1"], check=False)
-                _run(["ip", "link", "set", x, "up"])
+                run_cmd(["sysctl", "-qw", f"net.ipv6.conf.{x}.disable_ipv6=1"], check=False)
+                run_cmd(["ip", "link", "set", x, "up"])
 
     @staticmethod
     def _packet_socket(ifname: str) -> socket.socket:
@@ -350,9 +325,9 @@ class SoftswitchNetwork:
             self._loop = None
         for ifname in self._veths:
             if Path(f"/sys/class/net/{ifname}").exists():
-                _run(["ip", "link", "del", ifname], check=False)
+                run_cmd(["ip", "link", "del", ifname], check=False)
         for ns in self._netns:
-            _run(["ip", "netns", "del", ns], check=False)
+            run_cmd(["ip", "netns", "del", ns], check=False)
         self._veths.clear()
         self._netns.clear()
 

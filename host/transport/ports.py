@@ -14,7 +14,7 @@ import errno
 import select
 import socket
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from host.protocol.layout import THC_UDP_PORT
@@ -39,6 +39,20 @@ class Endpoint(Protocol):
     def recv_many(self, timeout: float) -> list[memoryview]: ...
 
     def close(self) -> None: ...
+
+
+def _send_retrying(sock: socket.socket, send: Callable[[], object]) -> None:
+    """Call ``send()`` until the kernel takes the datagram (full buffer, ENOBUFS: wait)."""
+    while True:
+        try:
+            send()
+            return
+        except (BlockingIOError, InterruptedError):
+            select.select([], [sock], [], 0.01)
+        except OSError as exc:
+            if exc.errno != errno.ENOBUFS:
+                raise
+            select.select([], [sock], [], 0.001)
 
 
 class _Batcher:
@@ -84,16 +98,7 @@ class UdpEndpoint:
         sendto = self.sock.sendto
         dst = self.switch
         for d in datagrams:
-            while True:
-                try:
-                    sendto(d, dst)
-                    break
-                except (BlockingIOError, InterruptedError):
-                    select.select([], [self.sock], [], 0.01)
-                except OSError as exc:  # ENOBUFS under bursts: wait and retry
-                    if exc.errno != errno.ENOBUFS:
-                        raise
-                    select.select([], [self.sock], [], 0.001)
+            _send_retrying(self.sock, lambda d=d: sendto(d, dst))
 
     def recv_many(self, timeout: float) -> list[memoryview]:
         if not self._poll.poll(max(0, int(timeout * 1000))):
@@ -170,16 +175,7 @@ class RawEndpoint:
         send = self.sock.send
         for d in datagrams:
             frame = self._prefix(len(d)) + bytes(d)
-            while True:
-                try:
-                    send(frame)
-                    break
-                except (BlockingIOError, InterruptedError):
-                    select.select([], [self.sock], [], 0.01)
-                except OSError as exc:
-                    if exc.errno != errno.ENOBUFS:
-                        raise
-                    select.select([], [self.sock], [], 0.001)
+            _send_retrying(self.sock, lambda frame=frame: send(frame))
 
     def recv_many(self, timeout: float) -> list[memoryview]:
         if not self._poll.poll(max(0, int(timeout * 1000))):

@@ -15,16 +15,13 @@ Everything it creates is named with the prefix ``nct<pid>`` and removed in :meth
 from __future__ import annotations
 
 import abc
-import asyncio
 import contextlib
-import ctypes
 import ipaddress
 import logging
 import os
 import shutil
 import socket
 import subprocess
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,7 +29,9 @@ from pathlib import Path
 
 import finsy as fy
 
+from host.impair.netns import in_netns
 from host.protocol import layout as lay
+from host.softswitch.testnet import AsyncLoop, free_tcp_port, run_cmd
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +41,6 @@ P4_INFO = REPO / "p4" / "build" / "netco.p4info.txtpb"
 
 ETH_P_ALL = 0x0003
 PACKET_OUTGOING = 4
-CLONE_NEWNET = 0x40000000
 
 #: hosts of the single-switch test topology: 8 workers and one host that is nobody's worker
 WORKERS = [f"w{i}" for i in range(8)]
@@ -198,19 +196,6 @@ class AggregationNetwork(abc.ABC):
         """Tear everything down."""
 
 
-def _run(cmd: list[str], check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if check and proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr.strip()}")
-    return proc
-
-
-def _free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait_tcp(port: int, proc: subprocess.Popen, timeout: float, what: str) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -221,47 +206,6 @@ def _wait_tcp(port: int, proc: subprocess.Popen, timeout: float, what: str) -> N
                 return
         time.sleep(0.05)
     raise RuntimeError(f"{what}: gRPC port {port} not open after {timeout} s")
-
-
-def _in_netns(ns: str, fn):
-    """Run ``fn()`` in a fresh thread that joined network namespace ``ns``; return its value."""
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    out: dict = {}
-
-    def target() -> None:
-        fd = os.open(f"/var/run/netns/{ns}", os.O_RDONLY)
-        try:
-            if libc.setns(fd, CLONE_NEWNET) != 0:
-                out["err"] = OSError(ctypes.get_errno(), f"setns({ns})")
-                return
-            out["val"] = fn()
-        except Exception as exc:  # re-raised in the caller
-            out["err"] = exc
-        finally:
-            os.close(fd)
-
-    t = threading.Thread(target=target)
-    t.start()
-    t.join()
-    if "err" in out:
-        raise out["err"]
-    return out["val"]
-
-
-class _Loop:
-    """An asyncio loop in a daemon thread, for finsy's async API from sync tests."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coro, timeout: float = 60.0):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
 
 
 @dataclass
@@ -291,7 +235,7 @@ class Bmv2Network(AggregationNetwork):
         self._socks: dict[str, socket.socket] = {}
         self._links: list[tuple[str, str]] = []  # root-ns veth pairs (first end)
         self._netns: list[str] = []
-        self._loop: _Loop | None = None
+        self._loop: AsyncLoop | None = None
 
     # -- topology -------------------------------------------------------------------------
     def add_switch(self, name: str) -> None:
@@ -325,13 +269,13 @@ class Bmv2Network(AggregationNetwork):
 
     # -- lifecycle ------------------------------------------------------------------------
     def _veth(self, a: str, b: str) -> None:
-        _run(["ip", "link", "add", a, "type", "veth", "peer", "name", b])
+        run_cmd(["ip", "link", "add", a, "type", "veth", "peer", "name", b])
 
     @staticmethod
     def _quiet(ifname: str, ns: str | None = None) -> None:
         # No IPv6 (no router solicitations or DAD frames that would hit the switch).
         pre = ["ip", "netns", "exec", ns] if ns else []
-        _run([*pre, "sysctl", "-qw", f"net.ipv6.conf.{ifname}.disable_ipv6=1"], check=False)
+        run_cmd([*pre, "sysctl", "-qw", f"net.ipv6.conf.{ifname}.disable_ipv6=1"], check=False)
 
     def start(self) -> None:
         if not (P4_JSON.exists() and P4_INFO.exists()):
@@ -348,21 +292,21 @@ class Bmv2Network(AggregationNetwork):
         for name, host in self.hosts.items():
             ns, hif = self._host_ns[name], self._host_if[name]
             sif = self.switches[host.switch].ports[host.port]
-            _run(["ip", "netns", "add", ns])
+            run_cmd(["ip", "netns", "add", ns])
             self._netns.append(ns)
             self._veth(sif, hif)
-            _run(["ip", "link", "set", hif, "netns", ns])
+            run_cmd(["ip", "link", "set", hif, "netns", ns])
             self._quiet(sif)
             self._quiet(hif, ns)
-            _run(["ip", "-n", ns, "link", "set", hif, "address", host.mac])
-            _run(["ip", "-n", ns, "link", "set", hif, "up"])
-            _run(["ip", "link", "set", sif, "up"])
-            self._socks[name] = _in_netns(ns, lambda hif=hif: self._open_socket(hif))
+            run_cmd(["ip", "-n", ns, "link", "set", hif, "address", host.mac])
+            run_cmd(["ip", "-n", ns, "link", "set", hif, "up"])
+            run_cmd(["ip", "link", "set", sif, "up"])
+            self._socks[name] = in_netns(ns, lambda hif=hif: self._open_socket(hif))
         for a, b in self._links:
             self._veth(a, b)
             for i in (a, b):
                 self._quiet(i)
-                _run(["ip", "link", "set", i, "up"])
+                run_cmd(["ip", "link", "set", i, "up"])
 
     @staticmethod
     def _open_socket(ifname: str) -> socket.socket:
@@ -375,10 +319,10 @@ class Bmv2Network(AggregationNetwork):
         exe = shutil.which("simple_switch_grpc")
         if exe is None:
             raise RuntimeError("simple_switch_grpc not on PATH")
-        self._loop = _Loop()
+        self._loop = AsyncLoop()
         for sw in self.switches.values():
-            sw.grpc_port = _free_tcp_port()
-            thrift = _free_tcp_port()
+            sw.grpc_port = free_tcp_port()
+            thrift = free_tcp_port()
             ifs = [a for p, i in sorted(sw.ports.items()) for a in ("-i", f"{p}@{i}")]
             sw.log_path = self.workdir / f"{sw.name}.log"
             cmd = [exe, "--device-id", "1", "-L", "off", "--no-p4", "--thrift-port", str(thrift),
@@ -413,13 +357,13 @@ class Bmv2Network(AggregationNetwork):
             self._loop.close()
             self._loop = None
         for a, _b in self._links:
-            _run(["ip", "link", "del", a], check=False)
+            run_cmd(["ip", "link", "del", a], check=False)
         for ns in self._netns:
-            _run(["ip", "netns", "del", ns], check=False)
+            run_cmd(["ip", "netns", "del", ns], check=False)
         for sw in self.switches.values():
             for ifname in sw.ports.values():
                 if Path(f"/sys/class/net/{ifname}").exists():
-                    _run(["ip", "link", "del", ifname], check=False)
+                    run_cmd(["ip", "link", "del", ifname], check=False)
         self._netns.clear()
         self._links.clear()
 
