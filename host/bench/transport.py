@@ -4,6 +4,7 @@ Prints one JSON object::
 
     {"udp": [{"workers", "coords_per_s", "packets_per_s", "payload_gbps", "limit_packets_per_s",
               "fraction_of_limit"}, ...],
+     "veth": [same, over veth/AF_PACKET (root)],
      "allreduce_16m": {"elements", "thc_network_s", "gloo_fp32_s", "nmse"}}
 
 Workers are separate processes on loopback, each with its own address, talking to one
@@ -14,12 +15,14 @@ same run. Goodput counts the coordinates aggregated per worker per second; ``pay
 compressed THC payload (4 bits per coordinate) sent per worker. The 16M-element comparison runs
 one THC all-reduce (norms, encode, network, decode) against ``torch.distributed`` gloo's
 all-reduce of the fp32 tensor, with the same number of worker processes on the same machine.
-veth/AF_PACKET figures come from the testbed (``docs/testbed.md``), which needs root.
+With root, the same is measured over veth pairs into one network namespace per worker
+(AF_PACKET raw frames on both sides; the limit is the switch's echo loop on the same ports).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -113,6 +116,170 @@ def _gloo_worker(rank: int, world: int, numel: int, port: int, q) -> None:
     dist.destroy_process_group()
 
 
+def _raw_worker_main(argv: list[str]) -> int:
+    """``python -m host.bench.transport --raw-worker MODE IF MAC DMAC IP DIP RANK WORLD COORDS
+    SLOTS START``: one worker in a network namespace; prints one JSON line.
+
+    MODE ``echo``: the window loop of :func:`_echo_worker` over a raw socket (the limit);
+    ``thc``: one ``sum_encoded`` through the switch. Both wait until the clock passes START so
+    that the workers begin together.
+    """
+    mode, ifname, mac, dmac, ip, dip = argv[:6]
+    rank, world, coords, slots = (int(v) for v in argv[6:10])
+    start = float(argv[10])
+    import torch
+
+    from host.thc import THCCodec
+    from host.transport.job import JobSpec, NetworkAggregator
+    from host.transport.ports import RawEndpoint
+
+    torch.set_num_threads(1)
+    ep = RawEndpoint(ifname, mac, dmac, ip, dip)
+    if mode == "echo":
+        dg = bytes(THC_HEADER_BYTES + INDICES.nbytes)
+        n_packets = coords
+        time.sleep(max(0.0, start - time.time()))
+        t0 = time.perf_counter()
+        sent = min(slots, n_packets)
+        ep.send_many([dg] * sent)
+        got = 0
+        while got < n_packets:
+            batch = ep.recv_many(0.5)
+            if not batch:
+                sent += 1
+                ep.send_many([dg])
+                continue
+            got += len(batch)
+            more = min(len(batch), n_packets - sent)
+            if more > 0:
+                ep.send_many([dg] * more)
+                sent += more
+        print(json.dumps({"rank": rank, "packets_per_s": got / (time.perf_counter() - t0)}))
+        return 0
+    codec = THCCodec()
+    x = torch.randn(coords, generator=torch.Generator().manual_seed(rank))
+    enc = codec.encode(x, codec.chunk_norms(x), worker=rank, round=0)
+    agg = NetworkAggregator(ep, JobSpec(1, rank, world, num_slots=slots))
+    time.sleep(max(0.0, start - time.time()))
+    t0 = time.perf_counter()
+    agg.sum_encoded(enc, codec)
+    print(json.dumps({"rank": rank, "seconds": time.perf_counter() - t0,
+                      "retransmits": agg.window.stats.retransmits}))
+    return 0
+
+
+def veth_goodput(workers: int, coords: int, num_slots: int, limit_packets: int) -> dict:
+    """Goodput through the software target over veth (AF_PACKET; root) and the raw echo limit.
+
+    Each worker lives in its own network namespace behind a veth pair whose other end is a
+    ``afpacket`` port of ``python -m host.softswitch`` (echo mode for the limit), configured by
+    the controller.
+    """
+    import subprocess
+    import sys
+
+    from control_plane.config import parse_config
+    from control_plane.controller import Controller, run_sync
+
+    tag = f"ntb{os.getpid() % 10000}"
+    ns = [f"{tag}w{r}" for r in range(workers)]
+    sw_if = [f"{tag}s{r}" for r in range(workers)]
+    h_if = [f"{tag}h{r}" for r in range(workers)]
+    ips = [f"10.77.0.{r + 1}" for r in range(workers)]
+    macs = [f"02:00:00:77:00:{r + 1:02x}" for r in range(workers)]
+    sw_ip, sw_mac = "10.77.0.254", "02:4e:43:00:00:01"
+
+    def sh(*cmd: str) -> None:
+        subprocess.run(cmd, check=True, capture_output=True)
+
+    procs: list[subprocess.Popen] = []
+    try:
+        for r in range(workers):
+            sh("ip", "netns", "add", ns[r])
+            sh("ip", "link", "add", sw_if[r], "type", "veth", "peer", "name", h_if[r])
+            sh("ip", "link", "set", h_if[r], "netns", ns[r])
+            sh("ip", "netns", "exec", ns[r], "ip", "link", "set", h_if[r], "address", macs[r])
+            sh("ip", "netns", "exec", ns[r], "ip", "link", "set", h_if[r], "up")
+            sh("ip", "link", "set", sw_if[r], "up")
+            for dev, where in ((sw_if[r], None), (h_if[r], ns[r])):
+                pre = ["ip", "netns", "exec", where] if where else []
+                subprocess.run([*pre, "ethtool", "-K", dev, "tx", "off", "rx", "off"],
+                               capture_output=True, check=False)
+
+        def run_switch(echo: bool) -> subprocess.Popen:
+            grpc = free_port(__import__("socket").SOCK_STREAM)
+            cmd = [sys.executable, "-m", "host.softswitch", "--grpc", f"127.0.0.1:{grpc}",
+                   "--slots", str(max(256, num_slots))]
+            for r in range(workers):
+                cmd += ["--port", f"{r + 1}=afpacket:{sw_if[r]}"]
+            if echo:
+                cmd.append("--echo")
+            p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            procs.append(p)
+            p.grpc = grpc  # type: ignore[attr-defined]
+            end = time.monotonic() + 30
+            import socket as _s
+
+            while True:
+                with _s.socket() as c:
+                    if c.connect_ex(("127.0.0.1", grpc)) == 0:
+                        break
+                if time.monotonic() > end or p.poll() is not None:
+                    raise RuntimeError("software switch did not start")
+                time.sleep(0.05)
+            return p
+
+        def run_workers_in_ns(mode: str, n_items: int, dst_self: bool) -> list[dict]:
+            start = time.time() + 8.0  # after every worker imported torch and encoded
+            ps = []
+            for r in range(workers):
+                dmac, dip = (macs[r], ips[r]) if dst_self else (sw_mac, sw_ip)
+                ps.append(subprocess.Popen(
+                    ["ip", "netns", "exec", ns[r], sys.executable, "-m", "host.bench.transport",
+                     "--raw-worker", mode, h_if[r], macs[r], dmac, ips[r], dip, str(r),
+                     str(workers), str(n_items), str(num_slots), str(start)],
+                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+            out = []
+            for p in ps:
+                so, _ = p.communicate(timeout=300)
+                out.append(json.loads(so.strip().splitlines()[-1]))
+            return out
+
+        echo = run_switch(echo=True)
+        lim = run_workers_in_ns("echo", limit_packets, dst_self=True)
+        echo.terminate()
+        echo.wait(10)
+        sw = run_switch(echo=False)
+        cfg = parse_config({
+            "switches": [{"name": "s1", "address": f"127.0.0.1:{sw.grpc}", "addr": sw_ip,
+                          "mac": sw_mac, "target": "softswitch", "ports": workers}],
+            "hosts": [{"name": f"w{r}", "mac": macs[r], "ip": ips[r], "attach": f"s1:{r + 1}"}
+                      for r in range(workers)],
+            "jobs": [{"name": "bench", "id": 1, "members": [f"w{r}" for r in range(workers)],
+                      "num_slots": num_slots}],
+        })
+        res = run_sync(Controller(cfg).apply())
+        if not all(r.ok for r in res):
+            raise RuntimeError(f"controller apply failed: {[r.to_json() for r in res]}")
+        thc = run_workers_in_ns("thc", coords, dst_self=False)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+                with contextlib.suppress(Exception):
+                    p.wait(10)
+        for r in range(workers):
+            subprocess.run(["ip", "link", "del", sw_if[r]], capture_output=True, check=False)
+            subprocess.run(["ip", "netns", "del", ns[r]], capture_output=True, check=False)
+    limit = min(x["packets_per_s"] for x in lim)
+    dt = max(x["seconds"] for x in thc)
+    pkts = -(-coords // COORDS_PER_PACKET)
+    return {"transport": "veth", "workers": workers, "coords": coords, "seconds": dt,
+            "coords_per_s": coords / dt, "packets_per_s": pkts / dt,
+            "payload_gbps": coords * 4 / dt / 1e9, "retransmits": sum(x["retransmits"] for x in thc),
+            "limit_packets_per_s": limit, "fraction_of_limit": (pkts / dt) / limit}
+
+
 def _run(procs: list[mp.Process], q, n: int, timeout: float) -> list[tuple]:
     for p in procs:
         p.start()
@@ -181,19 +348,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allreduce-elements", type=int, default=1 << 24,
                    help="size of the THC vs gloo comparison (0 skips it)")
     p.add_argument("--allreduce-workers", type=int, default=2)
+    p.add_argument("--veth", action=argparse.BooleanOptionalAction, default=os.geteuid() == 0,
+                   help="also measure over veth pairs in network namespaces (root; default: "
+                        "when root)")
     p.add_argument("--json", action="store_true", help="(always JSON)")
 
 
 def run(args: argparse.Namespace) -> dict:
     out: dict = {"udp": [udp_goodput(w, args.coords, args.slots, args.limit_packets)
                          for w in args.workers]}
+    if args.veth:
+        out["veth"] = [veth_goodput(w, args.coords, args.slots, args.limit_packets)
+                       for w in args.workers]
     if args.allreduce_elements:
         out["allreduce"] = allreduce_16m(args.allreduce_workers, args.allreduce_elements, args.slots)
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
+    import sys
+
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--raw-worker"]:
+        return _raw_worker_main(argv[1:])
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p)
     print(json.dumps(run(p.parse_args(argv)), indent=1))
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
