@@ -11,9 +11,12 @@ bytes on the wire per worker per step, time — and writes a JSON report and a P
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from host.cli.main import UsageError
@@ -32,18 +35,63 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="netco-demo.json", help="JSON report (default %(default)s)")
     parser.add_argument("--plot", default="netco-demo.png", help="PNG plot (default %(default)s)")
     parser.add_argument("--json", action="store_true", help="print the JSON report to stdout")
+    parser.add_argument("--testbed", choices=["rack"],
+                        help="instead of loopback: a Mininet rack (mininet/rack.yaml: 4 hosts, "
+                             "one switch; needs root and Mininet); THC frames leave and enter "
+                             "through the hosts' interfaces")
+    parser.add_argument("--switch", choices=["auto", "bmv2", "softswitch"], default="auto",
+                        help="with --testbed: the switch program (auto: BMv2 when installed)")
     parser.set_defaults(func=run)
 
 
+@contextlib.contextmanager
+def _network(args: argparse.Namespace, say: Callable[..., None]) -> Iterator[tuple]:
+    """Yield (network spec of the THC run, description, status callable)."""
+    from host.transport.job import NetworkSpec, RawNetworkSpec, session_round_base
+
+    if args.testbed is None:
+        from control_plane.embedded import EmbeddedNetwork
+
+        with EmbeddedNetwork(args.workers, num_slots=64) as net:
+            say(f"  software switch on loopback (pid {net.proc.pid}), configured over P4Runtime: "
+                f"{net.updates} entries")
+            addrs = [net.address(r) for r in range(args.workers)]
+            yield (NetworkSpec(tuple(a.switch for a in addrs), tuple(a.ip for a in addrs),
+                               job_id=net.job_id, num_slots=net.num_slots,
+                               round_base=session_round_base()),
+                   "software switch on loopback", net.status)
+        return
+    if os.geteuid() != 0:
+        raise UsageError("--testbed rack needs root (network namespaces, raw sockets)")
+    from control_plane.testbed.net import Testbed
+
+    tb = Testbed(Path(__file__).resolve().parents[2] / "mininet" / "rack.yaml", target=args.switch)
+    rep = tb.up()
+    try:
+        jb = tb.job()
+        if len(jb.members) != args.workers:
+            raise UsageError(f"--testbed rack has {len(jb.members)} hosts; use --workers "
+                             f"{len(jb.members)}")
+        hosts = [tb.plan.host(h) for h in jb.members]
+        say(f"  Mininet rack up ({rep['target']}: {rep['target_reason']}), configured over "
+            "P4Runtime")
+        spec = RawNetworkSpec(tuple(tb.node_pid(h.name) for h in hosts),
+                              tuple(h.ifname for h in hosts), tuple(h.mac for h in hosts),
+                              tuple(h.ip for h in hosts), tuple(h.gateway_mac for h in hosts),
+                              tuple(h.gateway_ip for h in hosts), job_id=jb.id,
+                              num_slots=jb.num_slots, granularity=jb.thc.g,
+                              round_base=session_round_base())
+        yield spec, f"Mininet rack, {rep['target']}", lambda: []
+    finally:
+        tb.down()
+
+
 def run(args: argparse.Namespace) -> int:
-    from control_plane.embedded import EmbeddedNetwork
     from host.ddp.baselines import CompressorSpec
     from host.thc.config import THCConfig
     from host.training.harness import TrainConfig, TrainingError, train
     from host.training.report import plot_comparison, summarize
     from host.training.tasks import make_task
-    from host.transport.job import NetworkSpec, session_round_base
-
     if not 1 <= args.workers <= 8:
         raise UsageError(f"--workers={args.workers}: the demo runs 1..8 workers (8-bit lanes)")
     steps = 20 if args.quick else args.steps
@@ -55,16 +103,10 @@ def run(args: argparse.Namespace) -> int:
     say = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
     say(f"netco demo: digits, {args.workers} workers, {steps} steps")
     t0 = time.perf_counter()
-    with EmbeddedNetwork(args.workers, num_slots=64) as net:
-        say(f"  software switch on loopback (pid {net.proc.pid}), configured over P4Runtime: "
-            f"{net.updates} entries")
-        addrs = [net.address(r) for r in range(args.workers)]
-        spec = NetworkSpec(tuple(a.switch for a in addrs), tuple(a.ip for a in addrs),
-                           job_id=net.job_id, num_slots=net.num_slots,
-                           round_base=session_round_base())
+    with _network(args, say) as (spec, where, status):
         runs = []
         try:
-            say("  training with THC through the switch ...")
+            say(f"  training with THC through the switch ({where}) ...")
             runs.append(train(TrainConfig(task="digits", spec=CompressorSpec("thc"),
                                           workers=args.workers, steps=steps, eval_every=eval_every,
                                           seed=args.seed, thc=thc, progress=progress,
@@ -76,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         except TrainingError as exc:
             print(f"netco demo: training failed: {exc}", file=sys.stderr)
             return 1
-        switch_status = [s.to_json() for s in net.status()]
+        switch_status = [s.to_json() for s in status()]
     elapsed = time.perf_counter() - t0
     summaries = {r["compressor"]: summarize(r, target=task.default_target, link_mbps=args.link_mbps)
                  for r in runs}
@@ -85,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         "task": "digits", "workers": args.workers, "steps": steps, "seed": args.seed,
         "params": runs[0]["params"], "metric": task.metric_name, "link_mbps": args.link_mbps,
         "summary": summaries, "switch": switch_status, "elapsed_s": elapsed, "runs": runs,
-        "network_stats": runs[0].get("network_stats"),
+        "network_stats": runs[0].get("network_stats"), "network": where,
     }
     Path(args.out).write_text(json.dumps(report, indent=1))
     plot_comparison(runs, args.plot, link_mbps=args.link_mbps, target=task.default_target)

@@ -31,7 +31,7 @@ from host.ddp.hook import THCHookState
 from host.thc.config import THCConfig
 from host.training.launch import LaunchTimeoutError, run_workers
 from host.training.tasks import make_task
-from host.transport.job import NetworkSpec
+from host.transport.job import NetworkSpec, RawNetworkSpec
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class TrainConfig:
     progress: bool = False
     inject_nan: tuple[int, int] | None = None
     timeout_s: float = 900.0
-    network: NetworkSpec | None = None
+    network: NetworkSpec | RawNetworkSpec | None = None
 
 
 def _train(rank: int, cfg: TrainConfig) -> dict:

@@ -265,3 +265,44 @@ class NetworkSpec:
         ep = UdpEndpoint(sw, bind=(self.ips[rank], 0))
         spec = JobSpec(self.job_id, rank, world, self.num_slots, self.granularity, self.round_base)
         return NetworkAggregator(ep, spec, SlotConfig(policy=self.policy))
+
+
+@dataclass(frozen=True)
+class RawNetworkSpec:
+    """Like :class:`NetworkSpec`, over raw frames on interfaces inside network namespaces.
+
+    Rank ``r`` opens a :class:`~host.transport.ports.RawEndpoint` on ``ifnames[r]`` inside the
+    namespace of process ``ns_pids[r]`` (a Mininet host's shell; needs root), so its frames
+    leave and enter through that host's interface, while the training process itself (and its
+    torch.distributed bookkeeping) stays where it is.
+
+    Parameters
+    ----------
+    ns_pids, ifnames, macs, ips : per rank
+    gateway_macs, gateway_ips : per rank: the attachment switch's MAC and address
+    job_id, num_slots, granularity, round_base, policy : as :class:`NetworkSpec`.
+    """
+
+    ns_pids: tuple[int, ...]
+    ifnames: tuple[str, ...]
+    macs: tuple[str, ...]
+    ips: tuple[str, ...]
+    gateway_macs: tuple[str, ...]
+    gateway_ips: tuple[str, ...]
+    job_id: int = 1
+    num_slots: int = 64
+    granularity: int = 30
+    round_base: int = 1
+    policy: str = "exact"
+
+    def connect(self, rank: int, world: int) -> NetworkAggregator:
+        """The aggregator of worker ``rank`` (opens its raw socket in the host's namespace)."""
+        from host.impair.netns import in_netns
+        from host.transport.ports import RawEndpoint
+        from host.transport.slots import SlotConfig
+
+        ep = in_netns(self.ns_pids[rank], lambda: RawEndpoint(
+            self.ifnames[rank], self.macs[rank], self.gateway_macs[rank], self.ips[rank],
+            self.gateway_ips[rank]))
+        spec = JobSpec(self.job_id, rank, world, self.num_slots, self.granularity, self.round_base)
+        return NetworkAggregator(ep, spec, SlotConfig(policy=self.policy))

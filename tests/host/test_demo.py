@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from host.cli.main import main
 
 
@@ -23,3 +25,23 @@ def test_demo_quick(tmp_path, capsys):
     sw = rep["switch"][0]
     assert sw["counters"]["ingress.thc_slot.contributions"]["0"] > 0
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+@pytest.mark.parametrize("switch", ["softswitch", pytest.param("bmv2", marks=pytest.mark.bmv2)])
+def test_demo_on_a_mininet_rack_trains_like_loopback(tmp_path, capsys, switch):
+    """Through the rack's switch (frames on the hosts' interfaces) the THC run follows the
+    loopback run bit for bit: both switches add the same integers."""
+    runs = {}
+    for name, extra in (("loopback", []), ("rack", ["--testbed", "rack", "--switch", switch])):
+        out = tmp_path / f"{name}.json"
+        rc = main(["demo", "--quick", "--workers", "4", "--json", "--out", str(out),
+                   "--plot", str(tmp_path / f"{name}.png"), *extra])
+        assert rc == 0
+        capsys.readouterr()
+        runs[name] = json.loads(out.read_text())
+    assert runs["rack"]["network"] == f"Mininet rack, {switch}"
+    loss = {k: [r["loss"] for r in v["runs"][0]["records"]] for k, v in runs.items()}
+    assert loss["rack"] == loss["loopback"]
+    assert runs["rack"]["network_stats"]["min_count"] == 4
