@@ -108,9 +108,21 @@ def run_workers(fn: Callable, world: int, args: tuple = (), *, timeout_s: float 
                                  nprocs=world, join=False, start_method="spawn")
         deadline = time.monotonic() + timeout_s + 60
         try:
-            while not ctx.join(timeout=0.5):
+            # Poll instead of ctx.join(): join() kills every other rank as soon as one exits
+            # abnormally, and a rank can abort in teardown (gloo's threads in
+            # destroy_process_group when a peer is already gone) after writing its result.
+            # The result files decide below; a rank without one is reported as failed.
+            while any(p.is_alive() for p in ctx.processes):
                 if time.monotonic() > deadline:
                     raise LaunchTimeoutError(f"workers still running after {timeout_s + 60:.0f} s")
+                time.sleep(0.2)
+                dead = [r for r, p in enumerate(ctx.processes)
+                        if not p.is_alive() and p.exitcode and not Path(tmp, f"rank{r}.pkl").exists()]
+                if dead:  # crashed before writing a result: the others would wait forever
+                    break
+            for r, p in enumerate(ctx.processes):
+                if not p.is_alive() and p.exitcode:
+                    log.warning("rank %d exited with code %s", r, p.exitcode)
         finally:
             for p in ctx.processes:
                 if p.is_alive():
