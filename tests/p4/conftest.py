@@ -32,17 +32,9 @@ def _softswitch(workdir: Path, tag: str) -> AggregationNetwork:
     return SoftswitchNetwork(workdir, entries=job_entries, wiring="tunnel")
 
 
-def _softswitch_raw(workdir: Path, tag: str) -> AggregationNetwork:
-    from host.softswitch.testnet import SoftswitchNetwork
-
-    return SoftswitchNetwork(workdir, entries=job_entries, wiring="afpacket",
-                             prefix=f"ncs{os.getpid() % 10000}{tag}")
-
-
 TARGETS = [
     pytest.param(_bmv2, id="bmv2", marks=[pytest.mark.root, pytest.mark.bmv2, pytest.mark.p4c]),
     pytest.param(_softswitch, id="softswitch"),
-    pytest.param(_softswitch_raw, id="softswitch-afpacket", marks=[pytest.mark.root]),
 ]
 
 
