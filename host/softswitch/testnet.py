@@ -65,11 +65,23 @@ class _Switch:
     log_path: Path | None = None
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_udp_port() -> int:
-    """An unused UDP port on 127.0.0.1."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """An unused UDP port on 127.0.0.1, never one this process handed out before.
+
+    A port is free only while nobody binds it: after the probe socket closes the kernel may
+    return the same number to the next probe, so two ends of one tunnel could get one port.
+    """
+    for _ in range(1000):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise RuntimeError("no unused UDP port found")
 
 
 def free_tcp_port() -> int:
