@@ -32,12 +32,9 @@ from control_plane.embedded import EmbeddedNetwork, free_port
 from host.protocol.layout import COORDS_PER_PACKET, INDICES, THC_HEADER_BYTES
 
 
-def _echo_worker(addr, n_packets: int, window: int, barrier, q) -> None:
-    from host.transport.ports import UdpEndpoint
-
-    ep = UdpEndpoint(addr.switch, bind=(addr.ip, 0))
+def _echo_rate(ep, n_packets: int, window: int) -> float:
+    """Datagrams/s of a window loop against an echoing switch: keep ``window`` in flight."""
     dg = bytes(THC_HEADER_BYTES + INDICES.nbytes)
-    barrier.wait()
     t0 = time.perf_counter()
     sent = min(window, n_packets)
     ep.send_many([dg] * sent)
@@ -53,7 +50,15 @@ def _echo_worker(addr, n_packets: int, window: int, barrier, q) -> None:
         if more > 0:
             ep.send_many([dg] * more)
             sent += more
-    q.put(("echo", addr.rank, got / (time.perf_counter() - t0)))
+    return got / (time.perf_counter() - t0)
+
+
+def _echo_worker(addr, n_packets: int, window: int, barrier, q) -> None:
+    from host.transport.ports import UdpEndpoint
+
+    ep = UdpEndpoint(addr.switch, bind=(addr.ip, 0))
+    barrier.wait()
+    q.put(("echo", addr.rank, _echo_rate(ep, n_packets, window)))
     ep.close()
 
 
@@ -136,25 +141,8 @@ def _raw_worker_main(argv: list[str]) -> int:
     torch.set_num_threads(1)
     ep = RawEndpoint(ifname, mac, dmac, ip, dip)
     if mode == "echo":
-        dg = bytes(THC_HEADER_BYTES + INDICES.nbytes)
-        n_packets = coords
         time.sleep(max(0.0, start - time.time()))
-        t0 = time.perf_counter()
-        sent = min(slots, n_packets)
-        ep.send_many([dg] * sent)
-        got = 0
-        while got < n_packets:
-            batch = ep.recv_many(0.5)
-            if not batch:
-                sent += 1
-                ep.send_many([dg])
-                continue
-            got += len(batch)
-            more = min(len(batch), n_packets - sent)
-            if more > 0:
-                ep.send_many([dg] * more)
-                sent += more
-        print(json.dumps({"rank": rank, "packets_per_s": got / (time.perf_counter() - t0)}))
+        print(json.dumps({"rank": rank, "packets_per_s": _echo_rate(ep, coords, slots)}))
         return 0
     codec = THCCodec()
     x = torch.randn(coords, generator=torch.Generator().manual_seed(rank))
