@@ -33,11 +33,20 @@ REPO = Path(__file__).resolve().parents[1]
 #: P4Info and BMv2 JSON written by ``p4/build.py`` (p4c).
 DEFAULT_P4INFO = REPO / "p4" / "build" / "netco.p4info.txtpb"
 DEFAULT_BMV2_JSON = REPO / "p4" / "build" / "netco.json"
+#: P4Info of the TNA program written by ``p4/build.py --target tofino`` (Tofino backend).
+TOFINO_P4INFO = REPO / "p4" / "build" / "tofino" / "netco.p4info.txtpb"
 
 #: Switch targets the controller knows how to push a pipeline to.
 #: ``bmv2``: P4Info + BMv2 JSON; ``softswitch``: P4Info only (netco's software target);
-#: ``p4runtime``: any other P4Runtime switch, P4Info + the ``p4blob`` file given per switch.
-TARGETS = ("bmv2", "softswitch", "p4runtime")
+#: ``p4runtime``: any other P4Runtime switch, P4Info + the ``p4blob`` file given per switch;
+#: ``tofino``: a Tofino switch's P4Runtime server running p4/tna (P4Info
+#: :data:`TOFINO_P4INFO`, ``p4blob`` = the device config the Tofino toolchain built).
+TARGETS = ("bmv2", "softswitch", "p4runtime", "tofino")
+#: Targets whose program adds packed 8-bit lanes of table values (no per-lane lookup): jobs
+#: through them use the values uplink and 8-bit lanes (p4/README.md, "Tofino").
+VALUES_TARGETS = ("tofino",)
+#: What DATA packets carry (docs/protocol.md): 4-bit indices or 8-bit table values.
+UPLINKS = ("indices", "values")
 POLICIES = ("exact", "partial")
 #: ``egress_spec``/port fields are 9 bits wide; BMv2 uses 511 as its drop port.
 MAX_PORT = 510
@@ -150,6 +159,7 @@ class JobSpec:
     lane_bits: int
     tree: tuple[TreeNode, ...]
     tree_explicit: bool
+    uplink: str = "indices"
 
 
 @dataclass(frozen=True)
@@ -442,8 +452,8 @@ class _Validator:
                 self.err(f"{w}.target", f"{target!r} unknown; use one of {', '.join(TARGETS)}")
                 target = "bmv2"
             p4blob = self.path(f"{w}.p4blob", m.get("p4blob"))
-            if target == "p4runtime" and p4blob is None:
-                self.err(f"{w}.p4blob", "required for target 'p4runtime': the target's compiled "
+            if target in ("p4runtime", "tofino") and p4blob is None:
+                self.err(f"{w}.p4blob", f"required for target {target!r}: the target's compiled "
                                         "program (device config) to push with the P4Info")
             if name is None or address is None or addr is None or mac is None or dev is None:
                 continue
@@ -451,6 +461,12 @@ class _Validator:
             out[name] = SwitchSpec(name, address, dev, addr, mac, ports, target, p4blob)
         if isinstance(raw, list) and not raw:
             self.err("switches", "empty; define at least one switch")
+        tna = sorted(s.name for s in out.values() if s.target in VALUES_TARGETS)
+        other = sorted(s.name for s in out.values() if s.target not in VALUES_TARGETS)
+        if tna and other:
+            self.err("switches", f"Tofino switches ({', '.join(tna)}) run p4/tna, the others "
+                                 f"({', '.join(other)}) p4/v1model: one controller pushes one "
+                                 "P4Info; give each program its own config file")
         seen: dict[str, str] = {}
         for s in out.values():
             if s.addr in seen:
@@ -559,7 +575,7 @@ class _Validator:
         for i, j in enumerate(self.list_of("jobs", raw, required=False)):
             w = f"jobs[{i}]"
             m = self.mapping(w, j, {"thc", "policy", "num_slots", "slot_base", "lane_bits",
-                                    "root", "tree"}, {"name", "id", "members"})
+                                    "root", "tree", "uplink"}, {"name", "id", "members"})
             if m is None:
                 continue
             name = self.name(f"{w}.name", m.get("name"))
@@ -626,10 +642,30 @@ class _Validator:
                                            f"{bmv2[0]}; use 16 (n·g up to 65535: g <= 2047 "
                                            "for 32 workers)")
                 continue
+            tofino = [n.switch for n in tree if targets[n.switch] in VALUES_TARGETS]
+            uplink = m.get("uplink", "values" if tofino else "indices")
+            if uplink not in UPLINKS:
+                self.err(f"{w}.uplink", f"{uplink!r} unknown; use one of {', '.join(UPLINKS)}")
+                continue
+            if tofino and uplink != "values":
+                self.err(f"{w}.uplink", f"'indices' cannot go through Tofino switch {tofino[0]}: it "
+                                        "adds table values in packed 8-bit lanes; use 'values' (or "
+                                        "leave uplink out)")
+                continue
+            if tofino and lane != 8:
+                self.err(f"{w}.lane_bits", f"Tofino switch {tofino[0]} adds packed 8-bit lanes, but "
+                                           f"n·g = {len(members)}·{thc.g} = {len(members) * thc.g} "
+                                           f"needs {lane}; keep n·g <= 255 (g <= "
+                                           f"{255 // len(members)} for {len(members)} workers)")
+                continue
+            if uplink == "values" and thc.g > 255:
+                self.err(f"{w}.thc.g", f"{thc.g}: the values uplink carries table values in 8 bits; "
+                                       "use g <= 255")
+                continue
             ids[jid] = name
             names.add(name)
             out.append(JobSpec(name, jid, tuple(members), thc, policy, nslots, sbase, lane,
-                               tree, explicit))
+                               tree, explicit, uplink))
         return out
 
     def tree(self, w: str, m: dict, members: list[str], cfg: NetworkConfig

@@ -13,7 +13,7 @@ import finsy as fy
 from finsy.proto import p4i
 
 from control_plane import multicast, routing, thc_load, thc_members, thc_validate
-from control_plane.config import DEFAULT_P4INFO, NetworkConfig
+from control_plane.config import DEFAULT_P4INFO, TOFINO_P4INFO, VALUES_TARGETS, NetworkConfig
 from control_plane.placement import Placement, limits_from_p4info, place
 
 
@@ -36,7 +36,8 @@ def desired_state(cfg: NetworkConfig, p4info: p4i.P4Info | None = None,
         ents: list = []
         for j in placement.per_switch[sw.name]:
             ents += thc_validate.entries(j)
-            ents += thc_load.entries(j)
+            if sw.target not in VALUES_TARGETS:
+                ents += thc_load.entries(j)   # the TNA program has no table: workers map
             ents += thc_members.entries(j)
             ents += multicast.entries(j)
         ents += routes[sw.name]
@@ -48,7 +49,8 @@ def load_p4info(cfg: NetworkConfig) -> tuple[p4i.P4Info, str]:
     """The program's P4Info and where it came from.
 
     Order: ``controller.p4info`` from the config, then the committed compiler output
-    ``p4/build/netco.p4info.txtpb``, then the software target's equivalent P4Info
+    ``p4/build/netco.p4info.txtpb`` (``p4/build/tofino/netco.p4info.txtpb`` when the switches
+    are Tofino switches), then the software target's equivalent P4Info
     (:func:`host.softswitch.p4info.fallback_p4info`, for machines without p4c).
 
     Raises
@@ -61,7 +63,8 @@ def load_p4info(cfg: NetworkConfig) -> tuple[p4i.P4Info, str]:
     path = cfg.controller.p4info
     if path is not None and not Path(path).exists():
         raise FileNotFoundError(f"controller.p4info: {path} does not exist")
-    for cand in (path, DEFAULT_P4INFO):
+    tofino = bool(cfg.switches) and all(s.target in VALUES_TARGETS for s in cfg.switches)
+    for cand in (path, TOFINO_P4INFO if tofino else DEFAULT_P4INFO):
         if cand is not None and Path(cand).exists():
             info = p4i.P4Info()
             text = Path(cand).read_text()

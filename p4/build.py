@@ -1,15 +1,22 @@
 #!/usr/bin/env python3
-"""Build the netco v1model program: generate, compile with p4c, record a stamp.
+"""Build the netco P4 programs: generate, compile, record a stamp per target.
 
-Steps: run ``p4/gen.py``; if ``p4c`` is on PATH (or ``--p4c`` names it) compile
-``p4/v1model/main.p4`` for BMv2 into ``p4/build/netco.json`` and ``p4/build/netco.p4info.txtpb``
-and write ``p4/build/stamp.json`` with the sources' hash and the compiler version. Without p4c
-it says so and exits 3 (the committed outputs stay as they are).
+Steps: run ``p4/gen.py``; then, per target:
 
-``--check`` compiles nothing: it exits 1 when the committed outputs are stale (the stamp's
-source hash differs from the current sources), 0 when fresh.
+* ``v1model`` (BMv2): if ``p4c`` is on PATH (or ``--p4c`` names it) compile
+  ``p4/v1model/main.p4`` into ``p4/build/netco.json`` and ``p4/build/netco.p4info.txtpb`` and
+  write ``p4/build/stamp.json`` (the sources' hash and the compiler version). Without p4c it
+  says so and exits 3 (the committed outputs stay as they are).
+* ``tofino`` / ``tofino2`` (TNA / T2NA): if the open-source Tofino backend of p4c is found
+  (``NETCO_TOFINO_P4C`` or ``p4c-tofino`` on PATH) compile ``p4/tna/main.p4`` and keep, under
+  ``p4/build/<target>/``, the P4Info, the compiler's resource report and a summary of it
+  (``resources.json``) and a stamp. The binary (``tofino.bin``) is not kept.
 
-Used by ``make -C p4`` and ``netco p4 build``.
+``--target all`` builds every target whose compiler is present and says which were skipped.
+``--check`` compiles nothing: it exits 1 when committed outputs are stale (a stamp's source
+hash differs from the current sources), 0 when fresh.
+
+Used by ``make -C p4`` (all targets) and ``netco p4 build``.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import resource
 import shutil
 import subprocess
@@ -33,13 +41,18 @@ JSON_OUT = BUILD / "netco.json"
 P4INFO_OUT = BUILD / "netco.p4info.txtpb"
 STAMP = BUILD / "stamp.json"
 
+TNA_MAIN = HERE / "tna" / "main.p4"
+#: Tofino targets and their architectures (p4c --target T --arch A).
+TNA_TARGETS = {"tofino": "tna", "tofino2": "t2na"}
+TARGETS = ("v1model", *TNA_TARGETS)
+
 #: exit codes
 OK, STALE, FAILED, NO_P4C = 0, 1, 2, 3
 
 
 def source_files() -> list[Path]:
-    """Every file whose change makes the compiled outputs stale."""
-    files = sorted((HERE / "v1model").rglob("*.p4"))
+    """Every file whose change makes the compiled v1model outputs stale."""
+    files = sorted((HERE / "v1model").rglob("*.p4")) + sorted((HERE / "shared").rglob("*.p4"))
     files += [HERE / "gen.py", REPO / "host" / "protocol" / "layout.py"]
     return files
 
@@ -152,13 +165,209 @@ def build(p4c: str | None = None, check: bool = False) -> tuple[int, dict]:
     return OK, report
 
 
+# -- TNA (Tofino, Tofino2) ----------------------------------------------------------------
+def tna_source_files() -> list[Path]:
+    """Every file whose change makes the compiled TNA outputs stale."""
+    files = sorted((HERE / "tna").rglob("*.p4")) + sorted((HERE / "shared").rglob("*.p4"))
+    files += [HERE / "gen.py", REPO / "host" / "protocol" / "layout.py"]
+    return files
+
+
+def tna_dir(target: str) -> Path:
+    """Where the committed outputs of a Tofino target live."""
+    return BUILD / target
+
+
+def _sha(files: list[Path]) -> str:
+    h = hashlib.sha256()
+    for f in files:
+        h.update(str(f.relative_to(REPO)).encode() + b"\0")
+        h.update(f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def tna_outputs(target: str) -> list[Path]:
+    """The committed compiler outputs of ``target`` (P4Info, resource report and summary)."""
+    d = tna_dir(target)
+    return [d / "netco.p4info.txtpb", d / "resources.json", d / "resources.log"]
+
+
+def tna_is_stale(target: str) -> tuple[bool, str]:
+    """Whether ``p4/build/<target>`` lags the TNA sources, and why."""
+    stamp_path = tna_dir(target) / "stamp.json"
+    outs = tna_outputs(target)
+    if not stamp_path.exists() or not all(p.exists() for p in outs):
+        return True, f"p4/build/{target} has no compiled outputs or no stamp.json"
+    stamp = json.loads(stamp_path.read_text())
+    if stamp.get("sources_sha256") != _sha(tna_source_files()):
+        return True, f"sources changed since p4/build/{target} was compiled (stamp hash differs)"
+    if stamp.get("outputs_sha256") != _sha(outs):
+        return True, f"p4/build/{target} outputs differ from what the compiler wrote"
+    return False, f"p4/build/{target} is up to date"
+
+
+def tofino_compiler() -> str | None:
+    """The open-source Tofino backend's driver, if it is installed and runs.
+
+    ``NETCO_TOFINO_P4C`` names it, else ``p4c-tofino`` on PATH; it must answer
+    ``--version`` with exit status 0 (a wrapper left by an unfinished build does not).
+    """
+    cand = os.environ.get("NETCO_TOFINO_P4C") or shutil.which("p4c-tofino")
+    if not cand:
+        return None
+    try:
+        out = subprocess.run([cand, "--version"], capture_output=True, text=True, timeout=60,
+                             check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return cand if out.returncode == 0 else None
+
+
+def summarize_resources(outdir: Path) -> dict:
+    """Stages, tables and memories the compiled program uses, from the compiler's logs.
+
+    Reads ``<outdir>/**/logs/resources.json`` when present (per-stage SRAM, TCAM, map RAM,
+    stateful ALUs, exact/ternary crossbar bytes, VLIW slots) and ``mau.resources.log`` (the
+    human-readable per-stage table); returns what it found.
+    """
+    summary: dict = {}
+    res = next(iter(sorted(outdir.rglob("resources.json"))), None)
+    if res is not None:
+        data = json.loads(res.read_text())
+        r = data.get("resources", data)
+        mau = r.get("mau", {})
+        stages = mau.get("mau_stages", [])
+        summary["stages_available"] = mau.get("nStages", len(stages))
+        used: dict[str, int] = {}
+        per_stage = []
+        for st in stages:
+            row = {"stage": st.get("stage_number")}
+            for key, name in (("srams", "sram"), ("tcams", "tcam"), ("map_rams", "map_ram"),
+                              ("logical_tables", "logical_tables"), ("meter_alus", "stateful_alus")):
+                val = st.get(key)
+                if isinstance(val, dict):
+                    val = val.get("nUsed", val.get("used"))
+                if isinstance(val, list):
+                    val = len(val)
+                if isinstance(val, int):
+                    row[name] = val
+                    used[name] = used.get(name, 0) + val
+            per_stage.append(row)
+        if per_stage:
+            summary["per_stage"] = per_stage
+            summary["stages_used"] = sum(1 for s in per_stage if any(
+                v for k, v in s.items() if k != "stage"))
+            summary["totals"] = used
+    log = next(iter(sorted(outdir.rglob("mau.resources.log"))), None)
+    if log is not None:
+        summary["resource_log"] = log.name
+    return summary
+
+
+def compile_tna(p4c: str, target: str, outdir: Path) -> dict:
+    """Compile ``p4/tna/main.p4`` for ``target`` into ``outdir``; returns timing/output."""
+    arch = TNA_TARGETS[target]
+    outdir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f"netco-{target}-") as tmp:
+        info = Path(tmp) / "netco.p4info.txtpb"
+        cmd = [p4c, "--target", target, "--arch", arch, "--std", "p4-16", "-o", tmp,
+               "--p4runtime-files", str(info), str(TNA_MAIN.relative_to(HERE))]
+        t0 = time.monotonic()
+        proc = subprocess.run(cmd, cwd=HERE, capture_output=True, text=True, check=False)
+        seconds = time.monotonic() - t0
+        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        result = {
+            "command": " ".join(["p4c-tofino", *cmd[1:]]),
+            "returncode": proc.returncode,
+            "seconds": round(seconds, 1),
+            "peak_rss_mib": round(peak),
+            "output": (proc.stdout + proc.stderr).strip(),
+        }
+        if proc.returncode == 0:
+            summary = summarize_resources(Path(tmp))
+            shutil.copyfile(info, outdir / "netco.p4info.txtpb")
+            log = next(iter(sorted(Path(tmp).rglob("mau.resources.log"))), None)
+            text = log.read_text() if log is not None else "(the compiler wrote no mau.resources.log)\n"
+            (outdir / "resources.log").write_text(text.replace(f"{tmp}/", ""))
+            (outdir / "resources.json").write_text(json.dumps(summary, indent=2) + "\n")
+            result["resources"] = {k: v for k, v in summary.items() if k != "per_stage"}
+    return result
+
+
+def build_tna(target: str, p4c: str | None = None, check: bool = False) -> tuple[int, dict]:
+    """Build (or check) one Tofino target; returns (exit code, report)."""
+    if check:
+        stale, why = tna_is_stale(target)
+        return (STALE if stale else OK), {"target": target, "stale": stale, "reason": why}
+    p4c = p4c or tofino_compiler()
+    if not p4c:
+        stale, why = tna_is_stale(target)
+        return NO_P4C, {"target": target, "p4c": None, "stale": stale, "reason": why,
+                        "message": "the open-source Tofino backend of p4c was not found "
+                                   "(NETCO_TOFINO_P4C or p4c-tofino on PATH): committed "
+                                   f"p4/build/{target} outputs left unchanged"}
+    version = p4c_version(p4c)
+    result = compile_tna(p4c, target, tna_dir(target))
+    report = {"target": target, "p4c": p4c, "p4c_version": version, **result}
+    if result["returncode"] != 0:
+        return FAILED, report
+    outs = tna_outputs(target)
+    (tna_dir(target) / "stamp.json").write_text(json.dumps({
+        "sources_sha256": _sha(tna_source_files()),
+        "outputs_sha256": _sha(outs),
+        "p4c_version": version,
+        "compile_seconds": result["seconds"],
+        "peak_rss_mib": result["peak_rss_mib"],
+        "warnings": sum(1 for line in result["output"].splitlines() if "warning" in line.lower()),
+    }, indent=2) + "\n")
+    report["outputs"] = [str(p.relative_to(REPO)) for p in outs]
+    return OK, report
+
+
+def build_targets(targets: list[str], p4c: str | None = None, p4c_tofino: str | None = None,
+                  check: bool = False) -> tuple[int, dict]:
+    """Build several targets; a Tofino target without its compiler is skipped, not failed,
+    when more than one target is asked for. Returns (worst exit code, {target: report})."""
+    reports: dict = {}
+    codes: list[int] = []
+    for tg in targets:
+        if tg == "v1model":
+            code, rep = build(p4c, check)
+        else:
+            code, rep = build_tna(tg, p4c_tofino, check)
+            if code == NO_P4C and len(targets) > 1:
+                rep["skipped"] = True
+                code = OK
+        reports[tg] = rep
+        codes.append(code)
+    worst = max(codes, key=lambda c: (c != OK, c))
+    return worst, reports
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point (``python p4/build.py [--check] [--p4c PATH] [--json]``)."""
+    """Command-line entry point
+    (``python p4/build.py [--target T|all] [--check] [--p4c PATH] [--json]``)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", default="v1model", choices=[*TARGETS, "all"],
+                    help="what to build (default v1model; all: every target whose compiler "
+                         "is present)")
     ap.add_argument("--check", action="store_true", help="only report whether outputs are stale")
-    ap.add_argument("--p4c", help="p4c executable (default: p4c on PATH)")
+    ap.add_argument("--p4c", help="p4c executable for v1model (default: p4c on PATH)")
+    ap.add_argument("--p4c-tofino", help="Tofino backend driver (default: NETCO_TOFINO_P4C or "
+                                         "p4c-tofino on PATH)")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     args = ap.parse_args(argv)
+    if args.target != "v1model":
+        targets = list(TARGETS) if args.target == "all" else [args.target]
+        code, reports = build_targets(targets, args.p4c, args.p4c_tofino, args.check)
+        if args.json:
+            print(json.dumps(reports, indent=2))
+        else:
+            for tg, rep in reports.items():
+                print(f"[{tg}]")
+                for k, v in rep.items():
+                    print(f"  {k}: {v}")
+        return code
     code, report = build(args.p4c, args.check)
     if args.json:
         print(json.dumps(report, indent=2))

@@ -33,6 +33,11 @@ NORMS_PER_PACKET = 32
 #: Bits per coordinate going up (THC b = 4: two indices per byte, even element high).
 INDEX_BITS = 4
 
+#: Bits per coordinate of the *values uplink*: DATA with ``lane_bits == VALUE_BITS`` carries the
+#: THC table values L[q] (0..g) in 8-bit lanes instead of 4-bit indices, so the switch adds
+#: without a per-lane lookup (what Tofino needs; docs/protocol.md, "Values uplink").
+VALUE_BITS = 8
+
 #: Lane widths a result may use (bits per summed coordinate going down).
 LANE_WIDTHS = (8, 16, 32)
 
@@ -204,7 +209,9 @@ def payload_for(msg_type: int, lane_bits: int) -> Payload | None:
     packets as malformed).
     """
     if msg_type == MsgType.DATA:
-        return INDICES if lane_bits == INDEX_BITS else None
+        if lane_bits == INDEX_BITS:
+            return INDICES
+        return LANES[VALUE_BITS] if lane_bits == VALUE_BITS else None
     if msg_type in NORM_TYPES:
         return NORMS if lane_bits == 32 else None
     if msg_type in (MsgType.RESULT, MsgType.PARTIAL):

@@ -270,7 +270,8 @@ class Pipeline:
         jx = np.where(jn < 0, len(cfg.job_id) - 1, jn)
         job = cfg.job
         # Later checks first, so that the earlier (P4-order) reason overwrites them.
-        r[(t == T.DATA) & ~cfg.has_table[jx]] = R.UNKNOWN_JOB
+        # Only indices need the job's THC table; the values uplink carries L[q] already.
+        r[(t == T.DATA) & (lane == lay.INDEX_BITS) & ~cfg.has_table[jx]] = R.UNKNOWN_JOB
         rank = v["rank"].astype(np.int64)
         src = v["src"].astype(np.int64)
         if up.any():

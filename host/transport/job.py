@@ -21,10 +21,12 @@ from host.protocol.layout import (
     COORDS_PER_PACKET,
     INDEX_BITS,
     INDICES,
+    LANES,
     NORMS,
     NORMS_PER_PACKET,
     THC_HEADER,
     THC_HEADER_BYTES,
+    VALUE_BITS,
     MsgType,
     lane_bits_for,
 )
@@ -59,6 +61,12 @@ class JobSpec:
         session on a switch that served the job before must start above the rounds used then
         (serial-number arithmetic mod 2³²): :func:`session_round_base` derives one from the
         clock, for launchers to hand to every worker.
+    uplink : {"indices", "values"}
+        What DATA carries (docs/protocol.md): ``"indices"``, the 4-bit THC indices that the
+        switch maps through the job's table (BMv2, the software target); ``"values"``, the
+        table values L[q] in 8-bit lanes, which the switch adds as packed words without a
+        lookup (what the Tofino program needs; 8 bits per coordinate instead of 4). The
+        results are the same integer sums either way.
     """
 
     job_id: int
@@ -67,14 +75,36 @@ class JobSpec:
     num_slots: int = 64
     granularity: int = 30
     round_base: int = 1
+    uplink: str = "indices"
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank < self.world <= 32:
             raise ValueError(f"rank={self.rank}, world={self.world}: need 0 <= rank < world <= 32")
+        if self.uplink not in UPLINKS:
+            raise ValueError(f"uplink={self.uplink!r}: use one of {', '.join(UPLINKS)}")
 
     @property
     def lane_bits(self) -> int:
         return lane_bits_for(self.world, self.granularity)
+
+
+#: What DATA packets may carry (JobSpec.uplink).
+UPLINKS = ("indices", "values")
+
+
+def uplink_values(packed: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """THC table values of packed 4-bit indices, one byte per coordinate (values uplink).
+
+    ``packed`` holds two indices per byte, the even element in the high nibble (THC step 8);
+    the result has twice as many bytes, ``table[index]`` each (Li et al., NSDI 2024, step 9
+    moved to the worker so that the switch only adds). Values must fit 8 bits (g ≤ 255).
+    """
+    t = np.asarray(table, dtype=np.int64)
+    if t.size and int(t.max()) > 255:
+        raise ValueError(f"values uplink: table values up to {int(t.max())} do not fit 8 bits")
+    byte = np.arange(256)
+    pair = np.stack([t[byte >> 4], t[byte & 0x0F]], axis=1).astype(np.uint8)   # (256, 2)
+    return pair[np.asarray(packed, dtype=np.uint8)].reshape(-1)
 
 
 def session_round_base(now_us: int | None = None) -> int:
@@ -180,8 +210,12 @@ class NetworkAggregator:
                              f"g={self.spec.granularity}")
         P = enc.layout.padded
         n_pk = -(-P // COORDS_PER_PACKET)
-        nb = INDICES.nbytes
         raw = enc.payload.numpy()
+        if self.spec.uplink == "values":
+            nb, up_bits = LANES[VALUE_BITS].nbytes, VALUE_BITS
+            raw = uplink_values(raw, codec.table)
+        else:
+            nb, up_bits = INDICES.nbytes, INDEX_BITS
         if raw.size < n_pk * nb:
             raw = np.concatenate([raw, np.zeros(n_pk * nb - raw.size, dtype=np.uint8)])
         mv = memoryview(raw)
@@ -199,7 +233,7 @@ class NetworkAggregator:
                 dg, dtype=wire_dt, count=COORDS_PER_PACKET, offset=THC_HEADER_BYTES)
             cnt[i] = h[i_count]
 
-        self.window.exchange("data", MsgType.DATA, INDEX_BITS, payloads, counts, offsets,
+        self.window.exchange("data", MsgType.DATA, up_bits, payloads, counts, offsets,
                              on_result, MsgType.RESULT)
         self.bytes_sent += n_pk * (THC_HEADER_BYTES + nb)
         self.bytes_received += n_pk * (THC_HEADER_BYTES + COORDS_PER_PACKET * lb // 8)
@@ -253,6 +287,7 @@ class NetworkSpec:
     granularity: int = 30
     round_base: int = 1
     policy: str = "exact"
+    uplink: str = "indices"
 
     def connect(self, rank: int, world: int) -> NetworkAggregator:
         """The aggregator of worker ``rank`` (opens its socket)."""
@@ -263,7 +298,8 @@ class NetworkSpec:
             raise ValueError(f"{len(self.ips)} worker addresses for {world} workers")
         sw = self.switch[rank] if len(self.switch) > 1 else self.switch[0]
         ep = UdpEndpoint(sw, bind=(self.ips[rank], 0))
-        spec = JobSpec(self.job_id, rank, world, self.num_slots, self.granularity, self.round_base)
+        spec = JobSpec(self.job_id, rank, world, self.num_slots, self.granularity, self.round_base,
+                       self.uplink)
         return NetworkAggregator(ep, spec, SlotConfig(policy=self.policy))
 
 
@@ -294,6 +330,7 @@ class RawNetworkSpec:
     granularity: int = 30
     round_base: int = 1
     policy: str = "exact"
+    uplink: str = "indices"
 
     def connect(self, rank: int, world: int) -> NetworkAggregator:
         """The aggregator of worker ``rank`` (opens its raw socket in the host's namespace)."""
@@ -304,5 +341,6 @@ class RawNetworkSpec:
         ep = in_netns(self.ns_pids[rank], lambda: RawEndpoint(
             self.ifnames[rank], self.macs[rank], self.gateway_macs[rank], self.ips[rank],
             self.gateway_ips[rank]))
-        spec = JobSpec(self.job_id, rank, world, self.num_slots, self.granularity, self.round_base)
+        spec = JobSpec(self.job_id, rank, world, self.num_slots, self.granularity, self.round_base,
+                       self.uplink)
         return NetworkAggregator(ep, spec, SlotConfig(policy=self.policy))

@@ -4,9 +4,10 @@
 #include <core.p4>
 #include <v1model.p4>
 
-#include "include/generated_protocol.p4"
+#include "../shared/generated_protocol.p4"
 #include "include/size.p4"
-#include "include/define.p4"
+#include "../shared/define.p4"
+#include "../shared/header.p4"
 #include "include/header.p4"
 #include "include/parser.p4"
 #include "include/control/checksum.p4"

@@ -1,34 +1,7 @@
-// Packet headers and metadata. THC header and payload types come from generated_protocol.p4.
+// v1model headers struct and metadata. Wire header types: ../../shared/header.p4 and
+// ../../shared/generated_protocol.p4.
 #ifndef NETCO_HEADER_P4
 #define NETCO_HEADER_P4
-
-header ethernet_h {
-    mac_t  dst_addr;
-    mac_t  src_addr;
-    bit<16> ether_type;
-}
-
-header ipv4_h {
-    bit<4>  version;
-    bit<4>  ihl;
-    bit<8>  dscp_ecn;
-    bit<16> total_len;
-    bit<16> identification;
-    bit<3>  flags;
-    bit<13> frag_offset;
-    bit<8>  ttl;
-    bit<8>  protocol;
-    bit<16> hdr_checksum;
-    ip4_t   src_addr;
-    ip4_t   dst_addr;
-}
-
-header udp_h {
-    bit<16> src_port;
-    bit<16> dst_port;
-    bit<16> length;
-    bit<16> checksum;
-}
 
 struct headers_t {
     ethernet_h ethernet;

@@ -35,6 +35,7 @@ parser ThcParser(packet_in pkt, out headers_t hdr, inout local_metadata_t meta,
         pkt.extract(hdr.thc);
         transition select(hdr.thc.msg_type, hdr.thc.lane_bits) {
             (MSG_DATA, 8w4): parse_indices;
+            (MSG_DATA, 8w8): parse_lanes8;        // values uplink (table values)
             (MSG_RESULT, 8w8): parse_lanes8;
             (MSG_PARTIAL, 8w8): parse_lanes8;
             (MSG_RESULT, 8w16): parse_lanes16;

@@ -12,6 +12,7 @@ const bit<8> THC_VERSION = 1;
 #define DROP_REASONS 16
 const bit<8> THC_RANK_ALL = 255;
 const bit<8> THC_INDEX_BITS = 4;
+const bit<8> THC_VALUE_BITS = 8;
 const bit<8> MSG_DATA = 1;
 const bit<8> MSG_RESULT = 2;
 const bit<8> MSG_NORM = 3;

@@ -31,6 +31,9 @@ const bit<8> ACC_ADD = 1;        // data: sum += value; norms: max
 const bit<8> ACC_READ = 2;       // read the stored values (retransmission answers, resend up)
 const bit<8> ACC_STORE = 3;      // overwrite with the parent's final result
 
+// ACC_MAX: norms take the maximum (TNA names it; v1model folds it into ACC_ADD by kind).
+const bit<8> ACC_MAX = 4;
+
 const bit<1> KIND_DATA = 0;
 const bit<1> KIND_NORM = 1;
 

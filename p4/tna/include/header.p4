@@ -1,0 +1,86 @@
+// TNA headers struct and metadata. Wire header types: ../../shared/header.p4 and
+// ../../shared/generated_protocol.p4; the 32-word payload segment comes from
+// generated_words.p4 (p4/gen.py).
+#ifndef NETCO_TNA_HEADER_P4
+#define NETCO_TNA_HEADER_P4
+
+// Between pass 0 and pass 1 of a THC contribution (never on a wire): what pass 0 decided.
+// Emitted in front of Ethernet towards RECIRC_PORT, parsed when the packet comes back.
+header recirc_h {
+    bit<8>  pass;        // the pass the packet is coming back for (1)
+    bit<8>  verdict;     // V_FRESH, V_SAME (round register, pass 0)
+    bit<8>  state;       // ST_* of the cell as pass 0 saw it (after opening a fresh round)
+    bit<8>  acc_mode;    // ACC_* for the words of this pass
+    bit<8>  dup;         // 1: this contributor was already in the cell's bitmap
+    bit<8>  from_switch; // 1: a child switch (PARTIAL / NORM_PARTIAL)
+    bit<8>  write_round; // 1: pass 0 opened a never-used cell; pass 1 writes its round
+    bit<7>  pad;
+    PortId_t in_port;    // where the packet entered (answers go back there)
+    bit<16> cell;        // (kind * 2 + set) * THC_SLOTS + slot
+}
+
+struct headers_t {
+    recirc_h recirc;
+    ethernet_h ethernet;
+    ipv4_h ipv4;
+    udp_h udp;
+    thc_h thc;
+    // The payload in 32-word segments. The parser always fills seg_a first; the deparser
+    // emits seg_b before seg_a, so a two-segment (256-byte) payload comes back from the
+    // recirculation rotated: pass 1 finds the second half in seg_a, the words the
+    // processors work on, and after pass 1 the payload is in its original order again.
+    thc_words_h seg_a;
+    thc_words_h seg_b;
+}
+
+struct thc_job_t {
+    bit<8>  index;
+    bit<16> slot_base;
+    bit<16> slot_room;    // num_slots - slot (saturating): 0 = slot out of the job's range
+    bit<8>  expected;
+    bit<8>  expected_m1;  // expected - 1: the countdown a fresh round starts from
+    bit<8>  lane_bits;
+    bit<16> mcast_grp;
+    bit<1>  has_parent;
+    PortId_t parent_port_x;  // parent_port ^ ingress_port: 0 = from the parent's port
+    ip4_t   parent_addr_x;   // parent_addr ^ src_addr: 0 = from the parent's address
+    PortId_t parent_port;
+    ip4_t   parent_addr;
+    ip4_t   self_addr;
+    bit<8>  self_id;
+}
+
+struct ingress_metadata_t {
+    bit<8>  drop_reason;
+    bit<1>  is_thc;
+    bit<1>  is_up;
+    bit<1>  kind;
+    bit<1>  peek;
+    bit<1>  deadline;
+    bit<1>  from_switch;
+    thc_job_t job;
+    bit<16> slot_ks;          // slot + (kind * 2 + set) * THC_SLOTS
+    bit<16> cell;
+    bit<16> word_index;       // cell + pass * THC_CELLS
+    bit<1>  pass;
+    bit<32> round;
+    bit<32> contrib_bit;      // 1 << rank
+    bit<8>  contrib_count;
+    bit<32> contrib_workers;
+    bit<8>  verdict;
+    bit<8>  used;             // 0: the cell never held a round (pass 0)
+    bit<8>  state;
+    bit<32> dup_bits;         // contributor bitmap AND this contributor's bit (pass 0)
+    bit<8>  acc_mode;         // ACC_* for the second pass
+    bit<8>  remaining;        // contributors still missing after this one (pass 1)
+    bit<8>  new_state;
+    bit<8>  out_action;
+    bit<8>  out_flags;
+    bit<8>  out_count;
+    bit<32> out_bitmap;
+}
+
+struct egress_metadata_t {
+}
+
+#endif
