@@ -1,8 +1,10 @@
-"""``netco p4``: build the P4 program (generate per-coordinate code, compile with p4c).
+"""``netco p4``: build the P4 programs (generate per-coordinate code, compile).
 
-``netco p4 build`` is the same as ``make -C p4``: it runs ``p4/gen.py`` and, when p4c is on
-PATH, compiles ``p4/v1model/main.p4`` into ``p4/build/``. ``--check`` only reports whether
-the committed outputs are stale.
+``netco p4 build`` runs ``p4/gen.py`` and, when p4c is on PATH, compiles
+``p4/v1model/main.p4`` into ``p4/build/``; ``--target tofino|tofino2|all`` compiles
+``p4/tna/main.p4`` with the open-source Tofino backend where it is installed
+(``--target all`` is ``make -C p4``). ``--check`` only reports whether the committed outputs
+are stale.
 """
 
 from __future__ import annotations
@@ -36,6 +38,25 @@ def run_build(args: argparse.Namespace) -> int:
         from host.cli.main import UsageError
 
         raise UsageError(f"--p4c {args.p4c}: no such file; give the p4c executable or omit --p4c")
+    if args.target != "v1model":
+        targets = list(mod.TARGETS) if args.target == "all" else [args.target]
+        code, reports = mod.build_targets(targets, args.p4c, None, args.check)
+        if args.json:
+            print(json.dumps({"exit_code": code, "targets": reports}, indent=2))
+            return code
+        for tg, rep in reports.items():
+            if args.check:
+                state = "STALE" if rep.get("stale") else "fresh"
+                print(f"[{tg}] {state}: {rep.get('reason')}")
+            elif rep.get("skipped") or rep.get("p4c") is None:
+                print(f"[{tg}] skipped: {rep.get('message')}")
+            else:
+                print(f"[{tg}] exit {rep['returncode']} after {rep['seconds']} s: {rep['command']}")
+                for out in rep.get("outputs", []):
+                    print(f"  wrote {out}")
+                if rep["returncode"] != 0:
+                    print("  " + rep["output"][-4000:].replace("\n", "\n  "))
+        return code
     code, report = mod.build(args.p4c, args.check)
     report["exit_code"] = code
     if args.json:
@@ -58,8 +79,11 @@ def run_build(args: argparse.Namespace) -> int:
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add ``netco p4`` and its ``build`` subcommand."""
     sub = parser.add_subparsers(dest="p4_command", metavar="ACTION")
-    b = sub.add_parser("build", help="generate and compile the v1model program (make -C p4)",
+    b = sub.add_parser("build", help="generate and compile the P4 programs (make -C p4)",
                        description=__doc__)
+    b.add_argument("--target", default="v1model", choices=["v1model", "tofino", "tofino2", "all"],
+                   help="v1model (BMv2, default), tofino / tofino2 (TNA, Tofino backend), or "
+                        "all: every target whose compiler is present")
     b.add_argument("--check", action="store_true",
                    help="compile nothing; exit 1 if p4/build is stale")
     b.add_argument("--p4c", metavar="PATH", help="p4c executable (default: p4c on PATH)")

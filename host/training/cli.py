@@ -65,6 +65,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     net.add_argument("--slots", type=int, default=64, help="the job's slots (window; default 64)")
     net.add_argument("--policy", choices=["exact", "partial"], default="exact",
                      help="straggler policy (default exact)")
+    net.add_argument("--uplink", choices=["indices", "values"], default="indices",
+                     help="what DATA carries: 4-bit THC indices (default) or 8-bit table values "
+                          "(needed by the Tofino program; docs/protocol.md)")
     parser.add_argument("--out", help="JSON report path (default netco-train-TASK.json)")
     parser.add_argument("--plot", help="PNG path with --compare (default netco-train-TASK.png)")
     parser.add_argument("--json", action="store_true", help="print the JSON report to stdout")
@@ -121,7 +124,8 @@ def network_for(args: argparse.Namespace, thc: THCConfig) -> Iterator[NetworkSpe
             addrs = [emb.address(r) for r in range(args.workers)]
             yield NetworkSpec(tuple(a.switch for a in addrs), tuple(a.ip for a in addrs),
                               job_id=args.job_id, num_slots=args.slots,
-                              granularity=thc.granularity, policy=args.policy)
+                              granularity=thc.granularity, policy=args.policy,
+                              uplink=args.uplink)
         return
     switches = []
     for part in args.switch.split(","):
@@ -137,7 +141,7 @@ def network_for(args: argparse.Namespace, thc: THCConfig) -> Iterator[NetworkSpe
     if len(ips) != args.workers:
         raise UsageError(f"--worker-ips: {len(ips)} addresses for {args.workers} workers")
     yield NetworkSpec(tuple(switches), tuple(ips), job_id=args.job_id, num_slots=args.slots,
-                      granularity=thc.granularity, policy=args.policy)
+                      granularity=thc.granularity, policy=args.policy, uplink=args.uplink)
 
 
 def session(network: NetworkSpec) -> NetworkSpec:

@@ -26,7 +26,6 @@
 #include "include/control/thc_members.p4"
 #include "include/control/drop_accounting.p4"
 
-@pa_auto_init_metadata
 control IngressImpl(inout headers_t hdr, inout ingress_metadata_t meta,
                     in ingress_intrinsic_metadata_t ig_intr_md,
                     in ingress_intrinsic_metadata_from_parser_t ig_prsr_md,

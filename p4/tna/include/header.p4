@@ -50,6 +50,8 @@ struct thc_job_t {
     bit<8>  self_id;
 }
 
+// Zero-initialised (Tofino does not clear metadata unless asked to).
+@pa_auto_init_metadata
 struct ingress_metadata_t {
     bit<8>  drop_reason;
     bit<1>  is_thc;

@@ -145,7 +145,7 @@ control ThcSlotCount(inout headers_t hdr, inout ingress_metadata_t meta) {
     RegisterAction<bit<8>, bit<16>, bit<8>>(remaining_reg) remaining_count = {
         void apply(inout bit<8> value, out bit<8> rv) {
             value = value - 1;
-            rv = value - 1;
+            rv = value;
         }
     };
     RegisterAction<bit<8>, bit<16>, bit<8>>(count_reg) count_first = {
@@ -157,7 +157,7 @@ control ThcSlotCount(inout headers_t hdr, inout ingress_metadata_t meta) {
     RegisterAction<bit<8>, bit<16>, bit<8>>(count_reg) count_add = {
         void apply(inout bit<8> value, out bit<8> rv) {
             value = value + meta.contrib_count;
-            rv = value + meta.contrib_count;
+            rv = value;
         }
     };
     RegisterAction<bit<8>, bit<16>, bit<8>>(count_reg) count_read = {
@@ -174,7 +174,7 @@ control ThcSlotCount(inout headers_t hdr, inout ingress_metadata_t meta) {
     RegisterAction<bit<32>, bit<16>, bit<32>>(workers_reg) workers_or = {
         void apply(inout bit<32> value, out bit<32> rv) {
             value = value | meta.contrib_workers;
-            rv = value | meta.contrib_workers;
+            rv = value;
         }
     };
     RegisterAction<bit<32>, bit<16>, bit<32>>(workers_reg) workers_read = {
