@@ -25,6 +25,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from heapq import heappop, heappush
 
 import numpy as np
 
@@ -37,6 +38,8 @@ log = logging.getLogger(__name__)
 _FIELDS = [f.name for f in THC_HEADER]
 _IDX = {name: i for i, name in enumerate(_FIELDS)}
 _HEADER = wire.HEADER_STRUCT
+# Plain ints: IntFlag arithmetic costs an enum call per packet.
+_RETX, _DEADLINE, _PEEK = int(Flag.RETX), int(Flag.DEADLINE), int(Flag.PEEK)
 
 
 class SlotTimeoutError(TimeoutError):
@@ -139,13 +142,23 @@ class SlotWindow:
         base = self.cfg.rto if self.srtt is None else max(self.cfg.rto, self.srtt + 4 * self.rttvar)
         return min(base * self.backoff, self.cfg.max_rto)
 
-    def _sample(self, rtt: float) -> None:
+    def _sample(self, rtt: float, per_rtt: int = 1) -> None:
+        """Fold one RTT sample in; ``per_rtt`` samples arrive per round trip (the window).
+
+        RFC 6298's gains (1/8, 1/4) assume one sample per round trip. The window yields one per
+        packet, hundreds per round trip, and consecutive samples are alike, so with those gains
+        ``rttvar`` collapses to ~0 and the timeout to the latest RTT: every jitter then fires
+        spurious retransmissions, whose stored-result answers load the switch further. As RFC
+        7323 (appendix G) advises, the gains are divided by the samples per round trip.
+        """
         self.backoff = 1.0
         if self.srtt is None:
             self.srtt, self.rttvar = rtt, rtt / 2
         else:
-            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
-            self.srtt = 0.875 * self.srtt + 0.125 * rtt
+            a = 0.125 / per_rtt
+            b = 0.25 / per_rtt
+            self.rttvar = (1 - b) * self.rttvar + b * abs(self.srtt - rtt)
+            self.srtt = (1 - a) * self.srtt + a * rtt
 
     def exchange(self, kind: str, msg_type: MsgType, lane_bits: int, payloads: list[memoryview],
                  elem_counts: list[int], offsets: list[int], on_result: ResultHandler,
@@ -170,13 +183,16 @@ class SlotWindow:
             return
         W = self.num_slots
         rounds = self.next_round[kind]
-        base = rounds.copy()
+        base = rounds.tolist()
         uses = np.bincount(np.arange(n) % W, minlength=W)
         rounds += uses  # reserve the rounds now: every worker does the same
         cfg = self.cfg
-        t_start = time.monotonic()
+        partial = cfg.policy == "partial"
+        monotonic = time.monotonic
+        t_start = monotonic()
         size = THC_HEADER_BYTES + len(payloads[0])
-        bufs = [bytearray(size) for _ in range(min(W, n))]
+        nbuf = min(W, n)
+        bufs = [bytearray(size) for _ in range(nbuf)]
         hdr = [0] * len(_FIELDS)
         hdr[_IDX["version"]] = wire.THC_VERSION
         hdr[_IDX["msg_type"]] = int(msg_type)
@@ -185,118 +201,128 @@ class SlotWindow:
         hdr[_IDX["rank"]] = self.rank
         i_slot, i_round, i_set = _IDX["slot"], _IDX["round"], _IDX["slot_set"]
         i_cnt, i_off, i_flags = _IDX["elem_count"], _IDX["chunk_offset"], _IDX["flags"]
-        # Outstanding per slot: packet index (-1 none), round, first send, next timeout, rto.
-        out_pkt = np.full(W, -1, dtype=np.int64)
-        out_round = np.zeros(W, dtype=np.int64)
-        first_sent = np.zeros(W)
-        due = np.full(W, np.inf)
-        rto = np.full(W, self._rto())
-        retried = np.zeros(W, dtype=bool)
-        asked_deadline = np.zeros(W, dtype=bool)
+        i_type, i_job = _IDX["msg_type"], _IDX["job_id"]
+        i_bitmap, i_count = _IDX["bitmap"], _IDX["count"]
+        pack_into = _HEADER.pack_into
+        unpack_from = _HEADER.unpack_from
+        job_id, world, rtype = self.job_id, self.world, int(result_type)
+        # Per slot (plain lists: scalar access is several times cheaper than numpy's):
+        # outstanding packet index (-1 none), its round (wire value), first send, timeout, and
+        # a generation that invalidates the slot's older entries in the timer heap.
+        out_pkt = [-1] * W
+        out_round = [0] * W
+        first_sent = [0.0] * W
+        rto = [0.0] * W
+        retried = [False] * W
+        asked_deadline = [False] * W
+        gen = [0] * W
+        timers: list[tuple[float, int, int]] = []  # (due, slot, generation), a heap
+        stats = self.stats
         done = 0
-        next_pkt = 0
 
-        def build(s: int, i: int, flags: int) -> bytearray:
-            r = int(base[s] + i // W)
+        def build(s: int, i: int, flags: int) -> bytes:
+            r = base[s] + i // W
             hdr[i_slot] = s
             hdr[i_round] = r & 0xFFFFFFFF
             hdr[i_set] = r & 1
             hdr[i_cnt] = elem_counts[i]
             hdr[i_off] = offsets[i]
             hdr[i_flags] = flags
-            b = bufs[s % len(bufs)]
-            _HEADER.pack_into(b, 0, *hdr)
+            b = bufs[s % nbuf]
+            pack_into(b, 0, *hdr)
             b[THC_HEADER_BYTES:] = payloads[i]
-            return b
+            return bytes(b)
+
+        def launch(s: int, i: int, now: float) -> bytes:
+            """Make packet ``i`` the outstanding one of slot ``s`` (sent at ``now``)."""
+            out_pkt[s] = i
+            out_round[s] = (base[s] + i // W) & 0xFFFFFFFF
+            first_sent[s] = now
+            rto[s] = r = self._rto()
+            retried[s] = False
+            asked_deadline[s] = False
+            gen[s] += 1
+            heappush(timers, (now + r, s, gen[s]))
+            return build(s, i, 0)
 
         # Fill the window.
-        now = time.monotonic()
-        first = []
-        while next_pkt < n and next_pkt < W:
-            s = next_pkt
-            first.append(bytes(build(s, next_pkt, 0)))
-            out_pkt[s] = next_pkt
-            out_round[s] = base[s] + next_pkt // W
-            first_sent[s] = now
-            due[s] = now + rto[s]
-            next_pkt += 1
+        now = monotonic()
+        first = [launch(s, s, now) for s in range(nbuf)]
         self.ep.send_many(first)
-        self.stats.packets += len(first)
-        i_type, i_job, i_bitmap, i_count = _IDX["msg_type"], _IDX["job_id"], _IDX["bitmap"], _IDX["count"]
+        stats.packets += len(first)
+        ep_batch = self.ep.batch
+        recv_many = self.ep.recv_many
         while done < n:
-            now = time.monotonic()
-            wait = float(due.min() - now)
-            batch = self.ep.recv_many(max(0.0, min(wait, 0.05)))
+            # Wake for the earliest timer (possibly a stale one: then just look again).
+            wait = timers[0][0] - monotonic() if timers else 0.05
+            batch = recv_many(min(max(wait, 0.0), 0.05))
+            # Timestamps after the wait: RTT samples and new timers must not include the poll.
+            now = monotonic()
             sends: list[bytes] = []
             for dg in batch:
                 if len(dg) < THC_HEADER_BYTES:
-                    self.stats.stray_results += 1
+                    stats.stray_results += 1
                     continue
-                h = _HEADER.unpack_from(dg)
+                h = unpack_from(dg)
                 s = h[i_slot]
-                if (h[i_type] != result_type or h[i_job] != self.job_id or s >= W
-                        or out_pkt[s] < 0 or h[i_round] != (out_round[s] & 0xFFFFFFFF)
-                        or h[i_flags] & Flag.PEEK):
-                    self.stats.stray_results += 1
+                if (s >= W or h[i_type] != rtype or h[i_job] != job_id or out_pkt[s] < 0
+                        or h[i_round] != out_round[s] or h[i_flags] & _PEEK):
+                    stats.stray_results += 1
                     continue
-                i = int(out_pkt[s])
+                i = out_pkt[s]
                 on_result(i, h, dg)
                 if not retried[s]:
-                    self._sample(now - first_sent[s])
+                    self._sample(now - first_sent[s], nbuf)
                 cnt = h[i_count]
-                if cnt < self.world:
-                    self.stats.partial_results += 1
+                if cnt < world:
+                    stats.partial_results += 1
                     bm = h[i_bitmap]
-                    self.stats.missing_ranks.update(r for r in range(self.world) if not bm >> r & 1)
-                self.stats.min_count = cnt if self.stats.min_count is None else min(self.stats.min_count, cnt)
+                    stats.missing_ranks.update(r for r in range(world) if not bm >> r & 1)
+                if stats.min_count is None or cnt < stats.min_count:
+                    stats.min_count = cnt
                 done += 1
                 nxt = i + W
                 if nxt < n:
-                    sends.append(bytes(build(s, nxt, 0)))
-                    out_pkt[s] = nxt
-                    out_round[s] = base[s] + nxt // W
-                    first_sent[s] = now
-                    rto[s] = self._rto()
-                    due[s] = now + rto[s]
-                    retried[s] = False
-                    asked_deadline[s] = False
+                    sends.append(launch(s, nxt, now))
                 else:
                     out_pkt[s] = -1
-                    due[s] = np.inf
-            if len(batch) >= self.ep.batch:
+                    gen[s] += 1
+            if len(batch) >= ep_batch:
                 # More results may wait in the socket: read them before judging any timeout,
                 # or a slow receiver retransmits packets whose results it already holds.
                 if sends:
                     self.ep.send_many(sends)
-                    self.stats.packets += len(sends)
+                    stats.packets += len(sends)
                 continue
-            now = time.monotonic()
-            for s in np.nonzero(due <= now)[0]:
-                i = int(out_pkt[s])
-                flags = int(Flag.RETX)
-                if cfg.policy == "partial" and now - first_sent[s] >= cfg.deadline:
-                    flags |= int(Flag.DEADLINE)
+            while timers and timers[0][0] <= now:
+                _due, s, g = heappop(timers)
+                if g != gen[s] or out_pkt[s] < 0:
+                    continue  # answered or re-armed since
+                i = out_pkt[s]
+                flags = _RETX
+                if partial and now - first_sent[s] >= cfg.deadline:
+                    flags |= _DEADLINE
                     if not asked_deadline[s]:
-                        self.stats.deadlines += 1
+                        stats.deadlines += 1
                         asked_deadline[s] = True
-                elif cfg.policy == "exact" and now - first_sent[s] >= cfg.give_up:
-                    self._give_up(int(s), int(out_round[s]), i, build)
-                sends.append(bytes(build(int(s), i, flags)))
+                elif not partial and now - first_sent[s] >= cfg.give_up:
+                    self._give_up(s, out_round[s], i, build)
+                sends.append(build(s, i, flags))
                 if not retried[s]:
                     self.backoff = min(self.backoff * 2, 64.0)
                 retried[s] = True
-                self.stats.retransmits += 1
+                stats.retransmits += 1
                 rto[s] = min(rto[s] * 2, cfg.max_rto)
-                due[s] = now + rto[s]
+                heappush(timers, (now + rto[s], s, g))
             if sends:
                 self.ep.send_many(sends)
-                self.stats.packets += len(sends)
-        self.stats.seconds += time.monotonic() - t_start
+                stats.packets += len(sends)
+        stats.seconds += monotonic() - t_start
 
-    def _give_up(self, s: int, rnd: int, i: int, build: Callable[[int, int, int], bytearray]) -> None:
+    def _give_up(self, s: int, rnd: int, i: int, build: Callable[[int, int, int], bytes]) -> None:
         """Ask the switch who is in the slot (flag PEEK), then raise :class:`SlotTimeoutError`."""
         missing: list[int] | None = None
-        self.ep.send_many([bytes(build(s, i, int(Flag.RETX | Flag.PEEK)))])
+        self.ep.send_many([build(s, i, int(Flag.RETX | Flag.PEEK))])
         t_end = time.monotonic() + min(1.0, self.cfg.max_rto * 2)
         i_slot, i_round, i_bitmap, i_flags = _IDX["slot"], _IDX["round"], _IDX["bitmap"], _IDX["flags"]
         while missing is None and time.monotonic() < t_end:
