@@ -97,6 +97,24 @@ def p4c_version(p4c: str) -> str:
     return (out.stdout or out.stderr).strip().splitlines()[-1] if (out.stdout or out.stderr) else "?"
 
 
+def run_compiler(name: str, cmd: list[str]) -> dict:
+    """Run a compiler command from ``p4/`` (relative source paths, so outputs do not depend on
+    where the repository lives); returns its command line (as ``name ...``), exit status,
+    seconds, peak memory and output."""
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, cwd=HERE, capture_output=True, text=True, check=False)
+    seconds = time.monotonic() - t0
+    # Peak RSS of the largest child so far (the compiler's backend dominates), in MiB.
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return {
+        "command": " ".join([name, *cmd[1:]]),
+        "returncode": proc.returncode,
+        "seconds": round(seconds, 1),
+        "peak_rss_mib": round(peak),
+        "output": (proc.stdout + proc.stderr).strip(),
+    }
+
+
 def compile_p4(p4c: str, outdir: Path) -> dict:
     """Compile main.p4 into ``outdir`` (netco.json, netco.p4info.txtpb); returns timing/output.
 
@@ -105,22 +123,11 @@ def compile_p4(p4c: str, outdir: Path) -> dict:
     """
     outdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="netco-p4c-") as tmp:
-        cmd = [p4c, "--target", "bmv2", "--arch", "v1model", "--std", "p4-16",
-               "-o", tmp, "--p4runtime-files", str(Path(tmp) / "netco.p4info.txtpb"),
-               str(MAIN.relative_to(HERE))]
-        t0 = time.monotonic()
-        proc = subprocess.run(cmd, cwd=HERE, capture_output=True, text=True, check=False)
-        seconds = time.monotonic() - t0
-        # Peak RSS of the largest child so far (p4c's backend dominates), in MiB.
-        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-        result = {
-            "command": " ".join(["p4c", *cmd[1:]]),
-            "returncode": proc.returncode,
-            "seconds": round(seconds, 1),
-            "peak_rss_mib": round(peak),
-            "output": (proc.stdout + proc.stderr).strip(),
-        }
-        if proc.returncode == 0:
+        result = run_compiler("p4c", [p4c, "--target", "bmv2", "--arch", "v1model", "--std",
+                                      "p4-16", "-o", tmp, "--p4runtime-files",
+                                      str(Path(tmp) / "netco.p4info.txtpb"),
+                                      str(MAIN.relative_to(HERE))])
+        if result["returncode"] == 0:
             # The JSON names the preprocessed file in the temporary directory; keep the
             # committed output independent of it (reproducible builds).
             text = (Path(tmp) / "main.json").read_text()
@@ -270,20 +277,10 @@ def compile_tna(p4c: str, target: str, outdir: Path) -> dict:
     outdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"netco-{target}-") as tmp:
         info = Path(tmp) / "netco.p4info.txtpb"
-        cmd = [p4c, "--target", target, "--arch", arch, "--std", "p4-16", "-o", tmp,
-               "--p4runtime-files", str(info), str(TNA_MAIN.relative_to(HERE))]
-        t0 = time.monotonic()
-        proc = subprocess.run(cmd, cwd=HERE, capture_output=True, text=True, check=False)
-        seconds = time.monotonic() - t0
-        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-        result = {
-            "command": " ".join(["p4c-tofino", *cmd[1:]]),
-            "returncode": proc.returncode,
-            "seconds": round(seconds, 1),
-            "peak_rss_mib": round(peak),
-            "output": (proc.stdout + proc.stderr).strip(),
-        }
-        if proc.returncode == 0:
+        result = run_compiler("p4c-tofino", [p4c, "--target", target, "--arch", arch, "--std",
+                                             "p4-16", "-o", tmp, "--p4runtime-files", str(info),
+                                             str(TNA_MAIN.relative_to(HERE))])
+        if result["returncode"] == 0:
             summary = summarize_resources(Path(tmp))
             shutil.copyfile(info, outdir / "netco.p4info.txtpb")
             log = next(iter(sorted(Path(tmp).rglob("mau.resources.log"))), None)
