@@ -16,10 +16,10 @@ control ThcDecide(inout headers_t hdr, inout ingress_metadata_t meta) {
         bit<8> data_read = meta.kind == KIND_DATA ? ACC_READ : ACC_NONE;
         bit<8> data_store = meta.kind == KIND_DATA ? ACC_STORE : ACC_NONE;
         meta.acc_mode = ACC_NONE;
-        if (!fresh && meta.verdict != V_SAME) {
+        if (meta.is_up == 1 && meta.peek == 1) {
+            meta.acc_mode = ACC_NONE;            // status request: answered on pass 1
+        } else if (!fresh && meta.verdict != V_SAME) {
             meta.drop_reason = DROP_STALE;
-        } else if (meta.is_up == 1 && meta.peek == 1) {
-            meta.acc_mode = ACC_NONE;
         } else if (meta.is_up == 1) {
             if (fresh) {
                 meta.acc_mode = data_store;
@@ -46,7 +46,7 @@ control ThcDecide(inout headers_t hdr, inout ingress_metadata_t meta) {
         if (meta.drop_reason == 0) {
             hdr.recirc.setValid();
             hdr.recirc.pass = 1;
-            hdr.recirc.verdict = fresh ? V_FRESH : V_SAME;
+            hdr.recirc.verdict = fresh ? V_FRESH : meta.verdict;   // PEEK may be STALE
             hdr.recirc.state = st;
             hdr.recirc.acc_mode = meta.acc_mode;
             hdr.recirc.dup = meta.dup_bits == 0 ? 8w0 : 8w1;
