@@ -3,19 +3,28 @@
 Two backends with one interface: :class:`UdpEndpoint` (UDP socket, no root; what the software
 target listens on) and :class:`RawEndpoint` (AF_PACKET raw Ethernet frames on a named interface,
 root; what BMv2 ports and Mininet hosts use). Both batch: :meth:`send_many` writes a list of
-datagrams, :meth:`recv_many` waits once and then drains what the socket holds into preallocated
-buffers, so the per-packet Python work stays a few attribute lookups.
+datagrams with ``sendmmsg`` (one system call per up to ``batch`` datagrams), :meth:`recv_many`
+drains what the socket holds with ``recvmmsg`` into one preallocated buffer and polls only when
+nothing is waiting, so the per-packet Python work stays a slice copy or view. Both calls go
+through ctypes (Python's ``socket`` has neither); without them (not Linux, ``mmsg=False``) the
+endpoints fall back to one ``sendto``/``recv_into`` per datagram.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
+import math
+import os
 import select
 import socket
 import struct
+import sys
 from collections.abc import Callable, Sequence
 from typing import Protocol
+
+import numpy as np
 
 from host.protocol.layout import THC_UDP_PORT
 
@@ -27,6 +36,9 @@ PACKET_IGNORE_OUTGOING = 23  # linux/if_packet.h (Linux >= 4.20)
 _ETH = 14
 _IP = 20
 _UDP = 8
+#: Ethernet type, IPv4 version/IHL, protocol, destination address, UDP destination port and
+#: length of an Ethernet/IPv4/UDP frame (the fields a received frame is filtered on).
+_FRAME = struct.Struct("!12xHB8xB6x4s2xHH")
 
 
 class Endpoint(Protocol):
@@ -55,12 +67,137 @@ def _send_retrying(sock: socket.socket, send: Callable[[], object]) -> None:
             select.select([], [sock], [], 0.001)
 
 
+def _poll_ms(timeout: float) -> int:
+    """``poll`` milliseconds for ``timeout`` seconds, rounded up: a wait of 0.3 ms must sleep,
+    not spin (the workers share the cores with the switch)."""
+    return max(0, math.ceil(timeout * 1000))
+
+
+# -- sendmmsg / recvmmsg through ctypes (Linux, LP64) --------------------------------------
+#: struct mmsghdr (struct msghdr + unsigned int msg_len) and struct iovec on LP64 Linux
+_MMSG = np.dtype({"names": ["name", "namelen", "iov", "iovlen", "control", "controllen", "flags",
+                            "len"],
+                  "formats": ["u8", "u4", "u8", "u8", "u8", "u8", "i4", "u4"],
+                  "offsets": [0, 8, 16, 24, 32, 40, 48, 56], "itemsize": 64})
+_IOVEC = np.dtype({"names": ["base", "len"], "formats": ["u8", "u8"], "offsets": [0, 8],
+                   "itemsize": 16})
+_MSG_DONTWAIT = 0x40
+
+
+def _load_mmsg() -> tuple[Callable[..., int], Callable[..., int]] | None:
+    if not sys.platform.startswith("linux") or ctypes.sizeof(ctypes.c_void_p) != 8:
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        send, recv = libc.sendmmsg, libc.recvmmsg
+    except (OSError, AttributeError):
+        return None
+    send.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int]
+    send.restype = ctypes.c_int
+    recv.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_void_p]
+    recv.restype = ctypes.c_int
+    return send, recv
+
+
+_MMSG_CALLS = _load_mmsg()
+#: Whether the endpoints batch system calls with sendmmsg/recvmmsg (else one call a datagram).
+HAVE_MMSG = _MMSG_CALLS is not None
+
+
+class _MsgRing:
+    """``capacity`` message slots of ``size`` bytes in one buffer, for sendmmsg/recvmmsg.
+
+    The message headers and I/O vectors are numpy structured arrays pointing into the buffer
+    once; per datagram the Python work is one slice copy (send) or one slice view (receive).
+    ``name``: a ``struct sockaddr`` every message is sent to (None: connected or raw socket).
+    """
+
+    def __init__(self, capacity: int, size: int, name: bytes | None = None) -> None:
+        self.capacity, self.size = capacity, size
+        self.buf = np.zeros(capacity * size, dtype=np.uint8)
+        self.mv = memoryview(self.buf)
+        idx = np.arange(capacity, dtype=np.uint64)
+        self.iov = np.zeros(capacity, dtype=_IOVEC)
+        self.iov["base"] = self.buf.ctypes.data + size * idx
+        self.iov["len"] = size
+        self.iov_len = self.iov["len"]
+        self.lens = [size] * capacity  # what iov_len holds, to write only changes
+        self.hdr = np.zeros(capacity, dtype=_MMSG)
+        self.hdr["iov"] = self.iov.ctypes.data + _IOVEC.itemsize * idx
+        self.hdr["iovlen"] = 1
+        self.msg_len = self.hdr["len"]
+        self._name = None
+        if name is not None:
+            self._name = np.frombuffer(name, dtype=np.uint8).copy()
+            self.hdr["name"] = self._name.ctypes.data
+            self.hdr["namelen"] = len(name)
+        self.addr = self.hdr.ctypes.data
+
+    def send(self, sock: socket.socket, datagrams: Sequence[bytes | bytearray | memoryview],
+             prefix: Callable[[int], bytes] | None = None) -> None:
+        """Send all ``datagrams`` (each behind ``prefix(len)`` when given), waiting on a full
+        buffer like :func:`_send_retrying`; never drops one."""
+        assert _MMSG_CALLS is not None
+        sendmmsg = _MMSG_CALLS[0]
+        fd, mv, size, lens, cap = sock.fileno(), self.mv, self.size, self.lens, self.capacity
+        for start in range(0, len(datagrams), cap):
+            chunk = datagrams[start : start + cap]
+            off = 0
+            for j, d in enumerate(chunk):
+                n = len(d)
+                if prefix is not None:
+                    p = prefix(n)
+                    mv[off : off + len(p)] = p
+                    mv[off + len(p) : off + len(p) + n] = d
+                    n += len(p)
+                else:
+                    mv[off : off + n] = d
+                if lens[j] != n:
+                    self.iov_len[j] = lens[j] = n
+                off += size
+            k, count = 0, len(chunk)
+            while k < count:
+                r = sendmmsg(fd, self.addr + _MMSG.itemsize * k, count - k, 0)
+                if r >= 0:
+                    k += r
+                    continue
+                e = ctypes.get_errno()
+                if e in (errno.EAGAIN, errno.EINTR):
+                    select.select([], [sock], [], 0.01)
+                elif e == errno.ENOBUFS:
+                    select.select([], [sock], [], 0.001)
+                else:
+                    raise OSError(e, os.strerror(e))
+
+    def recv(self, sock: socket.socket) -> int:
+        """Receive what is waiting (up to ``capacity``; 0 when nothing), without blocking."""
+        assert _MMSG_CALLS is not None
+        k = _MMSG_CALLS[1](sock.fileno(), self.addr, self.capacity, _MSG_DONTWAIT, None)
+        if k >= 0:
+            return k
+        e = ctypes.get_errno()
+        if e in (errno.EAGAIN, errno.EINTR):
+            return 0
+        raise OSError(e, os.strerror(e))
+
+    def views(self, k: int) -> list[memoryview]:
+        """The first ``k`` received messages (valid until the next :meth:`recv`)."""
+        mv, size = self.mv, self.size
+        return [mv[j * size : j * size + n] for j, n in enumerate(self.msg_len[:k].tolist())]
+
+
 class _Batcher:
-    """Preallocated receive buffers reused batch after batch."""
+    """Preallocated receive buffers reused batch after batch (no recvmmsg)."""
 
     def __init__(self, batch: int) -> None:
         self.bufs = [bytearray(MAX_DATAGRAM) for _ in range(batch)]
         self.views = [memoryview(b) for b in self.bufs]
+
+
+def _sockaddr_in(host: str, port: int) -> bytes:
+    """``struct sockaddr_in`` of an IPv4 (host, port)."""
+    return (struct.pack("=H", socket.AF_INET) + struct.pack("!H", port)
+            + socket.inet_aton(socket.gethostbyname(host)) + bytes(8))
 
 
 class UdpEndpoint:
@@ -73,11 +210,14 @@ class UdpEndpoint:
     bind : (host, port)
         Local address; port 0 picks a free one (see :attr:`address`).
     batch : int
-        Datagrams drained per :meth:`recv_many`.
+        Datagrams drained per :meth:`recv_many` (and sent per system call).
+    mmsg : bool
+        Batch system calls with ``sendmmsg``/``recvmmsg`` where libc has them (Linux);
+        False: one ``sendto``/``recv_into`` per datagram.
     """
 
     def __init__(self, switch: tuple[str, int], bind: tuple[str, int] = ("127.0.0.1", 0),
-                 batch: int = 256, bufsize: int = 8 << 20) -> None:
+                 batch: int = 256, bufsize: int = 8 << 20, mmsg: bool = True) -> None:
         self.switch = switch
         self.batch = batch
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -85,9 +225,15 @@ class UdpEndpoint:
             self.sock.setsockopt(socket.SOL_SOCKET, opt, bufsize)
         self.sock.bind(bind)
         self.sock.setblocking(False)
-        self._b = _Batcher(batch)
         self._poll = select.poll()
         self._poll.register(self.sock, select.POLLIN)
+        self._tx = self._rx = None
+        self._b = None
+        if mmsg and HAVE_MMSG:
+            self._tx = _MsgRing(batch, MAX_DATAGRAM, _sockaddr_in(*switch))
+            self._rx = _MsgRing(batch, MAX_DATAGRAM)
+        else:
+            self._b = _Batcher(batch)
 
     @property
     def address(self) -> tuple[str, int]:
@@ -95,16 +241,28 @@ class UdpEndpoint:
         return self.sock.getsockname()
 
     def send_many(self, datagrams: Sequence[bytes | bytearray | memoryview]) -> None:
+        if self._tx is not None:
+            self._tx.send(self.sock, datagrams)
+            return
         sendto = self.sock.sendto
         dst = self.switch
         for d in datagrams:
             _send_retrying(self.sock, lambda d=d: sendto(d, dst))
 
     def recv_many(self, timeout: float) -> list[memoryview]:
-        if not self._poll.poll(max(0, int(timeout * 1000))):
+        rx = self._rx
+        if rx is not None:
+            k = rx.recv(self.sock)  # results already waiting: no poll
+            if k == 0:
+                if not self._poll.poll(_poll_ms(timeout)):
+                    return []
+                k = rx.recv(self.sock)
+            return rx.views(k)
+        if not self._poll.poll(_poll_ms(timeout)):
             return []
         out = []
         recv_into = self.sock.recv_into
+        assert self._b is not None
         for view in self._b.views:
             try:
                 n = recv_into(view)
@@ -141,7 +299,7 @@ class RawEndpoint:
     """
 
     def __init__(self, ifname: str, src_mac: str, dst_mac: str, src_ip: str, dst_ip: str,
-                 batch: int = 256, bufsize: int = 8 << 20) -> None:
+                 batch: int = 256, bufsize: int = 8 << 20, mmsg: bool = True) -> None:
         self.ifname = ifname
         self.batch = batch
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_IP))
@@ -156,9 +314,15 @@ class RawEndpoint:
         self._src = socket.inet_aton(src_ip)
         self._dst = socket.inet_aton(dst_ip)
         self._templates: dict[int, bytes] = {}
-        self._b = _Batcher(batch)
         self._poll = select.poll()
         self._poll.register(self.sock, select.POLLIN)
+        self._tx = self._rx = None
+        self._b = None
+        if mmsg and HAVE_MMSG:
+            self._tx = _MsgRing(batch, MAX_DATAGRAM + _ETH + _IP + _UDP)
+            self._rx = _MsgRing(batch, MAX_DATAGRAM + _ETH + _IP + _UDP)
+        else:
+            self._b = _Batcher(batch)
 
     def _prefix(self, n: int) -> bytes:
         t = self._templates.get(n)
@@ -172,28 +336,45 @@ class RawEndpoint:
         return t
 
     def send_many(self, datagrams: Sequence[bytes | bytearray | memoryview]) -> None:
+        if self._tx is not None:
+            self._tx.send(self.sock, datagrams, self._prefix)
+            return
         send = self.sock.send
         for d in datagrams:
             frame = self._prefix(len(d)) + bytes(d)
             _send_retrying(self.sock, lambda frame=frame: send(frame))
 
     def recv_many(self, timeout: float) -> list[memoryview]:
-        if not self._poll.poll(max(0, int(timeout * 1000))):
-            return []
+        rx = self._rx
+        if rx is not None:
+            k = rx.recv(self.sock)  # frames already waiting: no poll
+            if k == 0:
+                if not self._poll.poll(_poll_ms(timeout)):
+                    return []
+                k = rx.recv(self.sock)
+            frames = rx.views(k)
+        else:
+            if not self._poll.poll(_poll_ms(timeout)):
+                return []
+            frames = []
+            recv_into = self.sock.recv_into
+            assert self._b is not None
+            for view in self._b.views:
+                try:
+                    n = recv_into(view)
+                except (BlockingIOError, InterruptedError):
+                    break
+                frames.append(view[:n])
         out = []
-        recv_into = self.sock.recv_into
-        port = struct.pack("!H", THC_UDP_PORT)
-        me = self._src
-        for view, buf in zip(self._b.views, self._b.bufs, strict=True):
-            try:
-                n = recv_into(view)
-            except (BlockingIOError, InterruptedError):
-                break
-            if (n < _ETH + _IP + _UDP or buf[12:14] != b"\x08\x00" or buf[14] != 0x45
-                    or buf[23] != 17 or buf[36:38] != port or buf[30:34] != me):
+        unpack_from, me = _FRAME.unpack_from, self._src
+        for f in frames:
+            if len(f) < _ETH + _IP + _UDP:
                 continue
-            udp_len = (buf[38] << 8) | buf[39]
-            out.append(view[_ETH + _IP + _UDP : _ETH + _IP + udp_len])
+            etype, vihl, proto, dst, dport, udp_len = unpack_from(f)
+            if (etype != ETH_P_IP or vihl != 0x45 or proto != 17 or dport != THC_UDP_PORT
+                    or dst != me):
+                continue
+            out.append(f[_ETH + _IP + _UDP : _ETH + _IP + udp_len])
         return out
 
     def close(self) -> None:
