@@ -277,9 +277,10 @@ def compile_tna(p4c: str, target: str, outdir: Path) -> dict:
     outdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"netco-{target}-") as tmp:
         info = Path(tmp) / "netco.p4info.txtpb"
+        # -g: the compiler writes its resource logs (logs/resources.json) only with it.
         result = run_compiler("p4c-tofino", [p4c, "--target", target, "--arch", arch, "--std",
-                                             "p4-16", "-o", tmp, "--p4runtime-files", str(info),
-                                             str(TNA_MAIN.relative_to(HERE))])
+                                             "p4-16", "-g", "-o", tmp, "--p4runtime-files",
+                                             str(info), str(TNA_MAIN.relative_to(HERE))])
         if result["returncode"] == 0:
             summary = summarize_resources(Path(tmp))
             shutil.copyfile(info, outdir / "netco.p4info.txtpb")
