@@ -219,6 +219,7 @@ class SlotWindow:
         timers: list[tuple[float, int, int]] = []  # (due, slot, generation), a heap
         stats = self.stats
         done = 0
+        gain_srtt, gain_var = 0.125 / nbuf, 0.25 / nbuf  # see _sample
 
         def build(s: int, i: int, flags: int) -> bytes:
             r = base[s] + i // W
@@ -233,12 +234,13 @@ class SlotWindow:
             b[THC_HEADER_BYTES:] = payloads[i]
             return bytes(b)
 
-        def launch(s: int, i: int, now: float) -> bytes:
-            """Make packet ``i`` the outstanding one of slot ``s`` (sent at ``now``)."""
+        def launch(s: int, i: int, now: float, r: float) -> bytes:
+            """Make packet ``i`` the outstanding one of slot ``s`` (sent at ``now``, timeout
+            ``r``)."""
             out_pkt[s] = i
             out_round[s] = (base[s] + i // W) & 0xFFFFFFFF
             first_sent[s] = now
-            rto[s] = r = self._rto()
+            rto[s] = r
             retried[s] = False
             asked_deadline[s] = False
             gen[s] += 1
@@ -247,7 +249,8 @@ class SlotWindow:
 
         # Fill the window.
         now = monotonic()
-        first = [launch(s, s, now) for s in range(nbuf)]
+        r0 = self._rto()
+        first = [launch(s, s, now, r0) for s in range(nbuf)]
         self.ep.send_many(first)
         stats.packets += len(first)
         ep_batch = self.ep.batch
@@ -258,6 +261,8 @@ class SlotWindow:
             batch = recv_many(min(max(wait, 0.0), 0.05))
             # Timestamps after the wait: RTT samples and new timers must not include the poll.
             now = monotonic()
+            rto_now = self._rto()  # once per batch: new samples count from the next one
+            srtt, rttvar, sampled = self.srtt, self.rttvar, False
             sends: list[bytes] = []
             for dg in batch:
                 if len(dg) < THC_HEADER_BYTES:
@@ -271,8 +276,14 @@ class SlotWindow:
                     continue
                 i = out_pkt[s]
                 on_result(i, h, dg)
-                if not retried[s]:
-                    self._sample(now - first_sent[s], nbuf)
+                if not retried[s]:  # Karn: no samples from retransmitted packets
+                    rtt = now - first_sent[s]  # inline _sample(rtt, nbuf): same arithmetic
+                    if srtt is None:
+                        srtt, rttvar = rtt, rtt / 2
+                    else:
+                        rttvar = (1 - gain_var) * rttvar + gain_var * abs(srtt - rtt)
+                        srtt = (1 - gain_srtt) * srtt + gain_srtt * rtt
+                    sampled = True
                 cnt = h[i_count]
                 if cnt < world:
                     stats.partial_results += 1
@@ -283,10 +294,12 @@ class SlotWindow:
                 done += 1
                 nxt = i + W
                 if nxt < n:
-                    sends.append(launch(s, nxt, now))
+                    sends.append(launch(s, nxt, now, rto_now))
                 else:
                     out_pkt[s] = -1
                     gen[s] += 1
+            if sampled:
+                self.srtt, self.rttvar, self.backoff = srtt, rttvar, 1.0
             if len(batch) >= ep_batch:
                 # More results may wait in the socket: read them before judging any timeout,
                 # or a slow receiver retransmits packets whose results it already holds.
