@@ -250,6 +250,11 @@ class SlotWindow:
         # Fill the window.
         now = monotonic()
         r0 = self._rto()
+        if self.srtt is None:
+            # No RTT measured yet and a burst of up to ``nbuf`` packets from every worker to
+            # queue at the switch: the last ones come back far later than one packet's RTT.
+            # Without this a full first window (256) was retransmitted whole at ``rto``.
+            r0 = min(cfg.max_rto, r0 * max(1.0, nbuf / 64))
         first = [launch(s, s, now, r0) for s in range(nbuf)]
         self.ep.send_many(first)
         stats.packets += len(first)
