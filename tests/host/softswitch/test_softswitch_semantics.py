@@ -223,7 +223,7 @@ def test_every_drop_reason_is_counted_and_changes_nothing():
         R.BAD_TYPE: [bytes(hdr[:1]) + bytes([0]) + bytes(hdr[2:]),
                      bytes(hdr[:1]) + bytes([9]) + bytes(hdr[2:])],
         R.MALFORMED: [
-            bytes(hdr[:3]) + bytes([8]) + bytes(hdr[4:]),                     # DATA with 8-bit lanes
+            bytes(hdr[:3]) + bytes([16]) + bytes(hdr[4:]),                    # DATA with 16-bit lanes
             bytes(hdr[:7]) + bytes([1]) + bytes(hdr[8:]),                     # set != round parity
             bytes(hdr[:10]) + struct.pack("!H", C + 1) + bytes(hdr[12:]),     # too many elements
             bytes(hdr[:6]) + bytes([40]) + bytes(hdr[7:]),                    # rank >= 32
