@@ -92,7 +92,7 @@ def test_result_message_roundtrip(bits):
 def test_undefined_type_lane_combination_rejected():
     with pytest.raises(ValueError, match="not a defined combination"):
         codec.encode(codec.Header(msg_type=lay.MsgType.DATA, job_id=1, slot=0, round=0,
-                                  lane_bits=8), np.zeros(4))
+                                  lane_bits=16), np.zeros(4))   # DATA: 4 (indices) or 8 (values)
     with pytest.raises(ValueError, match="payload"):
         codec.decode(codec.encode(codec.Header(msg_type=1, job_id=1, slot=0, round=0),
                                   np.zeros(4, dtype=np.uint8))[:-1])
