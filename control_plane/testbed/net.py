@@ -392,8 +392,21 @@ class Testbed:
         self.net.start()
         for s in self.plan.switches:
             node = self.net[s.name]
-            _wait_port(s.grpc_port, node.proc, 60.0, f"switch {s.name} ({self.choice.target})",
-                       node.log_path)
+            what = f"switch {s.name} ({self.choice.target})"
+            try:
+                _wait_port(s.grpc_port, node.proc, 60.0, what, node.log_path)
+            except TestbedError as exc:
+                if node.proc is None or node.proc.poll() is None:
+                    raise
+                # The switch process died while starting (seen: gRPC aborting in its event
+                # engine, "epoll_wait error: Bad file descriptor", in BMv2 and the software
+                # target alike, rarely, under load). It holds no state yet: start it once more,
+                # and say so.
+                log.warning("%s; starting it again", str(exc).splitlines()[0])
+                kept = node.log_path.with_suffix(".crash.log")
+                node.log_path.replace(kept)
+                node.start([])
+                _wait_port(s.grpc_port, node.proc, 60.0, what, node.log_path)
 
     def _apply(self) -> list[dict[str, Any]]:
         from control_plane.controller import Controller, run_sync

@@ -6,7 +6,7 @@ This module is the single source of truth for the wire format described in
 * the host library packs and unpacks messages with :mod:`host.protocol.codec`;
 * scapy layers are generated from it in :mod:`host.protocol.scapy_layers`;
 * the P4 program's header types and constants are generated from it by ``p4/gen.py``
-  (``p4/v1model/include/generated_protocol.p4``).
+  (``p4/shared/generated_protocol.p4``, included by the v1model and TNA programs).
 
 Design follows the in-network aggregation systems summarised in
 ``/work/shared/reference/in-network-aggregation.md`` (SwitchML's two copies per slot, ATP's

@@ -46,7 +46,7 @@ def test_scapy_build_matches_codec():
 
 
 def test_p4_header_generated_from_layout():
-    text = (REPO / "p4/v1model/include/generated_protocol.p4").read_text()
+    text = (REPO / "p4/shared/generated_protocol.p4").read_text()
     body = re.search(r"header thc_h \{(.*?)\}", text, re.S).group(1)
     fields = re.findall(r"bit<(\d+)> (\w+);", body)
     assert [(int(b), n) for b, n in fields] == [(f.bits, f.name) for f in lay.THC_HEADER]
