@@ -45,6 +45,31 @@ def desired_state(cfg: NetworkConfig, p4info: p4i.P4Info | None = None,
     return out
 
 
+def parse_p4info_text(text: str) -> p4i.P4Info:
+    """A P4Info from its text format, without top-level ``externs`` blocks.
+
+    The Tofino compiler lists its architecture externs there as ``Any`` messages of types
+    (``barefoot.Register``, ...) that no installed descriptor knows; the controller does not
+    use them (tables, actions, counters and registers are top-level entities).
+    """
+    from google.protobuf import text_format
+
+    kept: list[str] = []
+    skipping = False
+    for line in text.splitlines():
+        if not skipping and line.startswith("externs {"):
+            skipping = True
+            continue
+        if skipping:
+            if line.startswith("}"):
+                skipping = False
+            continue
+        kept.append(line)
+    info = p4i.P4Info()
+    text_format.Parse("\n".join(kept), info)
+    return info
+
+
 def load_p4info(cfg: NetworkConfig) -> tuple[p4i.P4Info, str]:
     """The program's P4Info and where it came from.
 
@@ -58,7 +83,6 @@ def load_p4info(cfg: NetworkConfig) -> tuple[p4i.P4Info, str]:
     FileNotFoundError
         If ``controller.p4info`` is set but missing, or no P4Info is available at all.
     """
-    from google.protobuf import text_format
 
     path = cfg.controller.p4info
     if path is not None and not Path(path).exists():
@@ -66,10 +90,7 @@ def load_p4info(cfg: NetworkConfig) -> tuple[p4i.P4Info, str]:
     tofino = bool(cfg.switches) and all(s.target in VALUES_TARGETS for s in cfg.switches)
     for cand in (path, TOFINO_P4INFO if tofino else DEFAULT_P4INFO):
         if cand is not None and Path(cand).exists():
-            info = p4i.P4Info()
-            text = Path(cand).read_text()
-            text_format.Parse(text, info)
-            return info, str(cand)
+            return parse_p4info_text(Path(cand).read_text()), str(cand)
     try:
         from host.softswitch.p4info import fallback_p4info
     except ImportError as exc:

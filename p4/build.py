@@ -240,35 +240,44 @@ def summarize_resources(outdir: Path) -> dict:
     summary: dict = {}
     res = next(iter(sorted(outdir.rglob("resources.json"))), None)
     if res is not None:
-        data = json.loads(res.read_text())
-        r = data.get("resources", data)
-        mau = r.get("mau", {})
+        mau = json.loads(res.read_text()).get("resources", {}).get("mau", {})
         stages = mau.get("mau_stages", [])
         summary["stages_available"] = mau.get("nStages", len(stages))
-        used: dict[str, int] = {}
         per_stage = []
         for st in stages:
-            row = {"stage": st.get("stage_number")}
-            for key, name in (("srams", "sram"), ("tcams", "tcam"), ("map_rams", "map_ram"),
-                              ("logical_tables", "logical_tables"), ("meter_alus", "stateful_alus")):
-                val = st.get(key)
-                if isinstance(val, dict):
-                    val = val.get("nUsed", val.get("used"))
-                if isinstance(val, list):
-                    val = len(val)
-                if isinstance(val, int):
-                    row[name] = val
-                    used[name] = used.get(name, 0) + val
+            rams = st.get("rams", {})
+            row = {
+                "stage": st.get("stage_number"),
+                "sram_blocks": len(rams.get("srams", [])),
+                "sram_available": rams.get("nRows", 0) * rams.get("nColumns", 0),
+                "tcam_blocks": len(st.get("tcams", {}).get("tcams", [])),
+                "map_rams": len(st.get("map_rams", {}).get("maprams", [])),
+                "stateful_alus": len(st.get("meter_alus", {}).get("meters", [])),
+                "logical_tables": len(st.get("logical_tables", {}).get("ids", [])),
+                "gateways": len(st.get("gateways", {}).get("gateways", [])),
+            }
             per_stage.append(row)
-        if per_stage:
-            summary["per_stage"] = per_stage
-            summary["stages_used"] = sum(1 for s in per_stage if any(
-                v for k, v in s.items() if k != "stage"))
-            summary["totals"] = used
+        summary["per_stage"] = per_stage
+        summary["stages_used"] = sum(1 for r in per_stage if r["logical_tables"] > 0)
+        summary["totals"] = {k: sum(r[k] for r in per_stage)
+                             for k in ("sram_blocks", "tcam_blocks", "map_rams", "stateful_alus",
+                                       "logical_tables", "gateways")}
     log = next(iter(sorted(outdir.rglob("mau.resources.log"))), None)
     if log is not None:
         summary["resource_log"] = log.name
     return summary
+
+
+def resource_table(summary: dict) -> str:
+    """The per-stage resource use of :func:`summarize_resources` as a text table."""
+    cols = ("stage", "logical_tables", "gateways", "sram_blocks", "tcam_blocks", "map_rams",
+            "stateful_alus")
+    lines = ["  ".join(f"{c:>14}" for c in cols)]
+    for r in summary.get("per_stage", []):
+        lines.append("  ".join(f"{r.get(c, ''):>14}" for c in cols))
+    tot = summary.get("totals", {})
+    lines.append("  ".join(f"{('total' if c == 'stage' else tot.get(c, '')):>14}" for c in cols))
+    return "\n".join(lines) + "\n"
 
 
 def compile_tna(p4c: str, target: str, outdir: Path) -> dict:
@@ -284,9 +293,7 @@ def compile_tna(p4c: str, target: str, outdir: Path) -> dict:
         if result["returncode"] == 0:
             summary = summarize_resources(Path(tmp))
             shutil.copyfile(info, outdir / "netco.p4info.txtpb")
-            log = next(iter(sorted(Path(tmp).rglob("mau.resources.log"))), None)
-            text = log.read_text() if log is not None else "(the compiler wrote no mau.resources.log)\n"
-            (outdir / "resources.log").write_text(text.replace(f"{tmp}/", ""))
+            (outdir / "resources.log").write_text(resource_table(summary))
             (outdir / "resources.json").write_text(json.dumps(summary, indent=2) + "\n")
             result["resources"] = {k: v for k, v in summary.items() if k != "per_stage"}
     return result

@@ -51,10 +51,15 @@ control IngressImpl(inout headers_t hdr, inout ingress_metadata_t meta,
                 meta.cell = hdr.recirc.cell;
                 meta.word_index = hdr.recirc.cell + THC_CELLS;
                 meta.from_switch = hdr.recirc.from_switch[0:0];
-                meta.kind = (hdr.thc.msg_type == MSG_NORM || hdr.thc.msg_type == MSG_NORM_RESULT
-                             || hdr.thc.msg_type == MSG_NORM_PARTIAL) ? KIND_NORM : KIND_DATA;
-                meta.is_up = (hdr.thc.msg_type == MSG_RESULT
-                              || hdr.thc.msg_type == MSG_NORM_RESULT) ? 1w0 : 1w1;
+                meta.kind = KIND_DATA;
+                if (hdr.thc.msg_type == MSG_NORM || hdr.thc.msg_type == MSG_NORM_RESULT
+                        || hdr.thc.msg_type == MSG_NORM_PARTIAL) {
+                    meta.kind = KIND_NORM;
+                }
+                meta.is_up = 1;
+                if (hdr.thc.msg_type == MSG_RESULT || hdr.thc.msg_type == MSG_NORM_RESULT) {
+                    meta.is_up = 0;
+                }
             }
             thc_validate.apply(hdr, meta, ig_intr_md, ig_prsr_md);
             if (meta.drop_reason == 0) {

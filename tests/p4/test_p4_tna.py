@@ -17,10 +17,9 @@ from pathlib import Path
 import finsy as fy
 import pytest
 from finsy.proto import p4i
-from google.protobuf import text_format
 
 from control_plane.config import ConfigError, parse_config
-from control_plane.desired import desired_state
+from control_plane.desired import desired_state, parse_p4info_text
 from host.protocol import layout as lay
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,9 +41,7 @@ GEN = _load("netco_p4_gen_tna", REPO / "p4" / "gen.py")
 
 
 def read_p4info(path: Path) -> p4i.P4Info:
-    info = p4i.P4Info()
-    text_format.Parse(path.read_text(), info)
-    return info
+    return parse_p4info_text(path.read_text())
 
 
 def tna_p4info(target: str) -> p4i.P4Info:

@@ -62,6 +62,8 @@ struct ingress_metadata_t {
     bit<1>  from_switch;
     thc_job_t job;
     bit<16> slot_ks;          // slot + (kind * 2 + set) * THC_SLOTS
+    bit<16> elems_room;       // (payload elements + 1) - elem_count, saturating: 0 = too many
+    bit<1>  rank_over;        // rank >= THC_MAX_WORKERS
     bit<16> cell;
     bit<16> word_index;       // cell + pass * THC_CELLS
     bit<1>  pass;

@@ -12,9 +12,15 @@ control ThcDecide(inout headers_t hdr, inout ingress_metadata_t meta) {
         }
         bool fresh = meta.verdict == V_FRESH || meta.used == 0;
         bit<8> st = meta.state;
-        bit<8> data_add = meta.kind == KIND_DATA ? ACC_ADD : ACC_NONE;
-        bit<8> data_read = meta.kind == KIND_DATA ? ACC_READ : ACC_NONE;
-        bit<8> data_store = meta.kind == KIND_DATA ? ACC_STORE : ACC_NONE;
+        // Pass 1 only touches words of data packets (norms fit one segment).
+        bit<8> data_add = ACC_NONE;
+        bit<8> data_read = ACC_NONE;
+        bit<8> data_store = ACC_NONE;
+        if (meta.kind == KIND_DATA) {
+            data_add = ACC_ADD;
+            data_read = ACC_READ;
+            data_store = ACC_STORE;
+        }
         meta.acc_mode = ACC_NONE;
         if (meta.is_up == 1 && meta.peek == 1) {
             meta.acc_mode = ACC_NONE;            // status request: answered on pass 1
@@ -46,12 +52,21 @@ control ThcDecide(inout headers_t hdr, inout ingress_metadata_t meta) {
         if (meta.drop_reason == 0) {
             hdr.recirc.setValid();
             hdr.recirc.pass = 1;
-            hdr.recirc.verdict = fresh ? V_FRESH : meta.verdict;   // PEEK may be STALE
+            hdr.recirc.verdict = meta.verdict;   // PEEK may be STALE
+            if (fresh) {
+                hdr.recirc.verdict = V_FRESH;
+            }
             hdr.recirc.state = st;
             hdr.recirc.acc_mode = meta.acc_mode;
-            hdr.recirc.dup = meta.dup_bits == 0 ? 8w0 : 8w1;
+            hdr.recirc.dup = 0;
+            if (meta.dup_bits != 0) {
+                hdr.recirc.dup = 1;
+            }
             hdr.recirc.from_switch = (bit<8>)meta.from_switch;
-            hdr.recirc.write_round = (meta.used == 0 && meta.verdict == V_STALE) ? 8w1 : 8w0;
+            hdr.recirc.write_round = 0;
+            if (meta.used == 0 && meta.verdict == V_STALE) {
+                hdr.recirc.write_round = 1;
+            }
             hdr.recirc.pad = 0;
             hdr.recirc.cell = meta.cell;
         }

@@ -25,6 +25,12 @@ control ThcOutput(inout headers_t hdr, inout ingress_metadata_t meta,
             PortId_t in_port = hdr.recirc.in_port;
             hdr.recirc.setInvalid();
             bool norm = meta.kind == KIND_NORM;
+            bit<8> up_type = MSG_PARTIAL;
+            bit<8> down_type = MSG_RESULT;
+            if (norm) {
+                up_type = MSG_NORM_PARTIAL;
+                down_type = MSG_NORM_RESULT;
+            }
             hdr.thc.count = meta.out_count;
             hdr.thc.bitmap = meta.out_bitmap;
             hdr.udp.src_port = THC_UDP_PORT;
@@ -39,7 +45,7 @@ control ThcOutput(inout headers_t hdr, inout ingress_metadata_t meta,
             hdr.ipv4.total_len = hdr.udp.length + IPV4_HEADER_BYTES;
             hdr.ipv4.ttl = RESULT_TTL;
             if (meta.out_action == OUT_UP) {
-                hdr.thc.msg_type = norm ? MSG_NORM_PARTIAL : MSG_PARTIAL;
+                hdr.thc.msg_type = up_type;
                 hdr.thc.rank = meta.job.self_id;
                 hdr.thc.flags = meta.out_flags;
                 hdr.ipv4.src_addr = meta.job.self_addr;
@@ -47,7 +53,7 @@ control ThcOutput(inout headers_t hdr, inout ingress_metadata_t meta,
                 ig_tm_md.ucast_egress_port = meta.job.parent_port;
                 results.count(meta.job.index);
             } else if (meta.out_action == OUT_ANSWER) {
-                hdr.thc.msg_type = norm ? MSG_NORM_RESULT : MSG_RESULT;
+                hdr.thc.msg_type = down_type;
                 hdr.thc.flags = meta.out_flags;   // RESENT or PEEK; rank stays the requester's
                 hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
                 hdr.ipv4.src_addr = meta.job.self_addr;
@@ -59,7 +65,7 @@ control ThcOutput(inout headers_t hdr, inout ingress_metadata_t meta,
                     resent.count(meta.job.index);
                 }
             } else {
-                hdr.thc.msg_type = norm ? MSG_NORM_RESULT : MSG_RESULT;
+                hdr.thc.msg_type = down_type;
                 hdr.thc.rank = THC_RANK_ALL;
                 hdr.thc.flags = meta.out_flags;
                 hdr.ipv4.src_addr = meta.job.self_addr;

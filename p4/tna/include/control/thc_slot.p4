@@ -236,7 +236,10 @@ control ThcSlotCount(inout headers_t hdr, inout ingress_metadata_t meta) {
                     meta.out_flags = FLAG_RESENT;
                 } else if (st == ST_SENT_UP) {
                     meta.out_action = OUT_UP;               // our partial again, to the parent
-                    meta.out_flags = FLAG_RETX | (hdr.thc.flags & FLAG_DEADLINE);
+                    meta.out_flags = FLAG_RETX;
+                    if (meta.deadline == 1) {
+                        meta.out_flags = FLAG_RETX | FLAG_DEADLINE;
+                    }
                 } else {
                     release = true;                         // counted already, deadline
                 }
@@ -245,7 +248,10 @@ control ThcSlotCount(inout headers_t hdr, inout ingress_metadata_t meta) {
                 if (meta.job.has_parent == 1) {
                     meta.new_state = ST_SENT_UP;
                     meta.out_action = OUT_UP;
-                    meta.out_flags = hdr.thc.flags & FLAG_DEADLINE;
+                    meta.out_flags = 0;
+                    if (meta.deadline == 1) {
+                        meta.out_flags = FLAG_DEADLINE;
+                    }
                 } else {
                     meta.new_state = ST_FINAL;
                     meta.out_action = OUT_MULTICAST;

@@ -64,10 +64,11 @@ control ThcValidate(inout headers_t hdr, inout ingress_metadata_t meta,
 
     // Message type -> kind, direction and the cell offset of (kind, set); only consistent
     // (slot_set, round parity) pairs have entries, anything else is malformed.
-    action classify(bit<1> kind, bit<1> is_up, bit<16> ks_offset) {
+    action classify(bit<1> kind, bit<1> is_up, bit<16> ks_offset, bit<16> max_elems_p1) {
         meta.kind = kind;
         meta.is_up = is_up;
         meta.slot_ks = hdr.thc.slot + ks_offset;
+        meta.elems_room = max_elems_p1 |-| hdr.thc.elem_count;   // 0: more than the payload holds
     }
     action unclassified() {
         meta.drop_reason = DROP_MALFORMED;
@@ -82,18 +83,18 @@ control ThcValidate(inout headers_t hdr, inout ingress_metadata_t meta,
         default_action = unclassified();
         size = 16;
         const entries = {
-            (MSG_DATA, 0, 0): classify(KIND_DATA, 1, 0 * THC_SLOTS);
-            (MSG_DATA, 1, 1): classify(KIND_DATA, 1, 1 * THC_SLOTS);
-            (MSG_PARTIAL, 0, 0): classify(KIND_DATA, 1, 0 * THC_SLOTS);
-            (MSG_PARTIAL, 1, 1): classify(KIND_DATA, 1, 1 * THC_SLOTS);
-            (MSG_RESULT, 0, 0): classify(KIND_DATA, 0, 0 * THC_SLOTS);
-            (MSG_RESULT, 1, 1): classify(KIND_DATA, 0, 1 * THC_SLOTS);
-            (MSG_NORM, 0, 0): classify(KIND_NORM, 1, 2 * THC_SLOTS);
-            (MSG_NORM, 1, 1): classify(KIND_NORM, 1, 3 * THC_SLOTS);
-            (MSG_NORM_PARTIAL, 0, 0): classify(KIND_NORM, 1, 2 * THC_SLOTS);
-            (MSG_NORM_PARTIAL, 1, 1): classify(KIND_NORM, 1, 3 * THC_SLOTS);
-            (MSG_NORM_RESULT, 0, 0): classify(KIND_NORM, 0, 2 * THC_SLOTS);
-            (MSG_NORM_RESULT, 1, 1): classify(KIND_NORM, 0, 3 * THC_SLOTS);
+            (MSG_DATA, 0, 0): classify(KIND_DATA, 1, 0 * THC_SLOTS, THC_COORDS + 1);
+            (MSG_DATA, 1, 1): classify(KIND_DATA, 1, 1 * THC_SLOTS, THC_COORDS + 1);
+            (MSG_PARTIAL, 0, 0): classify(KIND_DATA, 1, 0 * THC_SLOTS, THC_COORDS + 1);
+            (MSG_PARTIAL, 1, 1): classify(KIND_DATA, 1, 1 * THC_SLOTS, THC_COORDS + 1);
+            (MSG_RESULT, 0, 0): classify(KIND_DATA, 0, 0 * THC_SLOTS, THC_COORDS + 1);
+            (MSG_RESULT, 1, 1): classify(KIND_DATA, 0, 1 * THC_SLOTS, THC_COORDS + 1);
+            (MSG_NORM, 0, 0): classify(KIND_NORM, 1, 2 * THC_SLOTS, THC_NORMS + 1);
+            (MSG_NORM, 1, 1): classify(KIND_NORM, 1, 3 * THC_SLOTS, THC_NORMS + 1);
+            (MSG_NORM_PARTIAL, 0, 0): classify(KIND_NORM, 1, 2 * THC_SLOTS, THC_NORMS + 1);
+            (MSG_NORM_PARTIAL, 1, 1): classify(KIND_NORM, 1, 3 * THC_SLOTS, THC_NORMS + 1);
+            (MSG_NORM_RESULT, 0, 0): classify(KIND_NORM, 0, 2 * THC_SLOTS, THC_NORMS + 1);
+            (MSG_NORM_RESULT, 1, 1): classify(KIND_NORM, 0, 3 * THC_SLOTS, THC_NORMS + 1);
         }
     }
 
@@ -101,10 +102,13 @@ control ThcValidate(inout headers_t hdr, inout ingress_metadata_t meta,
     action set_contrib_bit(bit<32> bit_) {
         meta.contrib_bit = bit_;
     }
+    action rank_out_of_range() {
+        meta.rank_over = 1;      // >= THC_MAX_WORKERS: no bitmap bit (fine for rank 255 results)
+    }
     table contributor_bits {
         key = { hdr.thc.rank: exact; }
-        actions = { set_contrib_bit; @defaultonly NoAction; }
-        default_action = NoAction();
+        actions = { set_contrib_bit; @defaultonly rank_out_of_range; }
+        default_action = rank_out_of_range();
         size = THC_MAX_WORKERS;
         const entries = {
 #include "generated_contributor_bits.p4"
@@ -129,11 +133,9 @@ control ThcValidate(inout headers_t hdr, inout ingress_metadata_t meta,
         } else {
             message_kinds.apply();
             if (meta.drop_reason == 0) {
-                if (meta.kind == KIND_DATA && hdr.thc.elem_count > THC_COORDS) {
+                if (meta.elems_room == 0) {
                     meta.drop_reason = DROP_MALFORMED;
-                } else if (meta.kind == KIND_NORM && hdr.thc.elem_count > THC_NORMS) {
-                    meta.drop_reason = DROP_MALFORMED;
-                } else if (meta.is_up == 1 && hdr.thc.rank >= THC_MAX_WORKERS) {
+                } else if (meta.is_up == 1 && meta.rank_over == 1) {
                     meta.drop_reason = DROP_MALFORMED;
                 }
             }
