@@ -19,7 +19,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -40,6 +39,8 @@ from host.transport.slots import SlotConfig, SlotTimeoutError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "p4"))
 from switch_fixture import P4_JSON, WORKERS, Bmv2Network, SwitchJob, Worker
+
+from .test_transport_udp import run_workers
 
 pytestmark = [pytest.mark.root, pytest.mark.bmv2]
 
@@ -100,30 +101,6 @@ def aggregator(spec: RawNetworkSpec, rank: int, world: int, slots: SlotConfig,
     if faults:
         ep = FaultyEndpoint(ep, seed=rank, **faults)
     return NetworkAggregator(ep, JobSpec(spec.job_id, rank, world, spec.num_slots), slots)
-
-
-def run_workers(n: int, fn, timeout: float = 60.0) -> list:
-    """Run ``fn(rank)`` in ``n`` threads; return results, re-raise the first error."""
-    out: list = [None] * n
-    errs: list = [None] * n
-
-    def go(r: int) -> None:
-        try:
-            out[r] = fn(r)
-        except BaseException as exc:
-            errs[r] = exc
-
-    ts = [threading.Thread(target=go, args=(r,), daemon=True) for r in range(n)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(timeout)
-    assert not any(t.is_alive() for t in ts), "a worker hung"
-    for e in errs:
-        if e is not None:
-            raise e
-    return out
-
 
 def worker_data(n: int, numel: int, seed: int) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
