@@ -1,7 +1,9 @@
-"""Build the fused CPU kernels of the THC codec (host/thc/_fused.c).
+"""Build the fused CPU kernels of the THC codec (host/thc/_fused.c) and the transport's C slot
+loop (host/transport/_slotloop.c).
 
-Everything else about the package lives in pyproject.toml. The extension is optional at run
-time: without a C compiler the codec falls back to its vectorized torch path.
+Everything else about the package lives in pyproject.toml. The extensions are optional at run
+time: without a C compiler the codec falls back to its vectorized torch path and the slot
+window to its Python loop.
 """
 
 import os
@@ -25,6 +27,13 @@ setup(
             extra_compile_args=compile_args,
             extra_link_args=link_args,
             optional=True,
-        )
+        ),
+        # The slot window's exchange loop (host/transport/slots.py falls back to Python).
+        Extension(
+            "host.transport._slotloop",
+            sources=["host/transport/_slotloop.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
     ]
 )

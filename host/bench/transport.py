@@ -26,6 +26,7 @@ import contextlib
 import json
 import multiprocessing as mp
 import os
+import statistics
 import time
 
 from control_plane.embedded import EmbeddedNetwork, free_port
@@ -53,16 +54,20 @@ def _echo_rate(ep, n_packets: int, window: int) -> float:
     return got / (time.perf_counter() - t0)
 
 
-def _echo_worker(addr, n_packets: int, window: int, barrier, q) -> None:
+def _echo_worker(addr, n_packets: int, window: int, barrier, q, repeats: int = 1) -> None:
     from host.transport.ports import UdpEndpoint
 
     ep = UdpEndpoint(addr.switch, bind=(addr.ip, 0))
-    barrier.wait()
-    q.put(("echo", addr.rank, _echo_rate(ep, n_packets, window)))
+    rates = []
+    for _ in range(repeats):
+        barrier.wait()
+        rates.append(_echo_rate(ep, n_packets, window))
+    q.put(("echo", addr.rank, rates))
     ep.close()
 
 
-def _thc_worker(addr, world: int, coords: int, num_slots: int, base: int, barrier, q) -> None:
+def _thc_worker(addr, world: int, coords: int, num_slots: int, base: int, barrier, q,
+                repeats: int = 1) -> None:
     import torch
 
     from host.thc import THCCodec
@@ -76,11 +81,13 @@ def _thc_worker(addr, world: int, coords: int, num_slots: int, base: int, barrie
     enc = codec.encode(x, norms, worker=addr.rank, round=0)
     ep = UdpEndpoint(addr.switch, bind=(addr.ip, 0))
     agg = NetworkAggregator(ep, JobSpec(1, addr.rank, world, num_slots=num_slots, round_base=base))
-    barrier.wait()
-    t0 = time.perf_counter()
-    agg.sum_encoded(enc, codec)
-    dt = time.perf_counter() - t0
-    q.put(("thc", addr.rank, dt, agg.window.stats.retransmits))
+    times = []
+    for _ in range(repeats):
+        barrier.wait()
+        t0 = time.perf_counter()
+        agg.sum_encoded(enc, codec)
+        times.append(time.perf_counter() - t0)
+    q.put(("thc", addr.rank, times, agg.window.stats.retransmits, getattr(agg.window, "last_native", False)))
     ep.close()
 
 
@@ -123,15 +130,17 @@ def _gloo_worker(rank: int, world: int, numel: int, port: int, q) -> None:
 
 def _raw_worker_main(argv: list[str]) -> int:
     """``python -m host.bench.transport --raw-worker MODE IF MAC DMAC IP DIP RANK WORLD COORDS
-    SLOTS START``: one worker in a network namespace; prints one JSON line.
+    SLOTS START [REPEATS PERIOD]``: one worker in a network namespace; prints one JSON line.
 
     MODE ``echo``: the window loop of :func:`_echo_worker` over a raw socket (the limit);
-    ``thc``: one ``sum_encoded`` through the switch. Both wait until the clock passes START so
-    that the workers begin together.
+    ``thc``: ``sum_encoded`` through the switch. Run ``k`` (of REPEATS) waits until the clock
+    passes START + k·PERIOD so that the workers begin together.
     """
     mode, ifname, mac, dmac, ip, dip = argv[:6]
     rank, world, coords, slots = (int(v) for v in argv[6:10])
     start = float(argv[10])
+    repeats = int(argv[11]) if len(argv) > 11 else 1
+    period = float(argv[12]) if len(argv) > 12 else 0.0
     import torch
 
     from host.thc import THCCodec
@@ -141,22 +150,50 @@ def _raw_worker_main(argv: list[str]) -> int:
     torch.set_num_threads(1)
     ep = RawEndpoint(ifname, mac, dmac, ip, dip)
     if mode == "echo":
-        time.sleep(max(0.0, start - time.time()))
-        print(json.dumps({"rank": rank, "packets_per_s": _echo_rate(ep, coords, slots)}))
+        rates = []
+        for k in range(repeats):
+            time.sleep(max(0.0, start + k * period - time.time()))
+            rates.append(_echo_rate(ep, coords, slots))
+        print(json.dumps({"rank": rank, "packets_per_s": rates[0], "runs": rates}))
         return 0
     codec = THCCodec()
     x = torch.randn(coords, generator=torch.Generator().manual_seed(rank))
     enc = codec.encode(x, codec.chunk_norms(x), worker=rank, round=0)
     agg = NetworkAggregator(ep, JobSpec(1, rank, world, num_slots=slots))
-    time.sleep(max(0.0, start - time.time()))
-    t0 = time.perf_counter()
-    agg.sum_encoded(enc, codec)
-    print(json.dumps({"rank": rank, "seconds": time.perf_counter() - t0,
-                      "retransmits": agg.window.stats.retransmits}))
+    times = []
+    for k in range(repeats):
+        time.sleep(max(0.0, start + k * period - time.time()))
+        t0 = time.perf_counter()
+        agg.sum_encoded(enc, codec)
+        times.append(time.perf_counter() - t0)
+    print(json.dumps({"rank": rank, "seconds": times[0], "runs": times,
+                      "retransmits": agg.window.stats.retransmits,
+                      "native": getattr(agg.window, "last_native", False)}))
     return 0
 
 
-def veth_goodput(workers: int, coords: int, num_slots: int, limit_packets: int) -> dict:
+def _summary(workers: int, coords: int, times: list[float], limits: list[float],
+             retransmits: int, native: bool) -> dict:
+    """Goodput fields of one transport and worker count: medians over the repeats.
+
+    ``times[k]``: the slowest worker's seconds of run k; ``limits[k]``: the slowest worker's
+    echo packets/s of run k. ``fraction_of_limit`` is median goodput ÷ median limit; the
+    per-run values are kept in the ``*_runs`` fields.
+    """
+    pkts = -(-coords // COORDS_PER_PACKET)
+    dt = statistics.median(times)
+    limit = statistics.median(limits)
+    return {"workers": workers, "coords": coords, "seconds": dt, "coords_per_s": coords / dt,
+            "packets_per_s": pkts / dt, "payload_gbps": coords * 4 / dt / 1e9,
+            "retransmits": retransmits, "limit_packets_per_s": limit,
+            "fraction_of_limit": (pkts / dt) / limit, "repeats": len(times),
+            "packets_per_s_runs": [pkts / t for t in times], "limit_packets_per_s_runs": limits,
+            "fraction_of_limit_runs": [(pkts / t) / lim for t, lim in zip(times, limits, strict=True)],
+            "c_slot_loop": native}
+
+
+def veth_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
+                 repeats: int = 1) -> dict:
     """Goodput through the software target over veth (AF_PACKET; root) and the raw echo limit.
 
     Each worker lives in its own network namespace behind a veth pair whose other end is a
@@ -219,13 +256,15 @@ def veth_goodput(workers: int, coords: int, num_slots: int, limit_packets: int) 
 
         def run_workers_in_ns(mode: str, n_items: int, dst_self: bool) -> list[dict]:
             start = time.time() + 8.0  # after every worker imported torch and encoded
+            period = 1.5 if repeats > 1 else 0.0
             ps = []
             for r in range(workers):
                 dmac, dip = (macs[r], ips[r]) if dst_self else (sw_mac, sw_ip)
                 ps.append(subprocess.Popen(
                     ["ip", "netns", "exec", ns[r], sys.executable, "-m", "host.bench.transport",
                      "--raw-worker", mode, h_if[r], macs[r], dmac, ips[r], dip, str(r),
-                     str(workers), str(n_items), str(num_slots), str(start)],
+                     str(workers), str(n_items), str(num_slots), str(start), str(repeats),
+                     str(period)],
                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
             out = []
             for p in ps:
@@ -259,13 +298,11 @@ def veth_goodput(workers: int, coords: int, num_slots: int, limit_packets: int) 
         for r in range(workers):
             subprocess.run(["ip", "link", "del", sw_if[r]], capture_output=True, check=False)
             subprocess.run(["ip", "netns", "del", ns[r]], capture_output=True, check=False)
-    limit = min(x["packets_per_s"] for x in lim)
-    dt = max(x["seconds"] for x in thc)
-    pkts = -(-coords // COORDS_PER_PACKET)
-    return {"transport": "veth", "workers": workers, "coords": coords, "seconds": dt,
-            "coords_per_s": coords / dt, "packets_per_s": pkts / dt,
-            "payload_gbps": coords * 4 / dt / 1e9, "retransmits": sum(x["retransmits"] for x in thc),
-            "limit_packets_per_s": limit, "fraction_of_limit": (pkts / dt) / limit}
+    limits = [min(x["runs"][k] for x in lim) for k in range(repeats)]
+    times = [max(x["runs"][k] for x in thc) for k in range(repeats)]
+    return {"transport": "veth", **_summary(workers, coords, times, limits,
+                                            sum(x["retransmits"] for x in thc),
+                                            all(x["native"] for x in thc))}
 
 
 def _run(procs: list[mp.Process], q, n: int, timeout: float) -> list[tuple]:
@@ -277,34 +314,27 @@ def _run(procs: list[mp.Process], q, n: int, timeout: float) -> list[tuple]:
     return out
 
 
-def udp_goodput(workers: int, coords: int, num_slots: int, limit_packets: int) -> dict:
-    """Goodput of THC through the target and the echo limit, for ``workers`` processes."""
+def udp_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
+                repeats: int = 1) -> dict:
+    """Goodput of THC through the target and the echo limit, for ``workers`` processes
+    (``repeats`` runs of each in the same processes; medians, see :func:`_summary`)."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     with EmbeddedNetwork(workers, echo=True) as echo:
         bar = ctx.Barrier(workers)
         res = _run([ctx.Process(target=_echo_worker,
-                                args=(echo.address(r), limit_packets, num_slots, bar, q))
-                    for r in range(workers)], q, workers, 300)
-    limit = min(r[2] for r in res)
+                                args=(echo.address(r), limit_packets, num_slots, bar, q, repeats))
+                    for r in range(workers)], q, workers, 300 * repeats)
+    limits = [min(r[2][k] for r in res) for k in range(repeats)]
     with EmbeddedNetwork(workers, num_slots=num_slots) as net:
         bar = ctx.Barrier(workers)
         res = _run([ctx.Process(target=_thc_worker,
-                                args=(net.address(r), workers, coords, num_slots, 1, bar, q))
-                    for r in range(workers)], q, workers, 600)
-    dt = max(r[2] for r in res)
-    pkts = -(-coords // COORDS_PER_PACKET)
-    return {
-        "workers": workers,
-        "coords": coords,
-        "seconds": dt,
-        "coords_per_s": coords / dt,
-        "packets_per_s": pkts / dt,
-        "payload_gbps": coords * 4 / dt / 1e9,
-        "retransmits": sum(r[3] for r in res),
-        "limit_packets_per_s": limit,
-        "fraction_of_limit": (pkts / dt) / limit,
-    }
+                                args=(net.address(r), workers, coords, num_slots, 1, bar, q,
+                                      repeats))
+                    for r in range(workers)], q, workers, 600 * repeats)
+    times = [max(r[2][k] for r in res) for k in range(repeats)]
+    return _summary(workers, coords, times, limits, sum(r[3] for r in res),
+                    all(r[4] for r in res))
 
 
 def allreduce_16m(workers: int, numel: int, num_slots: int) -> dict:
@@ -336,6 +366,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allreduce-elements", type=int, default=1 << 24,
                    help="size of the THC vs gloo comparison (0 skips it)")
     p.add_argument("--allreduce-workers", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=5,
+                   help="runs of each goodput and limit measurement in the same processes; "
+                        "the medians are reported (runs of 2M coordinates scatter by ±30%%)")
     p.add_argument("--veth", action=argparse.BooleanOptionalAction, default=os.geteuid() == 0,
                    help="also measure over veth pairs in network namespaces (root; default: "
                         "when root)")
@@ -343,10 +376,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
-    out: dict = {"udp": [udp_goodput(w, args.coords, args.slots, args.limit_packets)
+    r = max(1, args.repeats)
+    out: dict = {"udp": [udp_goodput(w, args.coords, args.slots, args.limit_packets, r)
                          for w in args.workers]}
     if args.veth:
-        out["veth"] = [veth_goodput(w, args.coords, args.slots, args.limit_packets)
+        out["veth"] = [veth_goodput(w, args.coords, args.slots, args.limit_packets, r)
                        for w in args.workers]
     if args.allreduce_elements:
         out["allreduce"] = allreduce_16m(args.allreduce_workers, args.allreduce_elements, args.slots)

@@ -24,7 +24,6 @@ from host.protocol.layout import (
     LANES,
     NORMS,
     NORMS_PER_PACKET,
-    THC_HEADER,
     THC_HEADER_BYTES,
     VALUE_BITS,
     MsgType,
@@ -36,9 +35,6 @@ from host.transport.ports import Endpoint
 from host.transport.slots import SlotConfig, SlotWindow
 
 log = logging.getLogger(__name__)
-
-_IDX = {f.name: i for i, f in enumerate(THC_HEADER)}
-
 
 @dataclass(frozen=True)
 class JobSpec:
@@ -166,19 +162,13 @@ class NetworkAggregator:
         n_pk = max(1, -(-vals.size // NORMS_PER_PACKET))
         body = np.zeros(n_pk * NORMS_PER_PACKET, dtype=">f4")
         body[: vals.size] = vals
-        raw = memoryview(body.view(np.uint8))
         nb = NORMS.nbytes
-        payloads = [raw[i * nb : (i + 1) * nb] for i in range(n_pk)]
-        counts = [min(NORMS_PER_PACKET, vals.size - i * NORMS_PER_PACKET) for i in range(n_pk)]
-        offsets = [i * NORMS_PER_PACKET for i in range(n_pk)]
+        counts = np.minimum(NORMS_PER_PACKET, vals.size - np.arange(n_pk) * NORMS_PER_PACKET)
+        offsets = np.arange(n_pk, dtype=np.int64) * NORMS_PER_PACKET
         out = np.zeros(n_pk * NORMS_PER_PACKET, dtype=np.float32)
-
-        def on_result(i: int, h: tuple, dg: memoryview) -> None:
-            out[i * NORMS_PER_PACKET : (i + 1) * NORMS_PER_PACKET] = np.frombuffer(
-                dg, dtype=">f4", count=NORMS_PER_PACKET, offset=THC_HEADER_BYTES)
-
-        self.window.exchange("norm", MsgType.NORM, 32, payloads, counts, offsets, on_result,
-                             MsgType.NORM_RESULT)
+        # the maxima's float32 bit patterns, copied as 32-bit lanes
+        self.window.exchange_into("norm", MsgType.NORM, 32, body.view(np.uint8), counts, offsets,
+                                  MsgType.NORM_RESULT, out.view(np.uint32), 4)
         size = THC_HEADER_BYTES + nb
         self.bytes_sent += n_pk * size
         self.bytes_received += n_pk * size
@@ -218,23 +208,13 @@ class NetworkAggregator:
             nb, up_bits = INDICES.nbytes, INDEX_BITS
         if raw.size < n_pk * nb:
             raw = np.concatenate([raw, np.zeros(n_pk * nb - raw.size, dtype=np.uint8)])
-        mv = memoryview(raw)
-        payloads = [mv[i * nb : (i + 1) * nb] for i in range(n_pk)]
-        counts = [min(COORDS_PER_PACKET, P - i * COORDS_PER_PACKET) for i in range(n_pk)]
-        offsets = [i * COORDS_PER_PACKET for i in range(n_pk)]
+        counts = np.minimum(COORDS_PER_PACKET, P - np.arange(n_pk) * COORDS_PER_PACKET)
+        offsets = np.arange(n_pk, dtype=np.int64) * COORDS_PER_PACKET
         lb = self.spec.lane_bits
-        wire_dt = np.dtype(f">u{lb // 8}")
         sums = np.zeros(n_pk * COORDS_PER_PACKET, dtype=np.uint32)
         cnt = np.full(n_pk, self.spec.world, dtype=np.int32)
-        i_count = _IDX["count"]
-
-        def on_result(i: int, h: tuple, dg: memoryview) -> None:
-            sums[i * COORDS_PER_PACKET : (i + 1) * COORDS_PER_PACKET] = np.frombuffer(
-                dg, dtype=wire_dt, count=COORDS_PER_PACKET, offset=THC_HEADER_BYTES)
-            cnt[i] = h[i_count]
-
-        self.window.exchange("data", MsgType.DATA, up_bits, payloads, counts, offsets,
-                             on_result, MsgType.RESULT)
+        self.window.exchange_into("data", MsgType.DATA, up_bits, raw[: n_pk * nb], counts,
+                                  offsets, MsgType.RESULT, sums, lb // 8, cnt)
         self.bytes_sent += n_pk * (THC_HEADER_BYTES + nb)
         self.bytes_received += n_pk * (THC_HEADER_BYTES + COORDS_PER_PACKET * lb // 8)
         total = torch.from_numpy(sums[:P])

@@ -229,8 +229,9 @@ class UdpEndpoint:
         self._poll.register(self.sock, select.POLLIN)
         self._tx = self._rx = None
         self._b = None
+        self._dest = _sockaddr_in(*switch)
         if mmsg and HAVE_MMSG:
-            self._tx = _MsgRing(batch, MAX_DATAGRAM, _sockaddr_in(*switch))
+            self._tx = _MsgRing(batch, MAX_DATAGRAM, self._dest)
             self._rx = _MsgRing(batch, MAX_DATAGRAM)
         else:
             self._b = _Batcher(batch)
@@ -239,6 +240,13 @@ class UdpEndpoint:
     def address(self) -> tuple[str, int]:
         """The bound local (host, port)."""
         return self.sock.getsockname()
+
+    def native(self, size: int) -> tuple | None:
+        """What the C slot loop needs to drive this socket itself (``slots._slotloop``):
+        (fd, raw=0, destination sockaddr, -, -, THC port, batch); None without sendmmsg."""
+        if self._tx is None:
+            return None
+        return (self.sock.fileno(), 0, self._dest, b"", b"", THC_UDP_PORT, self.batch)
 
     def send_many(self, datagrams: Sequence[bytes | bytearray | memoryview]) -> None:
         if self._tx is not None:
@@ -334,6 +342,15 @@ class RawEndpoint:
             t = self._eth + ip + udp
             self._templates[n] = t
         return t
+
+    def native(self, size: int) -> tuple | None:
+        """What the C slot loop needs to drive this socket itself for datagrams of ``size``
+        bytes: (fd, raw=1, -, frame prefix, own IPv4 address, THC port, batch); None without
+        sendmmsg."""
+        if self._tx is None:
+            return None
+        return (self.sock.fileno(), 1, b"", self._prefix(size), self._src, THC_UDP_PORT,
+                self.batch)
 
     def send_many(self, datagrams: Sequence[bytes | bytearray | memoryview]) -> None:
         if self._tx is not None:

@@ -17,11 +17,18 @@ Policies: ``exact`` retransmits until every contribution is in and raises
 :class:`SlotTimeoutError` after ``give_up`` seconds of silence on a slot, naming the ranks the
 switch reports missing; ``partial`` asks the switch, ``deadline`` seconds after a packet was
 first sent, to release the slot's current sum (flag DEADLINE) and accepts it with its count m.
+
+:meth:`SlotWindow.exchange_into` runs a whole exchange in C (``_slotloop.c``, the same loop
+with the same semantics, without a Python call per packet) when the extension is built and the
+endpoint exposes its socket (:class:`~host.transport.ports.UdpEndpoint`,
+:class:`~host.transport.ports.RawEndpoint`); otherwise, and with ``NETCO_TRANSPORT_C=0``, it
+runs :meth:`SlotWindow.exchange`.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,13 +40,38 @@ from host.protocol import codec as wire
 from host.protocol.layout import THC_HEADER, THC_HEADER_BYTES, Flag, MsgType
 from host.transport.ports import Endpoint
 
+try:
+    from host.transport import _slotloop
+except ImportError:  # built without a C compiler: the Python loop
+    _slotloop = None
+
 log = logging.getLogger(__name__)
+
+#: Whether :meth:`SlotWindow.exchange_into` may use the C loop (extension built and not
+#: switched off with ``NETCO_TRANSPORT_C=0``).
+NATIVE = _slotloop is not None and os.environ.get("NETCO_TRANSPORT_C", "1") != "0"
 
 _FIELDS = [f.name for f in THC_HEADER]
 _IDX = {name: i for i, name in enumerate(_FIELDS)}
 _HEADER = wire.HEADER_STRUCT
 # Plain ints: IntFlag arithmetic costs an enum call per packet.
 _RETX, _DEADLINE, _PEEK = int(Flag.RETX), int(Flag.DEADLINE), int(Flag.PEEK)
+assert (_RETX, _DEADLINE, _PEEK) == (0x01, 0x04, 0x08), "_slotloop.c hard-codes the flag bits"
+
+
+def _field_spec() -> tuple[int, ...]:
+    """(offset, width) of the header fields the C loop writes and reads, flattened, in the
+    order of ``_slotloop.c``'s enum."""
+    where, off = {}, 0
+    for f in THC_HEADER:
+        where[f.name] = (off, f.bits // 8)
+        off += f.bits // 8
+    names = ("slot", "round", "slot_set", "elem_count", "chunk_offset", "flags", "msg_type",
+             "job_id", "count", "bitmap")
+    return tuple(v for n in names for v in where[n])
+
+
+_C_FIELDS = _field_spec()
 
 
 class SlotTimeoutError(TimeoutError):
@@ -136,6 +168,10 @@ class SlotWindow:
         #: under overload nearly every packet is retransmitted, Karn's rule then yields no
         #: samples, and without it every new packet would start from the stale, short timeout.
         self.backoff = 1.0
+        #: Run :meth:`exchange_into` in C where possible (tests switch it off to compare).
+        self.native = NATIVE
+        #: Whether the last :meth:`exchange_into` ran in C.
+        self.last_native = False
 
     def _rto(self) -> float:
         """Current base timeout: ``(srtt + 4·rttvar)·backoff`` within [rto, max_rto] (RFC 6298)."""
@@ -336,6 +372,105 @@ class SlotWindow:
                 self.ep.send_many(sends)
                 stats.packets += len(sends)
         stats.seconds += monotonic() - t_start
+
+    def exchange_into(self, kind: str, msg_type: MsgType, lane_bits: int, payload: np.ndarray,
+                      elem_counts: np.ndarray, offsets: np.ndarray, result_type: MsgType,
+                      out: np.ndarray, lane_bytes: int, counts: np.ndarray | None = None) -> None:
+        """:meth:`exchange` on arrays: each result's lanes go to ``out``, its count to ``counts``.
+
+        Runs in C (``_slotloop``) when it is built, :attr:`native` is set and the endpoint
+        exposes its socket (``endpoint.native(size)``); else through :meth:`exchange`. Same
+        packets, same semantics, same statistics either way.
+
+        Parameters
+        ----------
+        payload : numpy.ndarray
+            ``uint8``, C-contiguous: the ``n`` packet bodies back to back (equal sizes).
+        elem_counts, offsets : array-like of int, length ``n``
+        out : numpy.ndarray
+            ``uint32``, C-contiguous, ``n * lanes``: packet ``i``'s result lanes (big endian
+            ``lane_bytes`` each on the wire) land in ``out[i*lanes:(i+1)*lanes]``.
+        counts : numpy.ndarray, optional
+            ``int32``, length ``n``: each result's contribution count.
+        """
+        n = len(elem_counts)
+        if n == 0:
+            return
+        nb = payload.size // n
+        lanes = out.size // n
+        if payload.size != n * nb or out.size != n * lanes or out.dtype != np.uint32:
+            raise ValueError("payload/out sizes do not match the packet count")
+        hook = getattr(self.ep, "native", None) if (self.native and _slotloop is not None) else None
+        spec = hook(THC_HEADER_BYTES + nb) if hook is not None else None
+        self.last_native = spec is not None
+        if spec is None:
+            mv = memoryview(np.ascontiguousarray(payload).reshape(-1))
+            payloads = [mv[i * nb : (i + 1) * nb] for i in range(n)]
+            wire_dt = np.dtype(f">u{lane_bytes}")
+            i_count = _IDX["count"]
+
+            def on_result(i: int, h: tuple, dg: memoryview) -> None:
+                out[i * lanes : (i + 1) * lanes] = np.frombuffer(
+                    dg, dtype=wire_dt, count=lanes, offset=THC_HEADER_BYTES)
+                if counts is not None:
+                    counts[i] = h[i_count]
+
+            self.exchange(kind, msg_type, lane_bits, payloads, list(map(int, elem_counts)),
+                          list(map(int, offsets)), on_result, result_type)
+            return
+        fd, raw, dest, prefix, my_ip, thc_port, batch = spec
+        W = self.num_slots
+        rounds = self.next_round[kind]
+        base = rounds.copy()
+        rounds += np.bincount(np.arange(n) % W, minlength=W)  # reserve, as exchange does
+        hdr = [0] * len(_FIELDS)
+        hdr[_IDX["version"]] = wire.THC_VERSION
+        hdr[_IDX["msg_type"]] = int(msg_type)
+        hdr[_IDX["lane_bits"]] = lane_bits
+        hdr[_IDX["job_id"]] = self.job_id
+        hdr[_IDX["rank"]] = self.rank
+        template = _HEADER.pack(*hdr)
+        cfg = self.cfg
+        pay = np.ascontiguousarray(payload, dtype=np.uint8).reshape(-1)
+        ec = np.ascontiguousarray(elem_counts, dtype=np.int64)
+        of = np.ascontiguousarray(offsets, dtype=np.int64)
+        t0 = time.monotonic()
+        (status, srtt, rttvar, backoff, packets, retx, deadlines, stray, partial, min_count,
+         missing, g_slot, g_pkt, g_round) = _slotloop.run(
+            fd, int(raw), dest, prefix, my_ip, thc_port, batch, template, _C_FIELDS, pay, nb, n,
+            ec, of, base, W, out, lanes, lane_bytes, counts, int(result_type), self.job_id,
+            self.world, cfg.rto, cfg.max_rto, cfg.give_up, cfg.deadline,
+            cfg.policy == "partial", -1.0 if self.srtt is None else self.srtt, self.rttvar,
+            self.backoff)
+        self.srtt = None if srtt < 0 else srtt
+        self.rttvar, self.backoff = rttvar, backoff
+        st = self.stats
+        st.packets += packets
+        st.retransmits += retx
+        st.deadlines += deadlines
+        st.stray_results += stray
+        st.partial_results += partial
+        if min_count >= 0 and (st.min_count is None or min_count < st.min_count):
+            st.min_count = min_count
+        st.missing_ranks.update(r for r in range(self.world) if missing >> r & 1)
+        st.seconds += time.monotonic() - t0
+        if status == 1:
+            bld = _HEADER.pack_into
+
+            def build(s: int, i: int, flags: int) -> bytes:
+                r = int(base[s]) + i // W
+                hdr[_IDX["slot"]] = s
+                hdr[_IDX["round"]] = r & 0xFFFFFFFF
+                hdr[_IDX["slot_set"]] = r & 1
+                hdr[_IDX["elem_count"]] = int(ec[i])
+                hdr[_IDX["chunk_offset"]] = int(of[i])
+                hdr[_IDX["flags"]] = flags
+                b = bytearray(THC_HEADER_BYTES + nb)
+                bld(b, 0, *hdr)
+                b[THC_HEADER_BYTES:] = pay[i * nb : (i + 1) * nb].tobytes()
+                return bytes(b)
+
+            self._give_up(g_slot, g_round, g_pkt, build)
 
     def _give_up(self, s: int, rnd: int, i: int, build: Callable[[int, int, int], bytes]) -> None:
         """Ask the switch who is in the slot (flag PEEK), then raise :class:`SlotTimeoutError`."""
