@@ -129,3 +129,76 @@ class FaultyEndpoint:
 
     def close(self) -> None:
         self.inner.close()
+
+
+class FaultyRelay:
+    """A UDP relay between one worker and the switch with :class:`FaultyEndpoint`'s faults.
+
+    For endpoints whose slot loop runs in C (``slots._slotloop`` drives the socket itself, so
+    no Python wrapper sees its datagrams): the worker's :class:`UdpEndpoint` sends to
+    :attr:`address`; a thread forwards each datagram to the switch from a socket bound to
+    ``bind_ip`` (the worker's address, so the switch's sender check passes) through a
+    :class:`FaultyEndpoint` and relays the answers back, faults applied both ways.
+
+    Parameters
+    ----------
+    switch : (host, port)
+        The switch's UDP address for this worker.
+    bind_ip : str
+        Address the switch must see as the sender (the worker's).
+    **faults
+        :class:`FaultyEndpoint` parameters (loss_pct, dup_pct, reorder_pct, delay_ms,
+        reorder_ms, seed, die_after).
+    """
+
+    def __init__(self, switch: tuple[str, int], bind_ip: str, **faults: float) -> None:
+        import select
+        import socket
+        import threading
+
+        from host.transport.ports import UdpEndpoint
+
+        self._select = select.select
+        self.front = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.front.bind(("127.0.0.1", 0))
+        self.front.setblocking(False)
+        self.back = FaultyEndpoint(UdpEndpoint(switch, bind=(bind_ip, 0)), **faults)
+        self.worker: tuple[str, int] | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="faulty-relay")
+        self._thread.start()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """Where the worker sends (its endpoint's ``switch``)."""
+        return self.front.getsockname()
+
+    @property
+    def stats(self) -> FaultStats:
+        return self.back.stats
+
+    def _run(self) -> None:
+        inner = self.back.inner.sock
+        while not self._stop.is_set():
+            self._select([self.front, inner], [], [], 0.001)
+            up = []
+            while True:
+                try:
+                    d, addr = self.front.recvfrom(4096)
+                except (BlockingIOError, InterruptedError):
+                    break
+                self.worker = addr
+                up.append(d)
+            if up:
+                self.back.send_many(up)
+            down = self.back.recv_many(0.0)
+            if down and self.worker is not None:
+                for d in down:
+                    self.front.sendto(bytes(d), self.worker)
+
+    def close(self) -> None:
+        """Stop the thread and close both sockets."""
+        self._stop.set()
+        self._thread.join(2)
+        self.front.close()
+        self.back.close()

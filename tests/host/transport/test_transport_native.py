@@ -1,0 +1,375 @@
+"""The C slot loop (``host/transport/_slotloop.c``) against the Python loop (``slots.py``).
+
+Both paths of :meth:`SlotWindow.exchange_into` must send the same packets, accept the same
+results and end with the same statistics and estimator state: checked against a scripted
+switch (drops, duplicates, stale answers, partial counts), then through the real software
+target — bit-exact sums, ``allreduce`` identical to the in-process protocol, and under loss,
+duplication, reordering and a dead worker via :class:`FaultyRelay` (the C loop drives its
+socket itself, so the faults sit in a relay between it and the switch).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from control_plane.embedded import EmbeddedNetwork
+from host.protocol import codec as wire
+from host.protocol.layout import COORDS_PER_PACKET, THC_HEADER, THC_HEADER_BYTES, MsgType
+from host.thc import THCCodec
+from host.thc.lanes import aggregate_packed
+from host.thc.simulate import allreduce as simulated_allreduce
+from host.transport import slots as slots_mod
+from host.transport.faults import FaultyRelay
+from host.transport.job import JobSpec, NetworkAggregator
+from host.transport.ports import RawEndpoint, UdpEndpoint
+from host.transport.slots import SlotConfig, SlotTimeoutError, SlotWindow
+
+pytestmark = pytest.mark.skipif(slots_mod._slotloop is None,
+                                reason="the C slot loop (host/transport/_slotloop) is not built")
+
+_I = {f.name: i for i, f in enumerate(THC_HEADER)}
+H = wire.HEADER_STRUCT
+
+
+class ScriptedSwitch:
+    """A UDP 'switch' for one worker that answers by a fixed script and records every packet.
+
+    The first transmission of packets with ``offset // 256 % 7 == 3`` is dropped; every 5th
+    packet is answered twice (a duplicate); every 9th also gets a stale answer (previous round);
+    packets with ``offset // 256 % 11 == 4`` get a partial result (count 1, bitmap of rank 0).
+    Result lanes are ``(payload byte * 3 + slot) & 0xFFFF`` as 16-bit lanes.
+    """
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.05)
+        self.log: list[tuple] = []
+        self.seen: set[tuple[int, int]] = set()
+        self.stop = threading.Event()
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.sock.getsockname()
+
+    def answer(self, h: tuple, payload: bytes, rnd: int, count: int, bm: int) -> bytes:
+        out = list(h)
+        out[_I["msg_type"]] = int(MsgType.RESULT)
+        out[_I["round"]] = rnd & 0xFFFFFFFF
+        out[_I["slot_set"]] = rnd & 1
+        out[_I["flags"]] = 0
+        out[_I["count"]] = count
+        out[_I["bitmap"]] = bm
+        lanes = ((np.frombuffer(payload, dtype=np.uint8).astype(np.uint32) * 3 + h[_I["slot"]])
+                 & 0xFFFF)
+        body = np.zeros(COORDS_PER_PACKET, dtype=">u2")
+        body[: lanes.size] = lanes
+        return H.pack(*out) + body.tobytes()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                d, addr = self.sock.recvfrom(4096)
+            except TimeoutError:
+                continue
+            h = H.unpack_from(d)
+            payload = d[THC_HEADER_BYTES:]
+            self.log.append((h[_I["slot"]], h[_I["round"]], h[_I["slot_set"]], h[_I["flags"]],
+                             h[_I["elem_count"]], h[_I["chunk_offset"]], payload))
+            k = h[_I["chunk_offset"]] // COORDS_PER_PACKET
+            key = (h[_I["slot"]], h[_I["round"]])
+            first = key not in self.seen
+            self.seen.add(key)
+            if first and k % 7 == 3:
+                continue
+            partial = k % 11 == 4
+            a = self.answer(h, payload, h[_I["round"]], 1 if partial else 2, 1 if partial else 3)
+            self.sock.sendto(a, addr)
+            if k % 5 == 0:
+                self.sock.sendto(a, addr)
+            if k % 9 == 0:
+                self.sock.sendto(self.answer(h, payload, h[_I["round"]] - 1, 2, 3), addr)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.t.join(2)
+        self.sock.close()
+
+
+def _scripted_exchange(native: bool, n: int = 300, W: int = 16, expect: bool | None = None) -> tuple:
+    sw = ScriptedSwitch()
+    ep = UdpEndpoint(sw.address, bind=("127.0.0.1", 0))
+    win = SlotWindow(ep, job_id=7, rank=0, world=2, num_slots=W,
+                     config=SlotConfig(rto=0.15, max_rto=0.4), round_base=0xFFFFFFF0)
+    win.native = native
+    rng = np.random.default_rng(5)
+    payload = rng.integers(0, 256, size=n * 128, dtype=np.uint8)
+    counts = np.full(n, COORDS_PER_PACKET, dtype=np.int64)
+    counts[-1] = 17
+    offsets = np.arange(n, dtype=np.int64) * COORDS_PER_PACKET
+    out = np.zeros(n * COORDS_PER_PACKET, dtype=np.uint32)
+    cnt = np.zeros(n, dtype=np.int32)
+    try:
+        win.exchange_into("data", MsgType.DATA, 4, payload, counts, offsets, MsgType.RESULT,
+                          out, 2, cnt)
+    finally:
+        ep.close()
+        sw.close()
+    assert win.last_native == (native if expect is None else expect)
+    return win, out, cnt, sw.log, payload
+
+
+def test_c_loop_sends_and_accepts_exactly_what_the_python_loop_does():
+    runs = [_scripted_exchange(native) for native in (True, False)]
+    (wc, oc, cc, logc, payload), (wp, op, cp, logp, _) = runs
+    np.testing.assert_array_equal(oc, op)
+    np.testing.assert_array_equal(cc, cp)
+    # the expected lanes: every packet's answer, once
+    want = np.zeros_like(oc).reshape(-1, COORDS_PER_PACKET)
+    by = payload.reshape(-1, 128).astype(np.uint32)
+    slot = np.arange(len(by)) % 16
+    want[:, :128] = (by * 3 + slot[:, None]) & 0xFFFF
+    np.testing.assert_array_equal(oc, want.reshape(-1))
+    assert sorted(logc) == sorted(logp)        # same packets, flags, rounds (with wrap-around)
+    assert {e[1] for e in logc} >= {0xFFFFFFFF, 0}
+    sc, sp = wc.stats, wp.stats
+    for f in ("packets", "retransmits", "deadlines", "stray_results", "partial_results",
+              "min_count", "missing_ranks"):
+        assert getattr(sc, f) == getattr(sp, f), f
+    assert sc.retransmits == sum(1 for k in range(300) if k % 7 == 3)
+    assert sc.stray_results > 0 and sc.partial_results > 0 and sc.missing_ranks == {1}
+    assert (wc.next_round["data"] == wp.next_round["data"]).all()
+    assert wc.srtt is not None and wp.srtt is not None
+
+
+def test_c_loop_raises_the_give_up_with_the_missing_ranks():
+    """No answer ever: the exact policy gives up, asks with PEEK, names the absent ranks."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    stop = threading.Event()
+    peeks = []
+
+    def peer() -> None:
+        sock.settimeout(0.05)
+        while not stop.is_set():
+            try:
+                d, addr = sock.recvfrom(4096)
+            except TimeoutError:
+                continue
+            h = list(H.unpack_from(d))
+            if h[_I["flags"]] & 0x08:
+                peeks.append(tuple(h))
+                h[_I["msg_type"]] = int(MsgType.RESULT)
+                h[_I["bitmap"]] = 0b101
+                sock.sendto(H.pack(*h) + bytes(512), addr)
+
+    t = threading.Thread(target=peer, daemon=True)
+    t.start()
+    ep = UdpEndpoint(sock.getsockname())
+    win = SlotWindow(ep, 3, 0, 4, 4, SlotConfig(rto=0.02, max_rto=0.05, give_up=0.3))
+    try:
+        with pytest.raises(SlotTimeoutError, match=r"missing ranks \[1, 3\]") as exc:
+            win.exchange_into("data", MsgType.DATA, 4, np.zeros(10 * 128, np.uint8),
+                              np.full(10, 256), np.arange(10) * 256, MsgType.RESULT,
+                              np.zeros(10 * 256, np.uint32), 1)
+    finally:
+        stop.set()
+        t.join(2)
+        ep.close()
+        sock.close()
+    assert win.last_native
+    assert exc.value.missing == [1, 3]
+    assert win.stats.retransmits > 4 and len(peeks) == 1
+
+
+def _data(n: int, numel: int, seed: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(numel, generator=g) * (1 + r) for r in range(n)]
+
+
+def _run(n: int, fn, timeout: float = 60.0) -> list:
+    out: list = [None] * n
+    errs: list = [None] * n
+
+    def go(r: int) -> None:
+        try:
+            out[r] = fn(r)
+        except BaseException as exc:
+            errs[r] = exc
+
+    ts = [threading.Thread(target=go, args=(r,), daemon=True) for r in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout)
+    assert not any(t.is_alive() for t in ts), "a worker hung"
+    for e in errs:
+        if e is not None:
+            raise e
+    return out
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_c_and_python_loops_give_the_same_exact_sums(n):
+    codec = THCCodec()
+    numel = 70_001
+    xs = _data(n, numel, 21)
+    norms = torch.stack([codec.chunk_norms(x) for x in xs]).amax(0)
+    encs = [codec.encode(x, norms, worker=r, round=0) for r, x in enumerate(xs)]
+    want = aggregate_packed([e.payload for e in encs], codec.table, 30, 4, encs[0].layout.padded)
+    with EmbeddedNetwork(n, num_slots=32) as net:
+        results = {}
+        for i, native in enumerate((True, False, True)):
+            aggs = []
+            for r in range(n):
+                a = net.address(r)
+                agg = NetworkAggregator(UdpEndpoint(a.switch, bind=(a.ip, 0)),
+                                        JobSpec(net.job_id, r, n, num_slots=32,
+                                                round_base=1 + (i << 20)))
+                agg.window.native = native
+                aggs.append(agg)
+            try:
+                got = _run(n, lambda r: aggs[r].sum_encoded(encs[r], codec))  # noqa: B023
+            finally:
+                for a in aggs:
+                    a.ep.close()
+            assert all(a.window.last_native == native for a in aggs)
+            results[i] = got
+    for got in results.values():
+        for sums, count in got:
+            assert count == n
+            np.testing.assert_array_equal(sums.numpy().astype(np.int64), want.astype(np.int64))
+
+
+def test_c_loop_allreduce_equals_the_in_process_protocol():
+    n = 4
+    codec = THCCodec()
+    xs = _data(n, 20_000, 7)
+    with EmbeddedNetwork(n, num_slots=16) as net:
+        aggs = [NetworkAggregator(UdpEndpoint(net.address(r).switch, bind=(net.address(r).ip, 0)),
+                                  JobSpec(net.job_id, r, n, num_slots=16)) for r in range(n)]
+        try:
+            got = _run(n, lambda r: aggs[r].allreduce(xs[r], codec))
+        finally:
+            for a in aggs:
+                a.ep.close()
+    assert all(a.window.last_native for a in aggs)
+    ref = simulated_allreduce(codec, xs, round=0).average
+    for g in got:
+        assert torch.equal(g, ref)
+
+
+def _relayed(net: EmbeddedNetwork, rank: int, slots: SlotConfig, **faults):
+    a = net.address(rank)
+    relay = FaultyRelay(a.switch, a.ip, seed=rank, **faults)
+    ep = UdpEndpoint(relay.address, bind=("127.0.0.1", 0))
+    agg = NetworkAggregator(ep, JobSpec(net.job_id, rank, net.workers, num_slots=net.num_slots),
+                            slots)
+    return agg, relay
+
+
+@pytest.mark.parametrize(
+    "faults",
+    [
+        {"loss_pct": 5.0},
+        {"dup_pct": 5.0},
+        {"reorder_pct": 10.0, "reorder_ms": 3.0},
+        {"loss_pct": 2.0, "dup_pct": 2.0, "reorder_pct": 5.0, "delay_ms": 1.0},
+    ],
+    ids=["loss5", "dup5", "reorder10", "mixed"],
+)
+def test_c_loop_sums_stay_exact_under_faults(faults):
+    n = 4
+    codec = THCCodec()
+    xs = _data(n, 60_000, 11)
+    with EmbeddedNetwork(n, num_slots=16) as net:
+        slots = SlotConfig(rto=0.01, max_rto=0.1)
+        pairs = [_relayed(net, r, slots, **faults) for r in range(n)]
+        aggs = [p[0] for p in pairs]
+        try:
+            got = _run(n, lambda r: aggs[r].allreduce(xs[r], codec))
+        finally:
+            for a, relay in pairs:
+                a.ep.close()
+                relay.close()
+    assert all(a.window.last_native for a in aggs)
+    ref = simulated_allreduce(codec, xs, round=0).average
+    for g in got:
+        assert torch.equal(g, ref)
+    st = [relay.stats for _, relay in pairs]
+    if faults.get("loss_pct"):
+        assert sum(s.dropped for s in st) > 0
+        assert sum(a.window.stats.retransmits for a in aggs) > 0
+    if faults.get("dup_pct"):
+        assert sum(s.duplicated for s in st) > 0
+        assert sum(a.window.stats.stray_results for a in aggs) > 0   # duplicates ignored
+    if faults.get("reorder_pct"):
+        assert sum(s.delayed for s in st) > 0
+
+
+def test_c_loop_worker_killed_mid_round_partial_sums_are_exact_per_packet():
+    """Rank 3 (C loop behind a relay that goes silent after 20 DATA packets) dies; the others
+    (C loop) get m = 3 from the switch's deadline release, per packet exact."""
+    n, numel = 4, 64 * 256
+    codec = THCCodec()
+    xs = _data(n, numel, 9)
+    norms = torch.stack([codec.chunk_norms(x) for x in xs]).amax(0)
+    encs = [codec.encode(x, norms, worker=r, round=0) for r, x in enumerate(xs)]
+    with EmbeddedNetwork(n, num_slots=8) as net:
+        slots = SlotConfig(policy="partial", deadline=0.3, rto=0.02, max_rto=0.1)
+        aggs = [NetworkAggregator(UdpEndpoint(net.address(r).switch, bind=(net.address(r).ip, 0)),
+                                  JobSpec(net.job_id, r, n, num_slots=8), slots)
+                for r in range(n - 1)]
+        dying, relay = _relayed(net, n - 1, SlotConfig(give_up=1.0, rto=0.02), die_after=20)
+
+        def work(r: int):
+            if r == n - 1:
+                with pytest.raises(SlotTimeoutError):
+                    dying.sum_encoded(encs[r], codec)
+                return None
+            return aggs[r].sum_encoded(encs[r], codec)
+
+        try:
+            got = _run(n, work)
+        finally:
+            for ag in [*aggs, dying]:
+                ag.ep.close()
+            relay.close()
+    assert all(a.window.last_native for a in [*aggs, dying])
+    table = torch.tensor(codec.table)
+    vals = [table[codec.indices(e).long()].numpy().astype(np.int64) for e in encs]
+    for a, (sums, count) in zip(aggs, got[: n - 1], strict=True):
+        c = count.numpy()
+        assert set(np.unique(c)) == {3, 4}
+        assert (c[: 20 * 256] == 4).all()
+        want = np.where(c == 4, sum(vals), sum(vals[: n - 1]))
+        np.testing.assert_array_equal(sums.numpy().astype(np.int64), want)
+        assert a.window.stats.missing_ranks == {3} and a.window.stats.deadlines > 0
+
+
+def test_endpoints_expose_their_socket_only_with_mmsg():
+    ep = UdpEndpoint(("127.0.0.1", 9), mmsg=False)
+    try:
+        assert ep.native(540) is None
+    finally:
+        ep.close()
+    ep = UdpEndpoint(("127.0.0.1", 9))
+    try:
+        fd, raw, dest, *_ = ep.native(540)
+        assert fd == ep.sock.fileno() and raw == 0 and len(dest) == 16
+    finally:
+        ep.close()
+    assert hasattr(RawEndpoint, "native")
+
+
+def test_without_the_extension_the_python_loop_runs(monkeypatch):
+    monkeypatch.setattr(slots_mod, "_slotloop", None)
+    _win, out, cnt, log, _ = _scripted_exchange(True, n=40, W=8, expect=False)
+    assert (cnt > 0).all() and len(log) >= 40 and out.any()
