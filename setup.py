@@ -1,9 +1,10 @@
-"""Build the fused CPU kernels of the THC codec (host/thc/_fused.c) and the transport's C slot
-loop (host/transport/_slotloop.c).
+"""Build the fused CPU kernels of the THC codec (host/thc/_fused.c), the transport's C slot
+loop (host/transport/_slotloop.c) and the software target's C fast path
+(host/softswitch/_fastpath.c).
 
 Everything else about the package lives in pyproject.toml. The extensions are optional at run
-time: without a C compiler the codec falls back to its vectorized torch path and the slot
-window to its Python loop.
+time: without a C compiler the codec falls back to its vectorized torch path, the slot
+window to its Python loop and the software target to its numpy path.
 """
 
 import os
@@ -32,6 +33,13 @@ setup(
         Extension(
             "host.transport._slotloop",
             sources=["host/transport/_slotloop.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        # The software target's common case (host/softswitch/pipeline.py falls back to numpy).
+        Extension(
+            "host.softswitch._fastpath",
+            sources=["host/softswitch/_fastpath.c"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

@@ -20,11 +20,17 @@ It follows ``p4/v1model/main.p4`` step by step (``docs/protocol.md`` is the spec
 
 Everything is done in the same order the P4 program does it; differences are listed in
 ``docs/softswitch.md``.
+
+The common case — a batch of plain worker contributions (4-bit indices) of one job without a
+parent — runs in C when the extension ``_fastpath`` is built (``_fastpath.c``: the same checks,
+slot logic, accumulation and result frames, packet by packet); any other batch, or
+``NETCO_SOFTSWITCH_C=0``, takes the numpy/Python path below, which stays the reference.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections import Counter
 from dataclasses import dataclass
 
@@ -32,6 +38,11 @@ import numpy as np
 
 from host.protocol import layout as lay
 from host.softswitch.config import Compiled, member_key, sender_key
+
+try:
+    from host.softswitch import _fastpath
+except ImportError:  # built without a C compiler: the numpy/Python path only
+    _fastpath = None
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +115,27 @@ _T_RESULT, _T_NORM_RESULT = int(T.RESULT), int(T.NORM_RESULT)
 _T_PARTIAL, _T_NORM_PARTIAL = int(T.PARTIAL), int(T.NORM_PARTIAL)
 _F_RETX, _F_RESENT = int(lay.Flag.RETX), int(lay.Flag.RESENT)
 _F_DEADLINE, _F_PEEK = int(lay.Flag.DEADLINE), int(lay.Flag.PEEK)
+
+
+def _native_layout_ok() -> bool:
+    """Whether the byte offsets hard-coded in ``_fastpath.c`` are this layout's."""
+    want = {"ethertype": 12, "verihl": 14, "ip_len": 16, "frag": 20, "ttl": 22, "proto": 23,
+            "ip_csum": 24, "src": 26, "dst": 30, "sport": 34, "dport": 36, "udp_len": 38,
+            "udp_csum": 40, "version": 42, "msg_type": 43, "flags": 44, "lane_bits": 45,
+            "job_id": 46, "rank": 48, "slot_set": 49, "slot": 50, "elem_count": 52,
+            "round": 54, "bitmap": 62, "count": 66}
+    return (all(ROW_DTYPE.fields[k][1] == v for k, v in want.items()) and PAY_OFF == 70
+            and ROW == 2048 and lay.COORDS_PER_PACKET == 256 and lay.INDICES.nbytes == 128
+            and (_F_DEADLINE, _F_PEEK) == (0x04, 0x08)
+            and int(PAYLOAD_BYTES[T.DATA, lay.INDEX_BITS]) == 128)
+
+
+#: Whether pipelines use the C fast path (built, layout as expected, not switched off with
+#: ``NETCO_SOFTSWITCH_C=0``).
+NATIVE = (_fastpath is not None and os.environ.get("NETCO_SOFTSWITCH_C", "1") != "0"
+          and _native_layout_ok())
+_NATIVE_CONSTS = (lay.THC_VERSION, int(T.DATA), lay.INDEX_BITS, int(T.RESULT), lay.RANK_ALL,
+                  int(lay.THC_UDP_PORT), lay.MAX_WORKERS, RESULT_TTL)
 
 
 class _Pending:
@@ -193,6 +225,10 @@ class Pipeline:
         self.st_wb = np.zeros(cells, dtype=np.int64)
         #: use the vectorized path for batches of plain contributions (tests switch it off)
         self.fast = True
+        #: try the C fast path first (with ``fast``; tests switch it off to compare)
+        self.native = NATIVE
+        #: batches the C fast path handled (software-only)
+        self.native_batches = 0
         self.cfg = Compiled()
         self.counters = counters or Counters.empty()
         self.out = Outputs(256)
@@ -219,6 +255,8 @@ class Pipeline:
             return out
         cfg = self.cfg
         self.rx += n
+        if self.native and self.fast and self._native(buf, lens, ports, n, stamps, cfg):
+            return out
         b = buf[:n]
         # one compact copy of the headers: every field read below stays in a few cache lines
         hb = np.ascontiguousarray(b[:, :PAY_OFF])
@@ -256,6 +294,67 @@ class Pipeline:
         self.tx += out.n
         out.order = np.argsort(out.ports[: out.n], kind="stable")
         return out
+
+    def _native(self, buf, lens, ports, n: int, stamps, cfg: Compiled) -> bool:
+        """The whole batch through ``_fastpath`` (see the module docstring); ``False``: not
+        its case, nothing changed."""
+        if _fastpath is None or buf.dtype != np.uint8 or buf.shape[1] != ROW:
+            return False
+        job_id = (int(buf[0, THC_OFF + 4]) << 8) | int(buf[0, THC_OFF + 5])
+        jn = int(cfg.job_map[job_id])
+        if jn < 0 or not cfg.has_table[jn]:
+            return False
+        nat = getattr(cfg, "_native", None)
+        if nat is None:
+            nat = cfg._native = {}  # type: ignore[attr-defined]
+        per_job = nat.get(jn)
+        if per_job is None:
+            job = cfg.job
+            gports = np.ascontiguousarray(cfg.groups.get(int(job["mcast_grp"][jn]), _NO_PORTS),
+                                          dtype=np.int64)
+            hit = np.zeros(len(gports), dtype=np.uint8)
+            mac = np.zeros((len(gports), 6), dtype=np.uint8)
+            addr = np.zeros(len(gports), dtype=np.uint32)
+            if cfg.member_keys.size and len(gports):   # ThcMembers, as _emit looks it up
+                keys = member_key(cfg.job_id[np.full(len(gports), jn)], gports)
+                pos = np.minimum(np.searchsorted(cfg.member_keys, keys), cfg.member_keys.size - 1)
+                h = cfg.member_keys[pos] == keys
+                hit[h] = 1
+                mac[h] = cfg.member_mac[pos[h]]
+                addr[h] = cfg.member_addr[pos[h]]
+            params = tuple(int(job[p][jn]) for p in ("slot_base", "num_slots", "expected",
+                                                     "has_parent", "lane_bits", "self_addr",
+                                                     "index"))
+            per_job = nat[jn] = (params, np.ascontiguousarray(cfg.lut[jn]), gports, hit, mac,
+                                 addr, np.ascontiguousarray(cfg.sender_keys, dtype=np.uint64),
+                                 np.ascontiguousarray(cfg.sender_is_switch, dtype=np.uint8))
+        params, lut, gports, hit, mac, addr, skeys, ssw = per_job
+        out = self.out
+        out.reserve(n * max(1, len(gports)))
+        order = None
+        if stamps is not None and n > 1:
+            order = np.argsort(stamps[:n], kind="stable").astype(np.int64)
+        lens64 = lens if lens.dtype == np.int64 else lens.astype(np.int64)
+        ports64 = ports if ports.dtype == np.int64 else ports.astype(np.int64)
+        res = _fastpath.process(
+            buf, lens64, ports64, n, order, job_id, jn, params, lut, skeys, ssw, self.pool_slots,
+            (self.st_round, self.st_state, self.st_contrib, self.st_nc, self.st_cnt, self.st_wb),
+            self.sums, gports, hit, mac, addr, out.buf, out.lens, out.ports, _NATIVE_CONSTS)
+        if res is None:
+            return False
+        nout, ncontrib, nresults = res
+        index = params[6]
+        c = self.counters
+        if 0 <= index < c.contributions.size:
+            c.contributions[index] += ncontrib
+        if 0 <= index < c.results.size:
+            c.results[index] += nresults
+        self.outcomes["contribution"] += ncontrib
+        out.n = nout
+        self.tx += nout
+        out.order = np.argsort(out.ports[:nout], kind="stable")
+        self.native_batches += 1
+        return True
 
     # ------------------------------------------------------------------------------------
     def _validate(self, v, L, ports, thc, reason, cfg: Compiled) -> None:
