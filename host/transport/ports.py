@@ -194,6 +194,12 @@ class _Batcher:
         self.views = [memoryview(b) for b in self.bufs]
 
 
+def _hooked(ep: object) -> bool:
+    """Whether ``send_many`` or ``recv_many`` was replaced on the instance."""
+    d = getattr(ep, "__dict__", {})
+    return "send_many" in d or "recv_many" in d
+
+
 def _sockaddr_in(host: str, port: int) -> bytes:
     """``struct sockaddr_in`` of an IPv4 (host, port)."""
     return (struct.pack("=H", socket.AF_INET) + struct.pack("!H", port)
@@ -243,8 +249,10 @@ class UdpEndpoint:
 
     def native(self, size: int) -> tuple | None:
         """What the C slot loop needs to drive this socket itself (``slots._slotloop``):
-        (fd, raw=0, destination sockaddr, -, -, THC port, batch); None without sendmmsg."""
-        if self._tx is None:
+        (fd, raw=0, destination sockaddr, -, -, THC port, batch); None without sendmmsg or when
+        ``send_many``/``recv_many`` were replaced on this object (a test's hook must see every
+        datagram)."""
+        if self._tx is None or _hooked(self):
             return None
         return (self.sock.fileno(), 0, self._dest, b"", b"", THC_UDP_PORT, self.batch)
 
@@ -346,8 +354,8 @@ class RawEndpoint:
     def native(self, size: int) -> tuple | None:
         """What the C slot loop needs to drive this socket itself for datagrams of ``size``
         bytes: (fd, raw=1, -, frame prefix, own IPv4 address, THC port, batch); None without
-        sendmmsg."""
-        if self._tx is None:
+        sendmmsg or with replaced ``send_many``/``recv_many`` (as :meth:`UdpEndpoint.native`)."""
+        if self._tx is None or _hooked(self):
             return None
         return (self.sock.fileno(), 1, b"", self._prefix(size), self._src, THC_UDP_PORT,
                 self.batch)

@@ -373,3 +373,16 @@ def test_without_the_extension_the_python_loop_runs(monkeypatch):
     monkeypatch.setattr(slots_mod, "_slotloop", None)
     _win, out, cnt, log, _ = _scripted_exchange(True, n=40, W=8, expect=False)
     assert (cnt > 0).all() and len(log) >= 40 and out.any()
+
+
+def test_a_replaced_send_many_keeps_the_python_loop():
+    """A hook on the endpoint object (tests kill a worker from inside send_many) must see every
+    datagram, so the C loop, which bypasses it, is not used then."""
+    ep = UdpEndpoint(("127.0.0.1", 9))
+    try:
+        assert ep.native(540) is not None
+        inner = ep.send_many
+        ep.send_many = lambda dgs: inner(dgs)
+        assert ep.native(540) is None
+    finally:
+        ep.close()
