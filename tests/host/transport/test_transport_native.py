@@ -174,6 +174,7 @@ def test_c_loop_raises_the_give_up_with_the_missing_ranks():
     t.start()
     ep = UdpEndpoint(sock.getsockname())
     win = SlotWindow(ep, 3, 0, 4, 4, SlotConfig(rto=0.02, max_rto=0.05, give_up=0.3))
+    win.native = True
     try:
         with pytest.raises(SlotTimeoutError, match=r"missing ranks \[1, 3\]") as exc:
             win.exchange_into("data", MsgType.DATA, 4, np.zeros(10 * 128, np.uint8),
@@ -255,6 +256,8 @@ def test_c_loop_allreduce_equals_the_in_process_protocol():
     with EmbeddedNetwork(n, num_slots=16) as net:
         aggs = [NetworkAggregator(UdpEndpoint(net.address(r).switch, bind=(net.address(r).ip, 0)),
                                   JobSpec(net.job_id, r, n, num_slots=16)) for r in range(n)]
+        for a in aggs:
+            a.window.native = True   # also under NETCO_TRANSPORT_C=0
         try:
             got = _run(n, lambda r: aggs[r].allreduce(xs[r], codec))
         finally:
@@ -272,6 +275,7 @@ def _relayed(net: EmbeddedNetwork, rank: int, slots: SlotConfig, **faults):
     ep = UdpEndpoint(relay.address, bind=("127.0.0.1", 0))
     agg = NetworkAggregator(ep, JobSpec(net.job_id, rank, net.workers, num_slots=net.num_slots),
                             slots)
+    agg.window.native = True
     return agg, relay
 
 
@@ -327,6 +331,8 @@ def test_c_loop_worker_killed_mid_round_partial_sums_are_exact_per_packet():
         aggs = [NetworkAggregator(UdpEndpoint(net.address(r).switch, bind=(net.address(r).ip, 0)),
                                   JobSpec(net.job_id, r, n, num_slots=8), slots)
                 for r in range(n - 1)]
+        for a in aggs:
+            a.window.native = True
         dying, relay = _relayed(net, n - 1, SlotConfig(give_up=1.0, rto=0.02), die_after=20)
 
         def work(r: int):
