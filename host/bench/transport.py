@@ -17,6 +17,8 @@ one THC all-reduce (norms, encode, network, decode) against ``torch.distributed`
 all-reduce of the fp32 tensor, with the same number of worker processes on the same machine.
 With root, the same is measured over veth pairs into one network namespace per worker
 (AF_PACKET raw frames on both sides; the limit is the switch's echo loop on the same ports).
+Each goodput and limit measurement is repeated ``--repeats`` times in the same processes and the
+fields are medians; the per-run values are in the ``*_runs`` fields (``_summary``).
 """
 
 from __future__ import annotations
