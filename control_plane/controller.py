@@ -32,6 +32,7 @@ from finsy.proto import p4i
 
 from control_plane.config import NetworkConfig, SwitchSpec
 from control_plane.desired import desired_state, load_p4info
+from control_plane.p4names import program_view
 from control_plane.placement import Placement, limits_from_p4info, place
 from control_plane.reconcile import Diff, describe, diff
 
@@ -120,10 +121,14 @@ class Controller:
             p4info, self.p4info_source = load_p4info(cfg)
         else:
             self.p4info_source = "given"
+        #: pushed to the switches as the compiler wrote it
         self.p4info = p4info
-        self.schema = fy.P4Schema(p4info)
-        self.placement: Placement = place(cfg, limits_from_p4info(p4info))
-        self.desired: dict[str, list] = desired_state(cfg, p4info, self.placement)
+        # Entities are built, encoded and compared under the program's own names (a Tofino
+        # P4Info prefixes them with the pipeline: desired.program_view).
+        view = program_view(p4info)
+        self.schema = fy.P4Schema(view)
+        self.placement: Placement = place(cfg, limits_from_p4info(view))
+        self.desired: dict[str, list] = desired_state(cfg, view, self.placement)
         self.election_id = election_id if election_id is not None else cfg.controller.election_id
         self.timeout = timeout
         #: updates sent by this object over its lifetime (all switches)

@@ -7,6 +7,7 @@ the module mirroring each P4 control for its entities (``thc_validate``, ``thc_l
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import finsy as fy
@@ -29,7 +30,7 @@ def desired_state(cfg: NetworkConfig, p4info: p4i.P4Info | None = None,
     control_plane.config.ConfigError
         If the jobs do not fit the switch program (slots, jobs, table sizes).
     """
-    placement = placement or place(cfg, limits_from_p4info(p4info))
+    placement = placement or place(cfg, limits_from_p4info(p4info))   # program names
     routes = routing.entries(cfg)
     out: dict[str, list] = {}
     for sw in cfg.switches:
@@ -46,27 +47,49 @@ def desired_state(cfg: NetworkConfig, p4info: p4i.P4Info | None = None,
 
 
 def parse_p4info_text(text: str) -> p4i.P4Info:
-    """A P4Info from its text format, without top-level ``externs`` blocks.
+    """A P4Info from its text format; Tofino ``externs`` blocks become registers/counters.
 
-    The Tofino compiler lists its architecture externs there as ``Any`` messages of types
-    (``barefoot.Register``, ...) that no installed descriptor knows; the controller does not
-    use them (tables, actions, counters and registers are top-level entities).
+    The Tofino compiler lists the TNA ``Register`` and ``Counter`` instances as top-level
+    ``externs`` whose ``info`` is an ``Any`` of a type (``barefoot.Register``, ...) that no
+    installed descriptor knows, so text_format cannot parse them. Their instances (id, name,
+    alias, size, counter unit) are added as P4Info ``registers`` and ``counters`` instead,
+    the shape the v1model P4Info has, so the controller reads the slot pool and the counter
+    names the same way on both; other extern types (PortMetadata, Snapshot) are dropped.
     """
     from google.protobuf import text_format
 
     kept: list[str] = []
-    skipping = False
+    blocks: list[list[str]] = []
     for line in text.splitlines():
-        if not skipping and line.startswith("externs {"):
-            skipping = True
-            continue
-        if skipping:
+        if blocks and blocks[-1] and blocks[-1][-1] != "}":
+            blocks[-1].append(line)
             if line.startswith("}"):
-                skipping = False
+                blocks[-1].append("}")      # marks the block closed
+            continue
+        if line.startswith("externs {"):
+            blocks.append([line])
             continue
         kept.append(line)
     info = p4i.P4Info()
     text_format.Parse("\n".join(kept), info)
+    for block in blocks:
+        body = "\n".join(block)
+        kind = re.search(r'extern_type_name: "(\w+)"', body)
+        if kind is None or kind.group(1) not in ("Register", "Counter"):
+            continue
+        for inst in re.split(r"\n  instances \{", body)[1:]:
+            pid = int(re.search(r"id: (\d+)", inst).group(1))
+            name = re.search(r'name: "([^"]+)"', inst).group(1)
+            alias = re.search(r'alias: "([^"]+)"', inst)
+            size = re.search(r"\bsize: (\d+)", inst)
+            ent = info.registers.add() if kind.group(1) == "Register" else info.counters.add()
+            ent.preamble.id = pid
+            ent.preamble.name = name
+            ent.preamble.alias = alias.group(1) if alias else name
+            ent.size = int(size.group(1)) if size else 0
+            if kind.group(1) == "Counter":
+                unit = re.search(r"unit: (\w+)", inst)
+                ent.spec.unit = p4i.CounterSpec.Unit.Value(unit.group(1)) if unit else 0
     return info
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from finsy.proto import p4i
 
 from control_plane.config import ConfigError, JobSpec, NetworkConfig
+from control_plane.p4names import program_view
 
 #: Slot pool when the P4Info does not reveal it (p4/v1model/include/size.p4: THC_SLOTS).
 DEFAULT_SLOT_POOL = 256
@@ -61,6 +62,7 @@ def limits_from_p4info(info: p4i.P4Info | None) -> Limits:
     """
     if info is None:
         return Limits()
+    info = program_view(info)
     sizes = {t.preamble.name: int(t.size) for t in info.tables}
     pool = DEFAULT_SLOT_POOL
     for r in info.registers:

@@ -299,8 +299,9 @@ def job_entries(cfg: NetworkConfig, p4info=None) -> dict[str, dict[str, frozense
     import finsy as fy
 
     from control_plane.desired import load_p4info
+    from control_plane.p4names import program_view
 
-    info = p4info if p4info is not None else load_p4info(cfg)[0]
+    info = program_view(p4info if p4info is not None else load_p4info(cfg)[0])
     schema = fy.P4Schema(info)
     placement = place(cfg, limits_from_p4info(info))
     out: dict[str, dict[str, set]] = {}
