@@ -97,3 +97,82 @@ def test_limits_and_controller_use_program_names():
     assert ctl.schema.tables["ingress.thc_validate.jobs"].id == \
         fy.P4Schema(raw).tables["pipe.ingress.thc_validate.jobs"].id
     assert ctl.desired["s1"] == desired_state(parse_config(NET), v1)["s1"]
+
+
+TOFINO_TEXT = '''pkg_info {
+  arch: "tna"
+}
+tables {
+  preamble {
+    id: 49878364
+    name: "pipe.ingress.thc_validate.jobs"
+    alias: "jobs"
+  }
+  size: 16
+}
+externs {
+  extern_type_id: 132
+  extern_type_name: "Register"
+  instances {
+    preamble {
+      id: 2248157633
+      name: "pipe.ingress.thc_slot.round_reg"
+      alias: "round_reg"
+    }
+    info {
+      [type.googleapis.com/barefoot.Register] {
+        size: 4096
+      }
+    }
+  }
+}
+externs {
+  extern_type_id: 131
+  extern_type_name: "Counter"
+  instances {
+    preamble {
+      id: 2212520208
+      name: "pipe.ingress.drops"
+      alias: "drops"
+    }
+    info {
+      [type.googleapis.com/barefoot.Counter] {
+        spec {
+          unit: PACKETS
+        }
+        size: 16
+      }
+    }
+  }
+}
+externs {
+  extern_type_id: 144
+  extern_type_name: "Snapshot"
+  instances {
+    preamble {
+      id: 2530000000
+      name: "pipe.snap"
+    }
+    info {
+      [type.googleapis.com/barefoot.Snapshot] {
+        pipe: "pipe"
+      }
+    }
+  }
+}
+'''
+
+
+def test_tofino_register_and_counter_externs_are_read():
+    from control_plane.desired import parse_p4info_text
+
+    info = parse_p4info_text(TOFINO_TEXT)
+    assert [(t.preamble.name, t.size) for t in info.tables] == [("pipe.ingress.thc_validate.jobs", 16)]
+    assert [(r.preamble.id, r.preamble.name, r.size) for r in info.registers] == \
+        [(2248157633, "pipe.ingress.thc_slot.round_reg", 4096)]
+    (c,) = info.counters
+    assert (c.preamble.name, c.preamble.alias, c.size, c.spec.unit) == \
+        ("pipe.ingress.drops", "drops", 16, p4i.CounterSpec.PACKETS)
+    view = program_view(info)
+    assert [r.preamble.name for r in view.registers] == ["ingress.thc_slot.round_reg"]
+    assert limits_from_p4info(info).slot_pool == 4096 // 4
