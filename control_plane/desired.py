@@ -52,9 +52,10 @@ def parse_p4info_text(text: str) -> p4i.P4Info:
     The Tofino compiler lists the TNA ``Register`` and ``Counter`` instances as top-level
     ``externs`` whose ``info`` is an ``Any`` of a type (``barefoot.Register``, ...) that no
     installed descriptor knows, so text_format cannot parse them. Their instances (id, name,
-    alias, size, counter unit) are added as P4Info ``registers`` and ``counters`` instead,
-    the shape the v1model P4Info has, so the controller reads the slot pool and the counter
-    names the same way on both; other extern types (PortMetadata, Snapshot) are dropped.
+    alias, size, register width, counter unit) are added as P4Info ``registers`` and
+    ``counters`` instead, the shape the v1model P4Info has, so the controller reads the slot
+    pool and the counter names the same way on both; other extern types (PortMetadata,
+    Snapshot) are dropped.
     """
     from google.protobuf import text_format
 
@@ -87,6 +88,9 @@ def parse_p4info_text(text: str) -> p4i.P4Info:
             ent.preamble.name = name
             ent.preamble.alias = alias.group(1) if alias else name
             ent.size = int(size.group(1)) if size else 0
+            if kind.group(1) == "Register":
+                width = re.search(r"bitwidth: (\d+)", inst)
+                ent.type_spec.bitstring.bit.bitwidth = int(width.group(1)) if width else 32
             if kind.group(1) == "Counter":
                 unit = re.search(r"unit: (\w+)", inst)
                 ent.spec.unit = p4i.CounterSpec.Unit.Value(unit.group(1)) if unit else 0

@@ -121,6 +121,13 @@ externs {
     }
     info {
       [type.googleapis.com/barefoot.Register] {
+        type_spec {
+          bitstring {
+            bit {
+              bitwidth: 32
+            }
+          }
+        }
         size: 4096
       }
     }
@@ -173,6 +180,8 @@ def test_tofino_register_and_counter_externs_are_read():
     (c,) = info.counters
     assert (c.preamble.name, c.preamble.alias, c.size, c.spec.unit) == \
         ("pipe.ingress.drops", "drops", 16, p4i.CounterSpec.PACKETS)
+    assert info.registers[0].type_spec.bitstring.bit.bitwidth == 32
     view = program_view(info)
     assert [r.preamble.name for r in view.registers] == ["ingress.thc_slot.round_reg"]
+    assert fy.P4Schema(view).registers["ingress.thc_slot.round_reg"].id == 2248157633
     assert limits_from_p4info(info).slot_pool == 4096 // 4
