@@ -292,6 +292,13 @@ def compile_tna(p4c: str, target: str, outdir: Path) -> dict:
                                              str(info), str(TNA_MAIN.relative_to(HERE))])
         if result["returncode"] == 0:
             summary = summarize_resources(Path(tmp))
+            # The assembler's output: the device binary (kept out of the repository; its size
+            # says that the whole toolchain, bfas included, accepted the program).
+            binary = next(iter(sorted(Path(tmp).rglob(f"{target}.bin"))), None)
+            summary["binary"] = None if binary is None else {
+                "file": binary.name, "bytes": binary.stat().st_size}
+            summary["fits"] = (binary is not None
+                               and summary.get("stages_used", 0) <= summary.get("stages_available", 0))
             shutil.copyfile(info, outdir / "netco.p4info.txtpb")
             (outdir / "resources.log").write_text(resource_table(summary))
             (outdir / "resources.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -315,6 +322,13 @@ def build_tna(target: str, p4c: str | None = None, check: bool = False) -> tuple
     result = compile_tna(p4c, target, tna_dir(target))
     report = {"target": target, "p4c": p4c, "p4c_version": version, **result}
     if result["returncode"] != 0:
+        return FAILED, report
+    if not result["resources"].get("fits"):
+        res = result["resources"]
+        report["message"] = (f"{target}: the program does not fit: {res.get('stages_used')} stages "
+                             f"used of {res.get('stages_available')}, binary "
+                             f"{'written' if res.get('binary') else 'not written'} "
+                             f"(see {tna_dir(target).relative_to(REPO)}/resources.log)")
         return FAILED, report
     outs = tna_outputs(target)
     (tna_dir(target) / "stamp.json").write_text(json.dumps({

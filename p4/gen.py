@@ -157,6 +157,11 @@ def fragments() -> dict[str, str]:
     return frags
 
 
+#: Places in the TNA ingress control flow (p4/tna/main.p4) where word processors are applied;
+#: how many at each is set in target.p4 (TNA_WORDS_<place>).
+TNA_WORD_GROUPS = ("TOP", "AFTER_VALIDATE", "AFTER_DECIDE", "END")
+
+
 def tna_constants(path: Path = TNA_TARGET) -> dict[str, int]:
     """Integer ``#define``s of the TNA per-target constants file (``target.p4``)."""
     found = re.findall(r"^#define\s+(\w+)\s+(\d+)\s*$", path.read_text(), flags=re.M)
@@ -168,6 +173,11 @@ def tna_files() -> dict[Path, str]:
     k = tna_constants()
     words, passes = k["TNA_WORDS_PER_PASS"], k["TNA_PASSES"]
     lanes = 32 // lay.VALUE_BITS
+    if passes != 2 or words * passes * lanes != lay.COORDS_PER_PACKET:
+        # The payload is two segments, seg_a and seg_b, rotated by each recirculation.
+        raise SystemExit(f"gen.py: {TNA_TARGET.relative_to(REPO)}: the TNA program adds a packet in "
+                         f"two passes of {lay.COORDS_PER_PACKET // lanes // 2} words (TNA_PASSES 2, "
+                         f"TNA_WORDS_PER_PASS {lay.COORDS_PER_PACKET // lanes // 2}); got {passes} x {words}")
     if words * passes * lanes < lay.COORDS_PER_PACKET:
         raise SystemExit(f"gen.py: {TNA_TARGET.relative_to(REPO)}: TNA_WORDS_PER_PASS x TNA_PASSES x "
                          f"{lanes} lanes = {words * passes * lanes} < {lay.COORDS_PER_PACKET} coordinates")
@@ -179,7 +189,17 @@ def tna_files() -> dict[Path, str]:
     seg += [f"    bit<32> w{i};" for i in range(words)]
     seg.append("}")
     decl = [f"ThcWord() word{i};" for i in range(words)]
-    apply = [f"word{i}.apply(hdr.seg_a.w{i}, hdr.recirc.acc_mode, meta);" for i in range(words)]
+    groups = {g: k[f"TNA_WORDS_{g}"] for g in TNA_WORD_GROUPS}
+    if sum(groups.values()) != words:
+        raise SystemExit(f"gen.py: {TNA_TARGET.relative_to(REPO)}: TNA_WORDS_{{{','.join(groups)}}} "
+                         f"add up to {sum(groups.values())}, not TNA_WORDS_PER_PASS = {words}")
+    apply, first = [], 0
+    for g, n in groups.items():
+        apply.append(f"#define THC_WORDS_{g} \\")
+        apply += [f"    word{i}.apply(hdr.seg_a.w{i}, meta.acc_mode, meta.word_index); \\"
+                  for i in range(first, first + n)]
+        apply.append("    /* end */")
+        first += n
     bits = [f"{r}: set_contrib_bit(32w0x{1 << r:08x});" for r in range(lay.MAX_WORKERS)]
     return {
         TNA_INCLUDE / "generated_words.p4": _fragment(

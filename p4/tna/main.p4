@@ -25,6 +25,7 @@
 #include "include/control/thc_output.p4"
 #include "include/control/thc_members.p4"
 #include "include/control/drop_accounting.p4"
+#include "include/control/generated_words_apply.p4"
 
 control IngressImpl(inout headers_t hdr, inout ingress_metadata_t meta,
                     in ingress_intrinsic_metadata_t ig_intr_md,
@@ -40,48 +41,56 @@ control IngressImpl(inout headers_t hdr, inout ingress_metadata_t meta,
     DropAccounting() drop_accounting;
 #include "include/control/generated_words_decl.p4"
 
+    // A THC contribution takes three passes through this pipe (two for norms), two
+    // recirculations apart (p4/README.md, "Tofino"): pass 0 validates and opens or joins the
+    // slot's round, pass 1 counts the contribution and adds words 0..31, pass 2 adds words
+    // 32..63 and sends the message on. The words depend on nothing but the parser, so their
+    // tables share the stages of the validation and slot logic instead of following it.
     apply {
         if (hdr.thc.isValid()) {
+            // Word processors (THC_WORDS_*, generated_words_apply.p4) are spread along the
+            // chain; they read only what the parser set (meta.acc_mode is ACC_NONE on pass 0).
+            THC_WORDS_TOP
             meta.is_thc = 1;
             meta.round = hdr.thc.round;
             meta.deadline = hdr.thc.flags[2:2];   // FLAG_DEADLINE (0x04)
             meta.peek = hdr.thc.flags[3:3];       // FLAG_PEEK (0x08)
             if (hdr.recirc.isValid()) {
-                meta.pass = 1;
                 meta.cell = hdr.recirc.cell;
-                meta.word_index = hdr.recirc.cell + THC_CELLS;
-                meta.from_switch = hdr.recirc.from_switch[0:0];
                 meta.kind = KIND_DATA;
-                if (hdr.thc.msg_type == MSG_NORM || hdr.thc.msg_type == MSG_NORM_RESULT
-                        || hdr.thc.msg_type == MSG_NORM_PARTIAL) {
+                if (hdr.thc.lane_bits == 32) {
                     meta.kind = KIND_NORM;
                 }
-                meta.is_up = 1;
-                if (hdr.thc.msg_type == MSG_RESULT || hdr.thc.msg_type == MSG_NORM_RESULT) {
-                    meta.is_up = 0;
+                if (meta.pass == 2) {
+                    meta.out_action = hdr.recirc.out_action;
+                    meta.out_flags = hdr.recirc.out_flags;
+                    meta.out_count = hdr.recirc.out_count;
+                    meta.out_bitmap = hdr.recirc.out_bitmap;
                 }
             }
             thc_validate.apply(hdr, meta, ig_intr_md, ig_prsr_md);
-            if (meta.drop_reason == 0) {
-                if (meta.pass == 0) {
-                    meta.cell = meta.slot_ks + meta.job.slot_base;
-                    meta.word_index = meta.slot_ks + meta.job.slot_base;
-                }
-                if (meta.from_switch == 1) {
-                    meta.contrib_count = hdr.thc.count;
-                    meta.contrib_workers = hdr.thc.bitmap;
-                } else {
-                    meta.contrib_count = 1;
-                    meta.contrib_workers = meta.contrib_bit;
-                }
-                thc_slot_count.apply(hdr, meta);
-                thc_slot_open.apply(hdr, meta);
-#include "include/control/generated_words_apply.p4"
-                thc_decide.apply(hdr, meta);
-                if (meta.drop_reason == 0) {
-                    thc_output.apply(hdr, meta, ig_intr_md, ig_dprsr_md, ig_tm_md);
+            THC_WORDS_AFTER_VALIDATE
+            if (meta.pass == 0) {
+                meta.cell = meta.slot_ks + meta.job.slot_base;
+                if (meta.is_up == 1 && meta.from_switch == 0) {
+                    // A worker's packet counts once, with its own bit; a child switch's
+                    // partial carries its count and bitmap already (pass 1 adds them).
+                    hdr.thc.count = 1;
+                    hdr.thc.bitmap = meta.contrib_bit;
                 }
             }
+            if (meta.drop_reason == 0) {
+                thc_slot_count.apply(hdr, meta);
+                thc_slot_open.apply(hdr, meta);
+                if (meta.pass == 0) {
+                    thc_decide.apply(hdr, meta);
+                }
+            }
+            THC_WORDS_AFTER_DECIDE
+            if (meta.drop_reason == 0) {
+                thc_output.apply(hdr, meta, ig_intr_md, ig_dprsr_md, ig_tm_md);
+            }
+            THC_WORDS_END
         } else if (hdr.udp.isValid() && hdr.udp.dst_port == THC_UDP_PORT) {
             meta.drop_reason = DROP_SHORT;   // THC port, but the THC header is cut short
         } else if (hdr.ipv4.isValid() && ig_prsr_md.parser_err == 0) {

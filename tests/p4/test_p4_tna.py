@@ -20,6 +20,7 @@ from finsy.proto import p4i
 
 from control_plane.config import ConfigError, parse_config
 from control_plane.desired import desired_state, parse_p4info_text
+from control_plane.p4names import pipeline_prefix, program_view
 from host.protocol import layout as lay
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,7 +83,11 @@ def _fields(table) -> list:
 
 @pytest.mark.parametrize("target", TNA)
 def test_tna_p4info_keeps_the_v1model_names(target):
-    v1, tna = read_p4info(V1_P4INFO), tna_p4info(target)
+    # The Tofino compiler prefixes names with the pipeline ("pipe."); the controller works
+    # with the program's names (control_plane.p4names.program_view).
+    raw = tna_p4info(target)
+    assert pipeline_prefix(raw) == "pipe."
+    v1, tna = read_p4info(V1_P4INFO), program_view(raw)
     v1_tables, tna_tables = _by_name(v1.tables), _by_name(tna.tables)
     missing = set(v1_tables) - set(tna_tables)
     assert missing == V1_ONLY_TABLES, f"v1model tables without a TNA twin: {missing}"
@@ -127,8 +132,10 @@ def test_desired_entries_encode_against_each_p4info(target):
         info = read_p4info(V1_P4INFO)
         cfg = parse_config(_net("bmv2"))
     else:
-        info = tna_p4info(target)
+        raw = tna_p4info(target)
+        info = program_view(raw)
         cfg = parse_config(_net("tofino"))
+        raw_ids = {t.preamble.id for t in raw.tables}
     schema = fy.P4Schema(info)
     ents = desired_state(cfg, info)["s1"]
     names = {e.table_id for e in ents if isinstance(e, fy.P4TableEntry)}
@@ -138,6 +145,8 @@ def test_desired_entries_encode_against_each_p4info(target):
     for e in ents:
         msg = e.encode(schema)          # raises on an unknown name or a value too wide
         assert msg.ByteSize() > 0
+        if target != "bmv2" and isinstance(e, fy.P4TableEntry):
+            assert msg.table_entry.table_id in raw_ids   # the ids the switch's P4Info has
     job = cfg.jobs[0]
     assert (job.uplink, job.lane_bits) == (("values", 8) if target != "bmv2" else ("indices", 8))
 
@@ -172,5 +181,10 @@ def test_tna_compiles_and_matches_the_committed_outputs(target):
         assert out["returncode"] == 0, out["output"][-3000:]
         fresh = (Path(tmp) / "netco.p4info.txtpb").read_text()
     assert fresh == (BUILD.tna_dir(target) / "netco.p4info.txtpb").read_text()
+    fits = out["resources"]
+    # Placed within the chip's stages, and assembled into a device binary by bfas.
+    assert fits["binary"] and fits["binary"]["bytes"] > 0
+    assert 1 <= fits["stages_used"] <= fits["stages_available"]
+    assert fits["fits"]
     summary = json.loads((BUILD.tna_dir(target) / "resources.json").read_text())
-    assert summary.get("stages_used", 0) >= 1
+    assert summary["fits"] and summary["stages_used"] <= summary["stages_available"]

@@ -4,19 +4,22 @@
 #ifndef NETCO_TNA_HEADER_P4
 #define NETCO_TNA_HEADER_P4
 
-// Between pass 0 and pass 1 of a THC contribution (never on a wire): what pass 0 decided.
-// Emitted in front of Ethernet towards RECIRC_PORT, parsed when the packet comes back.
+// Between the passes of a THC contribution (never on a wire): what the earlier passes
+// decided. Emitted in front of Ethernet towards RECIRC_PORT, parsed when the packet comes back.
 header recirc_h {
-    bit<8>  pass;        // the pass the packet is coming back for (1)
-    bit<8>  verdict;     // V_FRESH, V_SAME (round register, pass 0)
+    bit<8>  pass;        // the pass the packet is coming back for: 1 or 2
+    bit<8>  count_op;    // CNT_*: what pass 1 does to the count registers (ThcDecide)
     bit<8>  state;       // ST_* of the cell as pass 0 saw it (after opening a fresh round)
-    bit<8>  acc_mode;    // ACC_* for the words of this pass
-    bit<8>  dup;         // 1: this contributor was already in the cell's bitmap
-    bit<8>  from_switch; // 1: a child switch (PARTIAL / NORM_PARTIAL)
+    bit<8>  acc_mode;    // ACC_* for the words of passes 1 and 2
     bit<8>  write_round; // 1: pass 0 opened a never-used cell; pass 1 writes its round
+    bit<8>  out_action;  // OUT_* decided on pass 1, carried to pass 2 (data)
+    bit<8>  out_flags;
+    bit<8>  out_count;
     bit<7>  pad;
     PortId_t in_port;    // where the packet entered (answers go back there)
     bit<16> cell;        // (kind * 2 + set) * THC_SLOTS + slot
+    bit<16> word_index;  // word register index of this pass: cell + (pass - 1) * THC_CELLS
+    bit<32> out_bitmap;
 }
 
 struct headers_t {
@@ -25,10 +28,10 @@ struct headers_t {
     ipv4_h ipv4;
     udp_h udp;
     thc_h thc;
-    // The payload in 32-word segments. The parser always fills seg_a first; the deparser
-    // emits seg_b before seg_a, so a two-segment (256-byte) payload comes back from the
-    // recirculation rotated: pass 1 finds the second half in seg_a, the words the
-    // processors work on, and after pass 1 the payload is in its original order again.
+    // The payload in 32-word segments. The deparser emits seg_b before seg_a. Pass 0 (from
+    // the wire) parses the first half into seg_b, so the payload leaves it unchanged; passes
+    // 1 and 2 parse it into seg_a first, so each recirculation rotates it: pass 1 adds words
+    // 0..31 and pass 2 words 32..63, both in seg_a, and after pass 2 the order is restored.
     thc_words_h seg_a;
     thc_words_h seg_b;
 }
@@ -40,6 +43,7 @@ struct thc_job_t {
     bit<8>  expected;
     bit<8>  expected_m1;  // expected - 1: the countdown a fresh round starts from
     bit<8>  lane_bits;
+    bit<8>  lane_x;       // lane_bits ^ 8: 0 = packed 8-bit lanes
     bit<16> mcast_grp;
     bit<1>  has_parent;
     PortId_t parent_port_x;  // parent_port ^ ingress_port: 0 = from the parent's port
@@ -54,6 +58,10 @@ struct thc_job_t {
 @pa_auto_init_metadata
 struct ingress_metadata_t {
     bit<8>  drop_reason;
+    bit<8>  header_drop;      // the THC header's own fault (message_kinds), 0 = none
+    bit<1>  job_ok;           // jobs hit
+    bit<1>  sender_ok;        // senders hit
+    bit<1>  partial;          // PARTIAL / NORM_PARTIAL (from a child switch)
     bit<1>  is_thc;
     bit<1>  is_up;
     bit<1>  kind;
@@ -65,23 +73,25 @@ struct ingress_metadata_t {
     bit<16> elems_room;       // (payload elements + 1) - elem_count, saturating: 0 = too many
     bit<1>  rank_over;        // rank >= THC_MAX_WORKERS
     bit<16> cell;
-    bit<16> word_index;       // cell + pass * THC_CELLS
-    bit<1>  pass;
+    // Set by the parser from the recirc header (0 from the wire), so that the word
+    // processors need no table before them and may sit anywhere in the control flow.
+    bit<8>  pass;             // 0 from the wire, 1 and 2 after recirculations
+    bit<8>  acc_mode;         // ACC_* for the words (ThcDecide on pass 0); ACC_NONE on pass 0
+    bit<16> word_index;       // word register index of this pass
     bit<32> round;
     bit<32> contrib_bit;      // 1 << rank
-    bit<8>  contrib_count;
-    bit<32> contrib_workers;
     bit<8>  verdict;
     bit<8>  used;             // 0: the cell never held a round (pass 0)
     bit<8>  state;
     bit<32> dup_bits;         // contributor bitmap AND this contributor's bit (pass 0)
-    bit<8>  acc_mode;         // ACC_* for the second pass
     bit<8>  remaining;        // contributors still missing after this one (pass 1)
     bit<8>  new_state;
     bit<8>  out_action;
     bit<8>  out_flags;
     bit<8>  out_count;
     bit<32> out_bitmap;
+    bit<1>  count_result;     // ingress.thc_output.results
+    bit<1>  count_resent;     // ingress.thc_output.resent
 }
 
 struct egress_metadata_t {

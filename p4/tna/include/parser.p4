@@ -1,8 +1,11 @@
 // TNA parsers and deparsers. Ingress: [recirc] Ethernet / IPv4 / UDP / THC / payload segments.
-// The payload is parsed only for the (msg_type, lane_bits) combinations this target
-// aggregates; any other THC packet parses no payload and validation drops it. A packet that
-// ends early sets the parser error and is dropped as SHORT before any state is touched:
-// both segments of a 256-byte payload are parsed in pass 0 for that reason.
+// From the wire (pass 0) the payload is parsed only for the (msg_type, lane_bits)
+// combinations this target aggregates; any other THC packet parses no payload and validation
+// drops it. A packet that ends early sets the parser error and is dropped as SHORT before any
+// state is touched: both segments of a 256-byte payload are parsed in pass 0 for that reason,
+// the first into seg_b (header.p4: the deparser emits seg_b first, so pass 0 forwards the
+// payload unchanged). Recirculated packets (passes 1, 2) were validated on pass 0: their
+// parser takes the headers in one state and the payload into seg_a first.
 // Egress parses headers only (never the payload) and recomputes the IPv4 checksum.
 #ifndef NETCO_TNA_PARSER_P4
 #define NETCO_TNA_PARSER_P4
@@ -19,7 +22,17 @@ parser ThcIngressParser(packet_in pkt, out headers_t hdr, out ingress_metadata_t
     }
     state parse_recirc {
         pkt.extract(hdr.recirc);
-        transition parse_ethernet;
+        meta.pass = hdr.recirc.pass;
+        meta.acc_mode = hdr.recirc.acc_mode;
+        meta.word_index = hdr.recirc.word_index;
+        pkt.extract(hdr.ethernet);
+        pkt.extract(hdr.ipv4);
+        pkt.extract(hdr.udp);
+        pkt.extract(hdr.thc);
+        transition select(hdr.thc.lane_bits) {
+            8w32: parse_one_segment;                  // norms
+            default: parse_two_segments;
+        }
     }
     state parse_ethernet {
         pkt.extract(hdr.ethernet);
@@ -45,14 +58,19 @@ parser ThcIngressParser(packet_in pkt, out headers_t hdr, out ingress_metadata_t
     state parse_thc {
         pkt.extract(hdr.thc);
         transition select(hdr.thc.msg_type, hdr.thc.lane_bits) {
-            (MSG_DATA, 8w8): parse_two_segments;      // values uplink (table values, 8 bits)
-            (MSG_PARTIAL, 8w8): parse_two_segments;
-            (MSG_RESULT, 8w8): parse_two_segments;
+            (MSG_DATA, 8w8): parse_two_segments_wire;      // values uplink (8-bit values)
+            (MSG_PARTIAL, 8w8): parse_two_segments_wire;
+            (MSG_RESULT, 8w8): parse_two_segments_wire;
             (MSG_NORM, 8w32): parse_one_segment;
             (MSG_NORM_PARTIAL, 8w32): parse_one_segment;
             (MSG_NORM_RESULT, 8w32): parse_one_segment;
             default: accept;
         }
+    }
+    state parse_two_segments_wire {
+        pkt.extract(hdr.seg_b);
+        pkt.extract(hdr.seg_a);
+        transition accept;
     }
     state parse_two_segments {
         pkt.extract(hdr.seg_a);
@@ -73,7 +91,7 @@ control ThcIngressDeparser(packet_out pkt, inout headers_t hdr, in ingress_metad
         pkt.emit(hdr.ipv4);
         pkt.emit(hdr.udp);
         pkt.emit(hdr.thc);
-        pkt.emit(hdr.seg_b);   // rotation: see header.p4
+        pkt.emit(hdr.seg_b);   // see header.p4: pass 0 keeps the order, 1 and 2 rotate
         pkt.emit(hdr.seg_a);
     }
 }

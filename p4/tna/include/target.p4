@@ -5,7 +5,8 @@
 #define NETCO_TNA_TARGET_P4
 
 // Recirculation port of pipe 0: 68 on Tofino (pipe 0's internal recirculation port),
-// 6 on Tofino2. Pass 0 of every THC contribution goes out here and comes back as pass 1.
+// 6 on Tofino2. Every THC contribution goes out here after pass 0 (and after pass 1 for data)
+// and comes back as the next pass.
 #if __TARGET_TOFINO__ == 2
 #define RECIRC_PORT 6
 #else
@@ -13,11 +14,21 @@
 #endif
 
 // A 256-coordinate DATA packet carries table values in 8-bit lanes (docs/protocol.md, "Values
-// uplink"): 256 bytes = 64 packed 32-bit words, four lanes per word. Each pass through the
-// ingress adds TNA_WORDS_PER_PASS words (one stateful ALU per word, each register touched once
-// per pass), so a packet takes TNA_PASSES passes (TNA_PASSES - 1 recirculations).
+// uplink"): 256 bytes = 64 packed 32-bit words, four lanes per word. Pass 0 validates and
+// opens/joins the slot; each later pass adds TNA_WORDS_PER_PASS words (one stateful ALU per
+// word, each register touched once per pass): a data packet takes 1 + TNA_PASSES passes
+// (TNA_PASSES recirculations), a norm packet (32 words) 2. p4/gen.py checks that the two
+// word passes cover the payload (the parser's two segments).
 #define TNA_WORDS_PER_PASS 32
 #define TNA_PASSES 2
+// Where the word processors sit in the ingress control flow (main.p4), by count. On Tofino a
+// table cannot be placed in an earlier stage than one before it in the control flow, so the
+// 32 processors are spread along the validation/slot chain to use the stateful ALUs the
+// chain leaves free (4 per stage) instead of adding stages after it. Sum = TNA_WORDS_PER_PASS.
+#define TNA_WORDS_TOP 4
+#define TNA_WORDS_AFTER_VALIDATE 4
+#define TNA_WORDS_AFTER_DECIDE 8
+#define TNA_WORDS_END 16
 
 // Jobs the switch serves at once (thc_validate.jobs, per-job counters).
 #define MAX_JOBS 16
@@ -26,7 +37,7 @@
 #define THC_SLOTS 1024
 #define THC_SLOT_BITS 10
 #define THC_CELLS 4096
-// Word registers hold one pass of a cell each: index = cell + pass * THC_CELLS.
+// Word registers hold one word pass of a cell each: index = cell + (pass - 1) * THC_CELLS.
 #define THC_WORD_REGISTERS 8192
 // (job, rank, ingress port, source address) bindings of workers and child switches.
 #define SENDERS_TABLE_SIZE 1024

@@ -4,12 +4,13 @@
 // the switch needs no per-lane lookup or carry handling. Norm words take the maximum of
 // float32 bit patterns compared as unsigned integers (non-negative IEEE-754 values order
 // like their bit patterns; THC step 3). Each processor owns one register array and touches
-// it once per pass (index = cell + pass * THC_CELLS); TNA_WORDS_PER_PASS processors are
-// instantiated by generated_words_apply.p4 (p4/gen.py).
+// it once per pass: on pass 1 at index = cell (words 0..31), on pass 2 at cell + THC_CELLS
+// (words 32..63). TNA_WORDS_PER_PASS processors are instantiated by generated_words_*.p4
+// (p4/gen.py). They read only the recirc header, so they need not wait for any other table.
 #ifndef NETCO_TNA_THC_ACCUMULATE_P4
 #define NETCO_TNA_THC_ACCUMULATE_P4
 
-control ThcWord(inout bit<32> word, in bit<8> recirc_acc, in ingress_metadata_t meta) {
+control ThcWord(inout bit<32> word, in bit<8> acc_mode, in bit<16> index) {
     Register<bit<32>, bit<16>>(THC_WORD_REGISTERS, 0) sums;
 
     RegisterAction<bit<32>, bit<16>, bit<32>>(sums) write_sum = {
@@ -38,29 +39,22 @@ control ThcWord(inout bit<32> word, in bit<8> recirc_acc, in ingress_metadata_t 
         }
     };
 
-    action word_write() { word = write_sum.execute(meta.word_index); }
-    action word_add() { word = add_sum.execute(meta.word_index); }
-    action word_max() { word = max_sum.execute(meta.word_index); }
-    action word_read() { word = read_sum.execute(meta.word_index); }
+    action word_write() { word = write_sum.execute(index); }
+    action word_add() { word = add_sum.execute(index); }
+    action word_max() { word = max_sum.execute(index); }
+    action word_read() { word = read_sum.execute(index); }
 
+    // The mode pass 0 decided (ThcDecide), carried in the recirc header.
     table mode {
-        key = {
-            meta.pass: ternary;
-            recirc_acc: ternary;
-            meta.verdict: ternary;
-            meta.used: ternary;
-            meta.state: ternary;
-            meta.dup_bits: ternary;
-            meta.deadline: ternary;
-            meta.kind: ternary;
-            meta.is_up: ternary;
-            meta.peek: ternary;
-        }
+        key = { acc_mode: exact; }
         actions = { word_write; word_add; word_max; word_read; NoAction; }
         default_action = NoAction();
-        size = 16;
+        size = 4;
         const entries = {
-#include "word_modes.p4"
+            ACC_ADD: word_add();
+            ACC_MAX: word_max();
+            ACC_READ: word_read();
+            ACC_STORE: word_write();
         }
     }
 

@@ -1,75 +1,73 @@
-// Pass 0's verdict on a THC packet that passed validation (the v1model thc_slot.p4 rules):
-// drop it (STALE, DUPLICATE) or recirculate it with what pass 1 must do to the second half
-// of the words (meta.acc_mode). The words of pass 0 are handled by ThcWord's own table with
-// the same rules (word_modes.p4), so that they need not wait for this control.
+// Pass 0's verdict on a THC packet that passed validation (the v1model thc_slot.p4 rules), in
+// one table: drop it (STALE, DUPLICATE) or recirculate it with what passes 1 and 2 do to the
+// words (acc_mode) and what pass 1 does to the count registers (count_op, CNT_* in
+// thc_slot.p4), so that the later passes need no other table's result first.
 #ifndef NETCO_TNA_THC_DECIDE_P4
 #define NETCO_TNA_THC_DECIDE_P4
 
 control ThcDecide(inout headers_t hdr, inout ingress_metadata_t meta) {
+    action recirculate(bit<8> acc_mode, bit<8> count_op, bit<8> write_round) {
+        hdr.recirc.setValid();
+        hdr.recirc.pass = 1;
+        hdr.recirc.count_op = count_op;
+        hdr.recirc.state = meta.state;
+        hdr.recirc.acc_mode = acc_mode;
+        hdr.recirc.write_round = write_round;  // never-used cell opened: pass 1 writes the round
+        hdr.recirc.out_action = OUT_NONE;
+        hdr.recirc.out_flags = 0;
+        hdr.recirc.out_count = 0;
+        hdr.recirc.pad = 0;
+        hdr.recirc.cell = meta.cell;
+        hdr.recirc.word_index = meta.cell;
+        hdr.recirc.out_bitmap = 0;
+    }
+    action stale() {
+        meta.drop_reason = DROP_STALE;
+    }
+    action duplicate() {
+        meta.drop_reason = DROP_DUPLICATE;
+    }
+    // Entries in priority order. dup_bits 0 rows come before the rows that take any value,
+    // so those match a contributor already in the bitmap.
+    table modes {
+        key = {
+            meta.verdict: ternary;
+            meta.used: ternary;
+            meta.state: ternary;
+            meta.dup_bits: ternary;
+            meta.deadline: ternary;
+            meta.kind: ternary;
+            meta.is_up: ternary;
+            meta.peek: ternary;
+        }
+        actions = { recirculate; stale; duplicate; }
+        default_action = stale();
+        size = 16;
+        const entries = {
+            // verdict, used, state,    dup, deadline, kind,  is_up, peek
+            // A status request changes nothing: pass 1 answers who is in the copy.
+            (V_SAME,  _, _,             _, _, _,         1, 1): recirculate(ACC_NONE, CNT_PEEK, 0);
+            (_,       _, _,             _, _, _,         1, 1): recirculate(ACC_NONE, CNT_NONE, 0);
+            // Newer round, or a cell that never held one: the round opens with this packet.
+            (V_FRESH, _, _,             _, _, _,         1, 0): recirculate(ACC_STORE, CNT_FIRST, 0);
+            (_,       0, _,             _, _, _,         1, 0): recirculate(ACC_STORE, CNT_FIRST, 1);
+            (V_SAME,  _, ST_COLLECTING, 0, _, KIND_DATA, 1, 0): recirculate(ACC_ADD, CNT_ADD, 0);
+            (V_SAME,  _, ST_COLLECTING, 0, _, KIND_NORM, 1, 0): recirculate(ACC_MAX, CNT_ADD, 0);
+            // Counted already: a deadline retry releases what is there, otherwise a duplicate.
+            (V_SAME,  _, ST_COLLECTING, _, 1, _,         1, 0): recirculate(ACC_READ, CNT_READ, 0);
+            (V_SAME,  _, ST_COLLECTING, _, _, _,         1, 0): duplicate();
+            (V_SAME,  _, ST_FINAL,      _, _, _,         1, 0): recirculate(ACC_READ, CNT_READ, 0);
+            // Sent up without this contributor: stale (a retry gets the parent's result).
+            (V_SAME,  _, ST_SENT_UP,    0, _, _,         1, 0): stale();
+            (V_SAME,  _, ST_SENT_UP,    _, _, _,         1, 0): recirculate(ACC_READ, CNT_READ, 0);
+            // The parent's result for a copy we sent up (or already hold).
+            (V_SAME,  _, ST_SENT_UP,    _, _, _,         0, _): recirculate(ACC_STORE, CNT_STORE, 0);
+            (V_SAME,  _, ST_FINAL,      _, _, _,         0, _): recirculate(ACC_STORE, CNT_STORE, 0);
+        }
+    }
+
     apply {
-        if (meta.pass == 1) {
-            return;
-        }
-        bool fresh = meta.verdict == V_FRESH || meta.used == 0;
-        bit<8> st = meta.state;
-        // Pass 1 only touches words of data packets (norms fit one segment).
-        bit<8> data_add = ACC_NONE;
-        bit<8> data_read = ACC_NONE;
-        bit<8> data_store = ACC_NONE;
-        if (meta.kind == KIND_DATA) {
-            data_add = ACC_ADD;
-            data_read = ACC_READ;
-            data_store = ACC_STORE;
-        }
-        meta.acc_mode = ACC_NONE;
-        if (meta.is_up == 1 && meta.peek == 1) {
-            meta.acc_mode = ACC_NONE;            // status request: answered on pass 1
-        } else if (!fresh && meta.verdict != V_SAME) {
-            meta.drop_reason = DROP_STALE;
-        } else if (meta.is_up == 1) {
-            if (fresh) {
-                meta.acc_mode = data_store;
-            } else if (st == ST_COLLECTING) {
-                if (meta.dup_bits == 0) {
-                    meta.acc_mode = data_add;
-                } else if (meta.deadline == 1) {
-                    meta.acc_mode = data_read;
-                } else {
-                    meta.drop_reason = DROP_DUPLICATE;
-                }
-            } else if (st == ST_FINAL) {
-                meta.acc_mode = data_read;
-            } else if (st == ST_SENT_UP && meta.dup_bits != 0) {
-                meta.acc_mode = data_read;
-            } else {
-                meta.drop_reason = DROP_STALE;   // sent up without it; a retry gets the result
-            }
-        } else if (st == ST_SENT_UP || st == ST_FINAL) {
-            meta.acc_mode = data_store;          // the parent's result
-        } else {
-            meta.drop_reason = DROP_STALE;
-        }
-        if (meta.drop_reason == 0) {
-            hdr.recirc.setValid();
-            hdr.recirc.pass = 1;
-            hdr.recirc.verdict = meta.verdict;   // PEEK may be STALE
-            if (fresh) {
-                hdr.recirc.verdict = V_FRESH;
-            }
-            hdr.recirc.state = st;
-            hdr.recirc.acc_mode = meta.acc_mode;
-            hdr.recirc.dup = 0;
-            if (meta.dup_bits != 0) {
-                hdr.recirc.dup = 1;
-            }
-            hdr.recirc.from_switch = (bit<8>)meta.from_switch;
-            hdr.recirc.write_round = 0;
-            if (meta.used == 0 && meta.verdict == V_STALE) {
-                hdr.recirc.write_round = 1;
-            }
-            hdr.recirc.pad = 0;
-            hdr.recirc.cell = meta.cell;
-        }
+        modes.apply();
     }
 }
 

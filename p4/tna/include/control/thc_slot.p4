@@ -1,16 +1,18 @@
-// THC slot state on Tofino: the v1model state machine (thc_slot.p4) split over the two
-// passes so that every register is touched once per pass by one RegisterAction.
+// THC slot state on Tofino: the v1model state machine (thc_slot.p4) split over passes 0 and 1
+// so that every register is touched once per pass by one RegisterAction (pass 2 only adds
+// the second half of the words).
 //
-// Pass 0 (before the words are added):
+// Pass 0 (from the wire; ThcDecide then picks what happens to the words):
 //   round_reg   serial-number check of the packet's round against the cell's: SAME, FRESH
 //               (newer: the round is opened and the cell reset) or STALE;
 //   used_reg    whether the cell ever held a round: a never-used cell opens for any round;
 //   state_reg   ST_COLLECTING when the round opens, otherwise the cell's state;
 //   contrib_reg contributor bitmap at this switch; returns (old bitmap & this bit), so a
 //               contribution already counted is never added twice.
-// Pass 1 (after the recirculation):
+// Pass 1 (after the first recirculation, beside the first half of the words):
 //   remaining_reg countdown of missing contributors (expected - 1 at the first): 0 = complete;
-//   count_reg / workers_reg worker contributions in the sum and their bitmap;
+//   count_reg / workers_reg worker contributions in the sum and their bitmap (from the
+//               THC header's count/bitmap: pass 0 writes 1 and the worker's bit there);
 //   state_reg   SENT_UP / FINAL on release, FINAL when the parent's result is stored;
 //   round_reg   written with the round when pass 0 opened a never-used cell.
 #ifndef NETCO_TNA_THC_SLOT_P4
@@ -19,6 +21,14 @@
 const bit<8> V_STALE = 0;
 const bit<8> V_SAME = 1;
 const bit<8> V_FRESH = 2;
+
+// What pass 1 does to the count registers (recirc.count_op, set by ThcDecide on pass 0).
+const bit<8> CNT_NONE = 0;    // status request for a round the cell does not hold: count 0
+const bit<8> CNT_PEEK = 1;    // status request: read count and workers
+const bit<8> CNT_FIRST = 2;   // first contribution of a round: start the countdown
+const bit<8> CNT_ADD = 3;     // a new contribution: count down, add count and workers
+const bit<8> CNT_READ = 4;    // counted before (retransmission, deadline retry): read
+const bit<8> CNT_STORE = 5;   // the parent's result: store its count and workers
 
 control ThcSlotOpen(inout headers_t hdr, inout ingress_metadata_t meta) {
     @name(".ingress.thc_slot.round_reg")
@@ -92,7 +102,7 @@ control ThcSlotOpen(inout headers_t hdr, inout ingress_metadata_t meta) {
     };
 
     apply {
-        if (hdr.recirc.isValid()) {
+        if (meta.pass == 1) {
             // Pass 1: release or store (meta.new_state from ThcSlotCount); the first round
             // of a never-used cell.
             if (meta.new_state != 0) {
@@ -101,7 +111,7 @@ control ThcSlotOpen(inout headers_t hdr, inout ingress_metadata_t meta) {
             if (hdr.recirc.write_round == 1) {
                 round_set.execute(meta.cell);
             }
-        } else {
+        } else if (meta.pass == 0) {
             if (meta.is_up == 1 && meta.peek == 0) {
                 meta.verdict = round_open.execute(meta.cell);
                 meta.used = use_cell.execute(meta.cell);
@@ -150,13 +160,13 @@ control ThcSlotCount(inout headers_t hdr, inout ingress_metadata_t meta) {
     };
     RegisterAction<bit<8>, bit<16>, bit<8>>(count_reg) count_first = {
         void apply(inout bit<8> value, out bit<8> rv) {
-            value = meta.contrib_count;
-            rv = meta.contrib_count;
+            value = hdr.thc.count;
+            rv = hdr.thc.count;
         }
     };
     RegisterAction<bit<8>, bit<16>, bit<8>>(count_reg) count_add = {
         void apply(inout bit<8> value, out bit<8> rv) {
-            value = value + meta.contrib_count;
+            value = value + hdr.thc.count;
             rv = value;
         }
     };
@@ -167,13 +177,13 @@ control ThcSlotCount(inout headers_t hdr, inout ingress_metadata_t meta) {
     };
     RegisterAction<bit<32>, bit<16>, bit<32>>(workers_reg) workers_first = {
         void apply(inout bit<32> value, out bit<32> rv) {
-            value = meta.contrib_workers;
-            rv = meta.contrib_workers;
+            value = hdr.thc.bitmap;
+            rv = hdr.thc.bitmap;
         }
     };
     RegisterAction<bit<32>, bit<16>, bit<32>>(workers_reg) workers_or = {
         void apply(inout bit<32> value, out bit<32> rv) {
-            value = value | meta.contrib_workers;
+            value = value | hdr.thc.bitmap;
             rv = value;
         }
     };
@@ -183,82 +193,72 @@ control ThcSlotCount(inout headers_t hdr, inout ingress_metadata_t meta) {
         }
     };
 
+    // After the registers: release, absorb, answer or resend up (v1model thc_slot.p4), as a
+    // function of count_op, the countdown, the deadline flag, the parent and the cell's state.
+    action set_out(bit<8> new_state, bit<8> out_action, bit<8> out_flags) {
+        meta.new_state = new_state;
+        meta.out_action = out_action;
+        meta.out_flags = out_flags;
+    }
+    table completion {
+        key = {
+            hdr.recirc.count_op: ternary;
+            meta.remaining: ternary;
+            meta.deadline: ternary;
+            meta.job.has_parent: ternary;
+            hdr.recirc.state: ternary;
+        }
+        actions = { set_out; }
+        default_action = set_out(0, OUT_NONE, 0);
+        size = 32;
+        const entries = {
+            // count_op, remaining, deadline, has_parent, state
+            (CNT_NONE, _, _, _, _): set_out(0, OUT_ANSWER, FLAG_PEEK);
+            (CNT_PEEK, _, _, _, _): set_out(0, OUT_ANSWER, FLAG_PEEK);
+            (CNT_STORE, _, _, _, _): set_out(ST_FINAL, OUT_MULTICAST, 0);
+            // Counted now: complete (or the deadline) -> release, otherwise absorb.
+            (CNT_FIRST, _, 1, 1, _): set_out(ST_SENT_UP, OUT_UP, FLAG_DEADLINE);
+            (CNT_FIRST, 0, 0, 1, _): set_out(ST_SENT_UP, OUT_UP, 0);
+            (CNT_FIRST, _, 1, 0, _): set_out(ST_FINAL, OUT_MULTICAST, 0);
+            (CNT_FIRST, 0, 0, 0, _): set_out(ST_FINAL, OUT_MULTICAST, 0);
+            (CNT_FIRST, _, _, _, _): set_out(0, OUT_ABSORB, 0);
+            (CNT_ADD, _, 1, 1, _): set_out(ST_SENT_UP, OUT_UP, FLAG_DEADLINE);
+            (CNT_ADD, 0, 0, 1, _): set_out(ST_SENT_UP, OUT_UP, 0);
+            (CNT_ADD, _, 1, 0, _): set_out(ST_FINAL, OUT_MULTICAST, 0);
+            (CNT_ADD, 0, 0, 0, _): set_out(ST_FINAL, OUT_MULTICAST, 0);
+            (CNT_ADD, _, _, _, _): set_out(0, OUT_ABSORB, 0);
+            // Counted before: the stored result, our partial again, or a deadline release.
+            (CNT_READ, _, _, _, ST_FINAL): set_out(0, OUT_ANSWER, FLAG_RESENT);
+            (CNT_READ, _, 1, _, ST_SENT_UP): set_out(0, OUT_UP, FLAG_RETX | FLAG_DEADLINE);
+            (CNT_READ, _, 0, _, ST_SENT_UP): set_out(0, OUT_UP, FLAG_RETX);
+            (CNT_READ, _, 1, 1, _): set_out(ST_SENT_UP, OUT_UP, FLAG_DEADLINE);
+            (CNT_READ, _, 0, 1, _): set_out(ST_SENT_UP, OUT_UP, 0);
+            (CNT_READ, _, _, 0, _): set_out(ST_FINAL, OUT_MULTICAST, 0);
+        }
+    }
+
     apply {
-        if (meta.pass == 0) {
+        if (meta.pass != 1) {
             return;
         }
-        bit<8> v = hdr.recirc.verdict;
-        bit<8> st = hdr.recirc.state;
-        bool counted = v == V_FRESH || (st == ST_COLLECTING && hdr.recirc.dup == 0);
-        if (meta.is_up == 1 && meta.peek == 1) {
-            // Status request: who is in this copy for this round? Changes no state.
-            if (v == V_SAME) {
-                meta.out_count = count_read.execute(meta.cell);
-                meta.out_bitmap = workers_read.execute(meta.cell);
-            } else {
-                meta.out_count = 0;
-                meta.out_bitmap = 0;
-            }
-            meta.out_action = OUT_ANSWER;
-            meta.out_flags = FLAG_PEEK;
-        } else if (meta.is_up == 0) {
-            // The parent's result: store it (it answers later retransmissions), fan it out.
-            meta.contrib_count = hdr.thc.count;
-            meta.contrib_workers = hdr.thc.bitmap;
+        if (hdr.recirc.count_op == CNT_FIRST) {
+            contributions.count(meta.job.index);
+            meta.remaining = remaining_start.execute(meta.cell);
             meta.out_count = count_first.execute(meta.cell);
             meta.out_bitmap = workers_first.execute(meta.cell);
-            meta.new_state = ST_FINAL;
-            meta.out_action = OUT_MULTICAST;
-            meta.out_flags = 0;
-        } else {
-            bool release = false;
-            if (counted) {
-                contributions.count(meta.job.index);
-                if (v == V_FRESH) {
-                    meta.remaining = remaining_start.execute(meta.cell);
-                    meta.out_count = count_first.execute(meta.cell);
-                    meta.out_bitmap = workers_first.execute(meta.cell);
-                } else {
-                    meta.remaining = remaining_count.execute(meta.cell);
-                    meta.out_count = count_add.execute(meta.cell);
-                    meta.out_bitmap = workers_or.execute(meta.cell);
-                }
-                if (meta.remaining == 0 || meta.deadline == 1) {
-                    release = true;
-                } else {
-                    meta.out_action = OUT_ABSORB;
-                }
-            } else {
-                meta.out_count = count_read.execute(meta.cell);
-                meta.out_bitmap = workers_read.execute(meta.cell);
-                if (st == ST_FINAL) {
-                    meta.out_action = OUT_ANSWER;           // stored result (released earlier)
-                    meta.out_flags = FLAG_RESENT;
-                } else if (st == ST_SENT_UP) {
-                    meta.out_action = OUT_UP;               // our partial again, to the parent
-                    meta.out_flags = FLAG_RETX;
-                    if (meta.deadline == 1) {
-                        meta.out_flags = FLAG_RETX | FLAG_DEADLINE;
-                    }
-                } else {
-                    release = true;                         // counted already, deadline
-                }
-            }
-            if (release) {
-                if (meta.job.has_parent == 1) {
-                    meta.new_state = ST_SENT_UP;
-                    meta.out_action = OUT_UP;
-                    meta.out_flags = 0;
-                    if (meta.deadline == 1) {
-                        meta.out_flags = FLAG_DEADLINE;
-                    }
-                } else {
-                    meta.new_state = ST_FINAL;
-                    meta.out_action = OUT_MULTICAST;
-                    meta.out_flags = 0;
-                }
-            }
+        } else if (hdr.recirc.count_op == CNT_ADD) {
+            contributions.count(meta.job.index);
+            meta.remaining = remaining_count.execute(meta.cell);
+            meta.out_count = count_add.execute(meta.cell);
+            meta.out_bitmap = workers_or.execute(meta.cell);
+        } else if (hdr.recirc.count_op == CNT_STORE) {
+            meta.out_count = count_first.execute(meta.cell);
+            meta.out_bitmap = workers_first.execute(meta.cell);
+        } else if (hdr.recirc.count_op == CNT_READ || hdr.recirc.count_op == CNT_PEEK) {
+            meta.out_count = count_read.execute(meta.cell);
+            meta.out_bitmap = workers_read.execute(meta.cell);
         }
+        completion.apply();
     }
 }
 

@@ -1,9 +1,11 @@
-// THC validation (pass 0): header checks, job lookup, sender binding, exactly as the v1model
+// THC validation (pass 0): header checks, job lookup, sender binding, as the v1model
 // program's thc_validate.p4 and with the same P4Info names, so one controller drives both.
-// The jobs table is also applied on pass 1 (the job's parameters are not carried through the
-// recirculation); the checks run on pass 0 only. Differences from v1model, both forced by
-// the hardware: the job's lanes must be 8 bits (THC_LANE_BITS_TNA) and DATA must carry
-// table values (lane_bits 8); indices (lane_bits 4) are dropped as LANE_UNSUPPORTED.
+// Laid out for Tofino's stages: the header table, jobs, contributor bits and senders are
+// looked up side by side, then one ternary table (checks) turns what they found into the
+// first drop reason. The jobs table is also applied on passes 1 and 2 (the job's parameters
+// are not carried through the recirculation). Differences from v1model, both forced by the
+// hardware: the job's lanes must be 8 bits and DATA must carry table values (lane_bits 8);
+// indices (lane_bits 4) are dropped as LANE_UNSUPPORTED.
 #ifndef NETCO_TNA_THC_VALIDATE_P4
 #define NETCO_TNA_THC_VALIDATE_P4
 
@@ -20,6 +22,8 @@ control ThcValidate(inout headers_t hdr, inout ingress_metadata_t meta,
         meta.job.expected = expected;
         meta.job.expected_m1 = expected - 1;
         meta.job.lane_bits = lane_bits;
+        meta.job.lane_x = lane_bits ^ 8;      // 0: the packed 8-bit lanes this target adds
+        meta.job_ok = 1;
         meta.job.mcast_grp = mcast_grp;
         meta.job.has_parent = has_parent;
         meta.job.parent_port = parent_port;
@@ -31,7 +35,7 @@ control ThcValidate(inout headers_t hdr, inout ingress_metadata_t meta,
     }
     @name(".ingress.thc_validate.unknown_job")
     action unknown_job() {
-        meta.drop_reason = DROP_UNKNOWN_JOB;
+        meta.job_ok = 0;                      // the checks table drops it as UNKNOWN_JOB
     }
     @name(".ingress.thc_validate.jobs")
     table jobs {
@@ -44,10 +48,11 @@ control ThcValidate(inout headers_t hdr, inout ingress_metadata_t meta,
     @name(".ingress.thc_validate.sender")
     action sender(bit<1> is_switch) {
         meta.from_switch = is_switch;
+        meta.sender_ok = 1;
     }
     @name(".ingress.thc_validate.bad_sender")
     action bad_sender() {
-        meta.drop_reason = DROP_BAD_SENDER;
+        meta.sender_ok = 0;                   // the checks table drops it as BAD_SENDER
     }
     @name(".ingress.thc_validate.senders")
     table senders {
@@ -62,39 +67,59 @@ control ThcValidate(inout headers_t hdr, inout ingress_metadata_t meta,
         size = SENDERS_TABLE_SIZE;
     }
 
-    // Message type -> kind, direction and the cell offset of (kind, set); only consistent
-    // (slot_set, round parity) pairs have entries, anything else is malformed.
-    action classify(bit<1> kind, bit<1> is_up, bit<16> ks_offset, bit<16> max_elems_p1) {
+    // The THC header alone: message type -> kind, direction, cell offset of (kind, set) and
+    // whether it is a partial from a child switch, for the consistent (type, lanes, payload,
+    // slot_set, round parity) combinations; anything else -> the v1model program's drop
+    // reason, in its order (SHORT, BAD_VERSION, BAD_TYPE, LANE_UNSUPPORTED, MALFORMED).
+    action classify(bit<1> kind, bit<1> is_up, bit<1> partial, bit<16> ks_offset,
+                    bit<16> max_elems_p1) {
         meta.kind = kind;
         meta.is_up = is_up;
+        meta.partial = partial;
         meta.slot_ks = hdr.thc.slot + ks_offset;
         meta.elems_room = max_elems_p1 |-| hdr.thc.elem_count;   // 0: more than the payload holds
     }
-    action unclassified() {
-        meta.drop_reason = DROP_MALFORMED;
+    action header_drop(bit<8> reason) {
+        meta.header_drop = reason;
     }
     table message_kinds {
         key = {
-            hdr.thc.msg_type: exact;
-            hdr.thc.slot_set: exact;
-            hdr.thc.round[0:0]: exact;
+            ig_prsr_md.parser_err: ternary;
+            hdr.thc.version: ternary;
+            hdr.thc.msg_type: ternary;
+            hdr.thc.lane_bits: ternary;
+            hdr.seg_a.isValid(): ternary;
+            hdr.thc.slot_set: ternary;
+            hdr.thc.round[0:0]: ternary;
         }
-        actions = { classify; @defaultonly unclassified; }
-        default_action = unclassified();
-        size = 16;
+        actions = { classify; header_drop; }
+        default_action = header_drop(DROP_SHORT);   // the parser ran out of packet
+        size = 32;
         const entries = {
-            (MSG_DATA, 0, 0): classify(KIND_DATA, 1, 0 * THC_SLOTS, THC_COORDS + 1);
-            (MSG_DATA, 1, 1): classify(KIND_DATA, 1, 1 * THC_SLOTS, THC_COORDS + 1);
-            (MSG_PARTIAL, 0, 0): classify(KIND_DATA, 1, 0 * THC_SLOTS, THC_COORDS + 1);
-            (MSG_PARTIAL, 1, 1): classify(KIND_DATA, 1, 1 * THC_SLOTS, THC_COORDS + 1);
-            (MSG_RESULT, 0, 0): classify(KIND_DATA, 0, 0 * THC_SLOTS, THC_COORDS + 1);
-            (MSG_RESULT, 1, 1): classify(KIND_DATA, 0, 1 * THC_SLOTS, THC_COORDS + 1);
-            (MSG_NORM, 0, 0): classify(KIND_NORM, 1, 2 * THC_SLOTS, THC_NORMS + 1);
-            (MSG_NORM, 1, 1): classify(KIND_NORM, 1, 3 * THC_SLOTS, THC_NORMS + 1);
-            (MSG_NORM_PARTIAL, 0, 0): classify(KIND_NORM, 1, 2 * THC_SLOTS, THC_NORMS + 1);
-            (MSG_NORM_PARTIAL, 1, 1): classify(KIND_NORM, 1, 3 * THC_SLOTS, THC_NORMS + 1);
-            (MSG_NORM_RESULT, 0, 0): classify(KIND_NORM, 0, 2 * THC_SLOTS, THC_NORMS + 1);
-            (MSG_NORM_RESULT, 1, 1): classify(KIND_NORM, 0, 3 * THC_SLOTS, THC_NORMS + 1);
+#define V THC_VERSION
+            (0, V, MSG_DATA, 8, true, 0, 0): classify(KIND_DATA, 1, 0, 0 * THC_SLOTS, THC_COORDS + 1);
+            (0, V, MSG_DATA, 8, true, 1, 1): classify(KIND_DATA, 1, 0, 1 * THC_SLOTS, THC_COORDS + 1);
+            (0, V, MSG_PARTIAL, 8, true, 0, 0): classify(KIND_DATA, 1, 1, 0 * THC_SLOTS, THC_COORDS + 1);
+            (0, V, MSG_PARTIAL, 8, true, 1, 1): classify(KIND_DATA, 1, 1, 1 * THC_SLOTS, THC_COORDS + 1);
+            (0, V, MSG_RESULT, 8, true, 0, 0): classify(KIND_DATA, 0, 0, 0 * THC_SLOTS, THC_COORDS + 1);
+            (0, V, MSG_RESULT, 8, true, 1, 1): classify(KIND_DATA, 0, 0, 1 * THC_SLOTS, THC_COORDS + 1);
+            (0, V, MSG_NORM, 32, true, 0, 0): classify(KIND_NORM, 1, 0, 2 * THC_SLOTS, THC_NORMS + 1);
+            (0, V, MSG_NORM, 32, true, 1, 1): classify(KIND_NORM, 1, 0, 3 * THC_SLOTS, THC_NORMS + 1);
+            (0, V, MSG_NORM_PARTIAL, 32, true, 0, 0): classify(KIND_NORM, 1, 1, 2 * THC_SLOTS, THC_NORMS + 1);
+            (0, V, MSG_NORM_PARTIAL, 32, true, 1, 1): classify(KIND_NORM, 1, 1, 3 * THC_SLOTS, THC_NORMS + 1);
+            (0, V, MSG_NORM_RESULT, 32, true, 0, 0): classify(KIND_NORM, 0, 0, 2 * THC_SLOTS, THC_NORMS + 1);
+            (0, V, MSG_NORM_RESULT, 32, true, 1, 1): classify(KIND_NORM, 0, 0, 3 * THC_SLOTS, THC_NORMS + 1);
+            // Indices need a per-lane lookup this target does not have.
+            (0, V, MSG_DATA, THC_INDEX_BITS, _, _, _): header_drop(DROP_LANE_UNSUPPORTED);
+            (0, V, MSG_DATA, _, _, _, _): header_drop(DROP_MALFORMED);
+            (0, V, MSG_RESULT, _, _, _, _): header_drop(DROP_MALFORMED);
+            (0, V, MSG_PARTIAL, _, _, _, _): header_drop(DROP_MALFORMED);
+            (0, V, MSG_NORM, _, _, _, _): header_drop(DROP_MALFORMED);
+            (0, V, MSG_NORM_RESULT, _, _, _, _): header_drop(DROP_MALFORMED);
+            (0, V, MSG_NORM_PARTIAL, _, _, _, _): header_drop(DROP_MALFORMED);
+            (0, V, _, _, _, _, _): header_drop(DROP_BAD_TYPE);
+            (0, _, _, _, _, _, _): header_drop(DROP_BAD_VERSION);
+#undef V
         }
     }
 
@@ -115,51 +140,66 @@ control ThcValidate(inout headers_t hdr, inout ingress_metadata_t meta,
         }
     }
 
+    // Everything the header and the three lookups said -> the first drop reason (v1model's
+    // order, except that LANE_UNSUPPORTED for a job's lanes comes after the sender checks: a
+    // ternary row can only test a value for 0, so "lanes are not 8 bits" is what is left).
+    action drop(bit<8> reason) {
+        meta.drop_reason = reason;
+    }
+    action header_reason() {
+        meta.drop_reason = meta.header_drop;   // 0: all checks passed
+    }
+    table checks {
+        key = {
+            meta.header_drop: ternary;
+            meta.job_ok: ternary;
+            meta.elems_room: ternary;
+            meta.is_up: ternary;
+            meta.rank_over: ternary;
+            meta.job.slot_room: ternary;
+            meta.sender_ok: ternary;
+            meta.partial: ternary;
+            meta.from_switch: ternary;
+            meta.job.has_parent: ternary;
+            meta.kind: ternary;
+            meta.job.lane_x: ternary;
+            meta.job.parent_port_x: ternary;
+            meta.job.parent_addr_x: ternary;
+        }
+        actions = { drop; header_reason; }
+        default_action = header_reason();
+        size = 32;
+        const entries = {
+            // header, job, elems, up, rank_over, slots, sender, partial, switch, parent,
+            // kind, lane_x, parent_port_x, parent_addr_x
+            (0, 0, _, _, _, _, _, _, _, _, _, _, _, _): drop(DROP_UNKNOWN_JOB);
+            (0, _, 0, _, _, _, _, _, _, _, _, _, _, _): drop(DROP_MALFORMED);
+            (0, _, _, 1, 1, _, _, _, _, _, _, _, _, _): drop(DROP_MALFORMED);
+            (0, _, _, _, _, 0, _, _, _, _, _, _, _, _): drop(DROP_BAD_SLOT);
+            (0, _, _, 1, _, _, 0, _, _, _, _, _, _, _): drop(DROP_BAD_SENDER);
+            (0, _, _, 1, _, _, _, 1, 0, _, _, _, _, _): drop(DROP_BAD_SENDER);
+            (0, _, _, 1, _, _, _, 0, 1, _, _, _, _, _): drop(DROP_BAD_SENDER);
+            (0, _, _, 0, _, _, _, _, _, 0, _, _, _, _): drop(DROP_BAD_SENDER);
+            // From here on only the lanes and the parent's port/address are left to check.
+            (0, _, _, 1, _, _, _, _, _, _, KIND_NORM, _, _, _): header_reason();
+            (0, _, _, 1, _, _, _, _, _, _, KIND_DATA, 0, _, _): header_reason();
+            (0, _, _, 1, _, _, _, _, _, _, KIND_DATA, _, _, _): drop(DROP_LANE_UNSUPPORTED);
+            (0, _, _, 0, _, _, _, _, _, _, KIND_NORM, _, 0, 0): header_reason();
+            (0, _, _, 0, _, _, _, _, _, _, KIND_DATA, 0, 0, 0): header_reason();
+            (0, _, _, 0, _, _, _, _, _, _, KIND_DATA, 0, _, _): drop(DROP_BAD_SENDER);
+            (0, _, _, 0, _, _, _, _, _, _, KIND_NORM, _, _, _): drop(DROP_BAD_SENDER);
+            (0, _, _, 0, _, _, _, _, _, _, KIND_DATA, _, _, _): drop(DROP_LANE_UNSUPPORTED);
+        }
+    }
+
     apply {
         jobs.apply();
-        contributor_bits.apply();
-        if (hdr.recirc.isValid()) {
-            // Pass 1: everything below was checked on pass 0.
-        } else if (ig_prsr_md.parser_err != 0) {
-            meta.drop_reason = DROP_SHORT;
-        } else if (hdr.thc.version != THC_VERSION) {
-            meta.drop_reason = DROP_BAD_VERSION;
-        } else if (hdr.thc.msg_type == 0 || hdr.thc.msg_type > MSG_NORM_PARTIAL) {
-            meta.drop_reason = DROP_BAD_TYPE;
-        } else if (hdr.thc.msg_type == MSG_DATA && hdr.thc.lane_bits == THC_INDEX_BITS) {
-            meta.drop_reason = DROP_LANE_UNSUPPORTED;   // indices need the per-lane lookup
-        } else if (!hdr.seg_a.isValid()) {
-            meta.drop_reason = DROP_MALFORMED;          // no payload this target aggregates
-        } else {
+        if (!hdr.recirc.isValid()) {
+            // Pass 0 only: recirculated packets were checked here before.
             message_kinds.apply();
-            if (meta.drop_reason == 0) {
-                if (meta.elems_room == 0) {
-                    meta.drop_reason = DROP_MALFORMED;
-                } else if (meta.is_up == 1 && meta.rank_over == 1) {
-                    meta.drop_reason = DROP_MALFORMED;
-                }
-            }
-            if (meta.drop_reason == 0) {
-                if (meta.kind == KIND_DATA && meta.job.lane_bits != 8) {
-                    meta.drop_reason = DROP_LANE_UNSUPPORTED;   // packed 8-bit lanes only
-                } else if (meta.job.slot_room == 0) {
-                    meta.drop_reason = DROP_BAD_SLOT;
-                } else if (meta.is_up == 1) {
-                    senders.apply();
-                    if (meta.drop_reason == 0) {
-                        if (hdr.thc.msg_type == MSG_PARTIAL || hdr.thc.msg_type == MSG_NORM_PARTIAL) {
-                            if (meta.from_switch == 0) {
-                                meta.drop_reason = DROP_BAD_SENDER;
-                            }
-                        } else if (meta.from_switch == 1) {
-                            meta.drop_reason = DROP_BAD_SENDER;
-                        }
-                    }
-                } else if (meta.job.has_parent == 0 || meta.job.parent_port_x != 0
-                           || meta.job.parent_addr_x != 0) {
-                    meta.drop_reason = DROP_BAD_SENDER;   // results only come from our parent
-                }
-            }
+            contributor_bits.apply();
+            senders.apply();
+            checks.apply();
         }
     }
 }
