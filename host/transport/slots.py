@@ -196,6 +196,16 @@ class SlotWindow:
             self.rttvar = (1 - b) * self.rttvar + b * abs(self.srtt - rtt)
             self.srtt = (1 - a) * self.srtt + a * rtt
 
+    def _header_fields(self, msg_type: int, lane_bits: int) -> list[int]:
+        """THC header field values (layout order) shared by every packet of one exchange."""
+        hdr = [0] * len(_FIELDS)
+        hdr[_IDX["version"]] = wire.THC_VERSION
+        hdr[_IDX["msg_type"]] = int(msg_type)
+        hdr[_IDX["lane_bits"]] = lane_bits
+        hdr[_IDX["job_id"]] = self.job_id
+        hdr[_IDX["rank"]] = self.rank
+        return hdr
+
     def exchange(self, kind: str, msg_type: MsgType, lane_bits: int, payloads: list[memoryview],
                  elem_counts: list[int], offsets: list[int], on_result: ResultHandler,
                  result_type: MsgType) -> None:
@@ -229,12 +239,7 @@ class SlotWindow:
         size = THC_HEADER_BYTES + len(payloads[0])
         nbuf = min(W, n)
         bufs = [bytearray(size) for _ in range(nbuf)]
-        hdr = [0] * len(_FIELDS)
-        hdr[_IDX["version"]] = wire.THC_VERSION
-        hdr[_IDX["msg_type"]] = int(msg_type)
-        hdr[_IDX["lane_bits"]] = lane_bits
-        hdr[_IDX["job_id"]] = self.job_id
-        hdr[_IDX["rank"]] = self.rank
+        hdr = self._header_fields(msg_type, lane_bits)
         i_slot, i_round, i_set = _IDX["slot"], _IDX["round"], _IDX["slot_set"]
         i_cnt, i_off, i_flags = _IDX["elem_count"], _IDX["chunk_offset"], _IDX["flags"]
         i_type, i_job = _IDX["msg_type"], _IDX["job_id"]
@@ -423,12 +428,7 @@ class SlotWindow:
         rounds = self.next_round[kind]
         base = rounds.copy()
         rounds += np.bincount(np.arange(n) % W, minlength=W)  # reserve, as exchange does
-        hdr = [0] * len(_FIELDS)
-        hdr[_IDX["version"]] = wire.THC_VERSION
-        hdr[_IDX["msg_type"]] = int(msg_type)
-        hdr[_IDX["lane_bits"]] = lane_bits
-        hdr[_IDX["job_id"]] = self.job_id
-        hdr[_IDX["rank"]] = self.rank
+        hdr = self._header_fields(msg_type, lane_bits)
         template = _HEADER.pack(*hdr)
         cfg = self.cfg
         pay = np.ascontiguousarray(payload, dtype=np.uint8).reshape(-1)

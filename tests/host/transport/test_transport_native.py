@@ -29,6 +29,8 @@ from host.transport.job import JobSpec, NetworkAggregator
 from host.transport.ports import RawEndpoint, UdpEndpoint
 from host.transport.slots import SlotConfig, SlotTimeoutError, SlotWindow
 
+from .test_transport_udp import run_workers
+
 pytestmark = pytest.mark.skipif(slots_mod._slotloop is None,
                                 reason="the C slot loop (host/transport/_slotloop) is not built")
 
@@ -195,28 +197,6 @@ def _data(n: int, numel: int, seed: int) -> list[torch.Tensor]:
     return [torch.randn(numel, generator=g) * (1 + r) for r in range(n)]
 
 
-def _run(n: int, fn, timeout: float = 60.0) -> list:
-    out: list = [None] * n
-    errs: list = [None] * n
-
-    def go(r: int) -> None:
-        try:
-            out[r] = fn(r)
-        except BaseException as exc:
-            errs[r] = exc
-
-    ts = [threading.Thread(target=go, args=(r,), daemon=True) for r in range(n)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(timeout)
-    assert not any(t.is_alive() for t in ts), "a worker hung"
-    for e in errs:
-        if e is not None:
-            raise e
-    return out
-
-
 @pytest.mark.parametrize("n", [2, 4])
 def test_c_and_python_loops_give_the_same_exact_sums(n):
     codec = THCCodec()
@@ -237,7 +217,7 @@ def test_c_and_python_loops_give_the_same_exact_sums(n):
                 agg.window.native = native
                 aggs.append(agg)
             try:
-                got = _run(n, lambda r: aggs[r].sum_encoded(encs[r], codec))  # noqa: B023
+                got = run_workers(n, lambda r: aggs[r].sum_encoded(encs[r], codec))  # noqa: B023
             finally:
                 for a in aggs:
                     a.ep.close()
@@ -259,7 +239,7 @@ def test_c_loop_allreduce_equals_the_in_process_protocol():
         for a in aggs:
             a.window.native = True   # also under NETCO_TRANSPORT_C=0
         try:
-            got = _run(n, lambda r: aggs[r].allreduce(xs[r], codec))
+            got = run_workers(n, lambda r: aggs[r].allreduce(xs[r], codec))
         finally:
             for a in aggs:
                 a.ep.close()
@@ -298,7 +278,7 @@ def test_c_loop_sums_stay_exact_under_faults(faults):
         pairs = [_relayed(net, r, slots, **faults) for r in range(n)]
         aggs = [p[0] for p in pairs]
         try:
-            got = _run(n, lambda r: aggs[r].allreduce(xs[r], codec))
+            got = run_workers(n, lambda r: aggs[r].allreduce(xs[r], codec))
         finally:
             for a, relay in pairs:
                 a.ep.close()
@@ -343,7 +323,7 @@ def test_c_loop_worker_killed_mid_round_partial_sums_are_exact_per_packet():
             return aggs[r].sum_encoded(encs[r], codec)
 
         try:
-            got = _run(n, work)
+            got = run_workers(n, work)
         finally:
             for ag in [*aggs, dying]:
                 ag.ep.close()
