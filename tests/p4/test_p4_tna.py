@@ -45,6 +45,7 @@ def read_p4info(path: Path) -> p4i.P4Info:
     return parse_p4info_text(path.read_text())
 
 
+
 def tna_p4info(target: str) -> p4i.P4Info:
     path = BUILD.tna_dir(target) / "netco.p4info.txtpb"
     if not path.exists():
@@ -180,7 +181,11 @@ def test_tna_compiles_and_matches_the_committed_outputs(target):
         out = BUILD.compile_tna(p4c, target, Path(tmp))
         assert out["returncode"] == 0, out["output"][-3000:]
         fresh = (Path(tmp) / "netco.p4info.txtpb").read_text()
-    assert fresh == (BUILD.tna_dir(target) / "netco.p4info.txtpb").read_text()
+    # Equal as the controller reads them (tables, actions, registers, counters, ids). The
+    # compiler's debug-only Snapshot extern lists PHV fields whose choice varies between
+    # compiles of the same source, so the text is not compared byte for byte.
+    committed = read_p4info(BUILD.tna_dir(target) / "netco.p4info.txtpb")
+    assert parse_p4info_text(fresh) == committed
     fits = out["resources"]
     # Placed within the chip's stages, and assembled into a device binary by bfas.
     assert fits["binary"] and fits["binary"]["bytes"] > 0
