@@ -200,6 +200,8 @@ control ThcValidate(inout headers_t hdr, inout ingress_metadata_t meta,
             contributor_bits.apply();
             senders.apply();
             checks.apply();
+        } else if (meta.job_ok == 0) {
+            meta.drop_reason = DROP_UNKNOWN_JOB;   // the job was removed between two passes
         }
     }
 }
