@@ -40,7 +40,7 @@ from host.transport.slots import SlotConfig, SlotTimeoutError
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "p4"))
 from switch_fixture import P4_JSON, WORKERS, Bmv2Network, SwitchJob, Worker
 
-from .test_transport_udp import run_workers
+from .test_transport_udp import FAULT_IDS, FAULTS, run_workers, worker_data
 
 pytestmark = [pytest.mark.root, pytest.mark.bmv2]
 
@@ -101,11 +101,6 @@ def aggregator(spec: RawNetworkSpec, rank: int, world: int, slots: SlotConfig,
     if faults:
         ep = FaultyEndpoint(ep, seed=rank, **faults)
     return NetworkAggregator(ep, JobSpec(spec.job_id, rank, world, spec.num_slots), slots)
-
-def worker_data(n: int, numel: int, seed: int) -> list[torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(numel, generator=g) * (1 + r) for r in range(n)]
-
 
 def close_all(aggs: list[NetworkAggregator]) -> None:
     for a in aggs:
@@ -173,16 +168,7 @@ def test_allreduce_equals_the_in_process_protocol(bmv2):
         assert torch.equal(g, ref)
 
 
-@pytest.mark.parametrize(
-    "faults",
-    [
-        {"loss_pct": 5.0},
-        {"dup_pct": 5.0},
-        {"reorder_pct": 10.0, "reorder_ms": 3.0},
-        {"loss_pct": 2.0, "dup_pct": 2.0, "reorder_pct": 5.0, "delay_ms": 1.0},
-    ],
-    ids=["loss5", "dup5", "reorder10", "mixed"],
-)
+@pytest.mark.parametrize("faults", FAULTS, ids=FAULT_IDS)
 def test_sums_stay_exact_under_faults(bmv2, faults):
     n = 4
     codec = THCCodec()

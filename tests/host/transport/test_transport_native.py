@@ -29,7 +29,7 @@ from host.transport.job import JobSpec, NetworkAggregator
 from host.transport.ports import RawEndpoint, UdpEndpoint
 from host.transport.slots import SlotConfig, SlotTimeoutError, SlotWindow
 
-from .test_transport_udp import run_workers
+from .test_transport_udp import FAULT_IDS, FAULTS, run_workers, sums_with_a_dying_worker, worker_data
 
 pytestmark = pytest.mark.skipif(slots_mod._slotloop is None,
                                 reason="the C slot loop (host/transport/_slotloop) is not built")
@@ -192,16 +192,11 @@ def test_c_loop_raises_the_give_up_with_the_missing_ranks():
     assert win.stats.retransmits > 4 and len(peeks) == 1
 
 
-def _data(n: int, numel: int, seed: int) -> list[torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(numel, generator=g) * (1 + r) for r in range(n)]
-
-
 @pytest.mark.parametrize("n", [2, 4])
 def test_c_and_python_loops_give_the_same_exact_sums(n):
     codec = THCCodec()
     numel = 70_001
-    xs = _data(n, numel, 21)
+    xs = worker_data(n, numel, 21)
     norms = torch.stack([codec.chunk_norms(x) for x in xs]).amax(0)
     encs = [codec.encode(x, norms, worker=r, round=0) for r, x in enumerate(xs)]
     want = aggregate_packed([e.payload for e in encs], codec.table, 30, 4, encs[0].layout.padded)
@@ -232,7 +227,7 @@ def test_c_and_python_loops_give_the_same_exact_sums(n):
 def test_c_loop_allreduce_equals_the_in_process_protocol():
     n = 4
     codec = THCCodec()
-    xs = _data(n, 20_000, 7)
+    xs = worker_data(n, 20_000, 7)
     with EmbeddedNetwork(n, num_slots=16) as net:
         aggs = [NetworkAggregator(UdpEndpoint(net.address(r).switch, bind=(net.address(r).ip, 0)),
                                   JobSpec(net.job_id, r, n, num_slots=16)) for r in range(n)]
@@ -259,20 +254,11 @@ def _relayed(net: EmbeddedNetwork, rank: int, slots: SlotConfig, **faults):
     return agg, relay
 
 
-@pytest.mark.parametrize(
-    "faults",
-    [
-        {"loss_pct": 5.0},
-        {"dup_pct": 5.0},
-        {"reorder_pct": 10.0, "reorder_ms": 3.0},
-        {"loss_pct": 2.0, "dup_pct": 2.0, "reorder_pct": 5.0, "delay_ms": 1.0},
-    ],
-    ids=["loss5", "dup5", "reorder10", "mixed"],
-)
+@pytest.mark.parametrize("faults", FAULTS, ids=FAULT_IDS)
 def test_c_loop_sums_stay_exact_under_faults(faults):
     n = 4
     codec = THCCodec()
-    xs = _data(n, 60_000, 11)
+    xs = worker_data(n, 60_000, 11)
     with EmbeddedNetwork(n, num_slots=16) as net:
         slots = SlotConfig(rto=0.01, max_rto=0.1)
         pairs = [_relayed(net, r, slots, **faults) for r in range(n)]
@@ -303,7 +289,7 @@ def test_c_loop_worker_killed_mid_round_partial_sums_are_exact_per_packet():
     (C loop) get m = 3 from the switch's deadline release, per packet exact."""
     n, numel = 4, 64 * 256
     codec = THCCodec()
-    xs = _data(n, numel, 9)
+    xs = worker_data(n, numel, 9)
     norms = torch.stack([codec.chunk_norms(x) for x in xs]).amax(0)
     encs = [codec.encode(x, norms, worker=r, round=0) for r, x in enumerate(xs)]
     with EmbeddedNetwork(n, num_slots=8) as net:
@@ -315,28 +301,14 @@ def test_c_loop_worker_killed_mid_round_partial_sums_are_exact_per_packet():
             a.window.native = True
         dying, relay = _relayed(net, n - 1, SlotConfig(give_up=1.0, rto=0.02), die_after=20)
 
-        def work(r: int):
-            if r == n - 1:
-                with pytest.raises(SlotTimeoutError):
-                    dying.sum_encoded(encs[r], codec)
-                return None
-            return aggs[r].sum_encoded(encs[r], codec)
-
         try:
-            got = run_workers(n, work)
+            sums_with_a_dying_worker(n, aggs, dying, encs, codec)
         finally:
             for ag in [*aggs, dying]:
                 ag.ep.close()
             relay.close()
     assert all(a.window.last_native for a in [*aggs, dying])
-    table = torch.tensor(codec.table)
-    vals = [table[codec.indices(e).long()].numpy().astype(np.int64) for e in encs]
-    for a, (sums, count) in zip(aggs, got[: n - 1], strict=True):
-        c = count.numpy()
-        assert set(np.unique(c)) == {3, 4}
-        assert (c[: 20 * 256] == 4).all()
-        want = np.where(c == 4, sum(vals), sum(vals[: n - 1]))
-        np.testing.assert_array_equal(sums.numpy().astype(np.int64), want)
+    for a in aggs:
         assert a.window.stats.missing_ranks == {3} and a.window.stats.deadlines > 0
 
 

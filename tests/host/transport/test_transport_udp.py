@@ -79,6 +79,41 @@ def worker_data(n: int, numel: int, seed: int) -> list[torch.Tensor]:
     return [torch.randn(numel, generator=g) * (1 + r) for r in range(n)]
 
 
+#: Impairments every transport test runs (here, the C loop's and BMv2's tests).
+FAULTS = [
+    {"loss_pct": 5.0},
+    {"dup_pct": 5.0},
+    {"reorder_pct": 10.0, "reorder_ms": 3.0},
+    {"loss_pct": 2.0, "dup_pct": 2.0, "reorder_pct": 5.0, "delay_ms": 1.0},
+]
+FAULT_IDS = ["loss5", "dup5", "reorder10", "mixed"]
+
+
+def sums_with_a_dying_worker(n: int, aggs: list, dying, encs: list, codec) -> list:
+    """Ranks 0..n-2 sum ``encs`` while rank n-1 (``dying``, which goes silent after 20 DATA
+    packets) fails with SlotTimeoutError; checks the live ranks' partial sums packet by
+    packet (m = n on what the dead rank sent, m = n - 1 after) and returns their results."""
+
+    def work(r: int):
+        if r == n - 1:
+            with pytest.raises(SlotTimeoutError):
+                dying.sum_encoded(encs[r], codec)
+            return None
+        return aggs[r].sum_encoded(encs[r], codec)
+
+    got = run_workers(n, work)
+    table = torch.tensor(codec.table)
+    vals = [table[codec.indices(e).long()].numpy().astype(np.int64) for e in encs]
+    for sums, count in got[: n - 1]:
+        assert isinstance(count, torch.Tensor)  # per-coordinate counts: some packets partial
+        c = count.numpy()
+        assert set(np.unique(c)) == {n - 1, n}
+        assert (c[: 20 * 256] == n).all()  # what the dead rank sent before dying was counted
+        want = np.where(c == n, sum(vals), sum(vals[: n - 1]))
+        np.testing.assert_array_equal(sums.numpy().astype(np.int64), want)
+    return got
+
+
 @pytest.mark.parametrize("numel", [1, 255, 1000, 4097, 70_001])
 def test_exact_integer_sums(net, numel):
     n = net.workers
@@ -115,18 +150,8 @@ def test_allreduce_equals_the_in_process_protocol(net):
         assert torch.equal(g, ref)  # same norms, keys and integer sums: bit-identical
 
 
-@pytest.mark.parametrize(
-    "faults",
-    [
-        {"loss_pct": 1.0},
-        {"loss_pct": 5.0},
-        {"dup_pct": 5.0},
-        {"reorder_pct": 10.0, "reorder_ms": 3.0},
-        {"delay_ms": 2.0},
-        {"loss_pct": 2.0, "dup_pct": 2.0, "reorder_pct": 5.0, "delay_ms": 1.0},
-    ],
-    ids=["loss1", "loss5", "dup5", "reorder10", "delay2", "mixed"],
-)
+@pytest.mark.parametrize("faults", [{"loss_pct": 1.0}, *FAULTS, {"delay_ms": 2.0}],
+                         ids=["loss1", *FAULT_IDS, "delay2"])
 def test_sums_stay_exact_under_faults(faults):
     n = 4
     codec = THCCodec()
@@ -237,24 +262,8 @@ def test_worker_killed_mid_round_partial_sums_are_exact_per_packet():
             FaultyEndpoint(UdpEndpoint(a.switch, bind=(a.ip, 0)), die_after=20),
             JobSpec(net.job_id, n - 1, n, num_slots=8), SlotConfig(give_up=1.0, rto=0.02))
 
-        def work(r: int):
-            if r == n - 1:
-                with pytest.raises(SlotTimeoutError):
-                    dying.sum_encoded(encs[r], codec)
-                return None
-            return aggs[r].sum_encoded(encs[r], codec)
-
         try:
-            got = run_workers(n, work)
+            sums_with_a_dying_worker(n, aggs, dying, encs, codec)
         finally:
             for ag in [*aggs, dying]:
                 ag.ep.close()
-    table = torch.tensor(codec.table)
-    vals = [table[codec.indices(e).long()].numpy().astype(np.int64) for e in encs]
-    for sums, count in got[: n - 1]:
-        assert isinstance(count, torch.Tensor)  # per-coordinate counts: some packets partial
-        c = count.numpy()
-        assert set(np.unique(c)) == {3, 4}
-        assert (c[: 20 * 256] == 4).all()  # what rank 3 sent before dying was counted
-        want = np.where(c == 4, sum(vals), sum(vals[: n - 1]))
-        np.testing.assert_array_equal(sums.numpy().astype(np.int64), want)
