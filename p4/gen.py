@@ -178,9 +178,6 @@ def tna_files() -> dict[Path, str]:
         raise SystemExit(f"gen.py: {TNA_TARGET.relative_to(REPO)}: the TNA program adds a packet in "
                          f"two passes of {lay.COORDS_PER_PACKET // lanes // 2} words (TNA_PASSES 2, "
                          f"TNA_WORDS_PER_PASS {lay.COORDS_PER_PACKET // lanes // 2}); got {passes} x {words}")
-    if words * passes * lanes < lay.COORDS_PER_PACKET:
-        raise SystemExit(f"gen.py: {TNA_TARGET.relative_to(REPO)}: TNA_WORDS_PER_PASS x TNA_PASSES x "
-                         f"{lanes} lanes = {words * passes * lanes} < {lay.COORDS_PER_PACKET} coordinates")
     if words * 32 < lay.NORMS.count * lay.NORMS.bits:
         raise SystemExit(f"gen.py: TNA_WORDS_PER_PASS={words}: a segment must hold the "
                          f"{lay.NORMS.count} norms")
