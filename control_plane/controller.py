@@ -124,7 +124,7 @@ class Controller:
         #: pushed to the switches as the compiler wrote it
         self.p4info = p4info
         # Entities are built, encoded and compared under the program's own names (a Tofino
-        # P4Info prefixes them with the pipeline: desired.program_view).
+        # P4Info prefixes them with the pipeline: p4names.program_view).
         view = program_view(p4info)
         self.schema = fy.P4Schema(view)
         self.placement: Placement = place(cfg, limits_from_p4info(view))
