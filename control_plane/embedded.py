@@ -32,10 +32,10 @@ log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[1]
 
 
-def free_port(kind: int = socket.SOCK_DGRAM) -> int:
-    """A port number that was free on 127.0.0.1 a moment ago."""
+def free_port(kind: int = socket.SOCK_DGRAM, host: str = "127.0.0.1") -> int:
+    """A port number that was free on ``host`` a moment ago."""
     with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
@@ -65,10 +65,14 @@ class EmbeddedNetwork:
     echo : bool
         Run the switch as a plain receive-and-send loop (every datagram goes back to where it
         came from): the socket-path limit benchmarks compare with. No controller then.
+    switch_ips, worker_ips : list of str, optional
+        Per rank: the address the switch's UDP port binds and the worker's address (default
+        127.0.0.1 and 127.0.0.11, .12, ...); a namespace rack gives each worker its own link.
     """
 
     def __init__(self, workers: int, job_id: int = 1, num_slots: int = 64,
-                 thc: dict | None = None, workdir: Path | None = None, echo: bool = False) -> None:
+                 thc: dict | None = None, workdir: Path | None = None, echo: bool = False,
+                 switch_ips: list[str] | None = None, worker_ips: list[str] | None = None) -> None:
         if not 1 <= workers <= 32:
             raise ValueError(f"workers={workers}: need 1..32 (the switch's bitmap)")
         self.workers = workers
@@ -76,6 +80,8 @@ class EmbeddedNetwork:
         self.num_slots = num_slots
         self.thc = thc
         self.echo = echo
+        self.switch_ips = list(switch_ips or ["127.0.0.1"] * workers)
+        self.worker_ips = list(worker_ips or [f"127.0.0.{11 + r}" for r in range(workers)])
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="netco-embedded-")
         self.workdir = Path(workdir or self._tmp.name)
         self.proc: subprocess.Popen | None = None
@@ -91,7 +97,7 @@ class EmbeddedNetwork:
 
     def address(self, rank: int) -> WorkerAddress:
         """Addresses of worker ``rank``."""
-        return WorkerAddress(rank, f"127.0.0.{11 + rank}", ("127.0.0.1", self.ports[rank]))
+        return WorkerAddress(rank, self.worker_ips[rank], (self.switch_ips[rank], self.ports[rank]))
 
     def config_dict(self) -> dict:
         """The controller file of this network (also written to ``workdir/net.yaml``)."""
@@ -113,11 +119,11 @@ class EmbeddedNetwork:
     def start(self, timeout: float = 30.0) -> EmbeddedNetwork:
         """Start the switch, wait for its P4Runtime server, apply the controller file."""
         self.grpc_port = free_port(socket.SOCK_STREAM)
-        self.ports = [free_port() for _ in range(self.workers)]
+        self.ports = [free_port(host=ip) for ip in self.switch_ips]
         cmd = [sys.executable, "-m", "host.softswitch", "--grpc", f"127.0.0.1:{self.grpc_port}",
                "--slots", str(max(256, self.num_slots))]
         for r, p in enumerate(self.ports):
-            cmd += ["--port", f"{r + 1}=udp:127.0.0.1:{p}"]
+            cmd += ["--port", f"{r + 1}=udp:{self.switch_ips[r]}:{p}"]
         if self.echo:
             cmd.append("--echo")
         path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
