@@ -37,7 +37,7 @@ class IsolationError(RuntimeError):
     """The isolated namespace could not be made (user namespaces unavailable, no ``unshare``)."""
 
 
-class IsolatedFailure(RuntimeError):
+class IsolatedError(RuntimeError):
     """The function raised inside the isolated process; the message is its ``Type: message``."""
 
     def __init__(self, message: str, error_type: str) -> None:
@@ -69,7 +69,7 @@ def check_available() -> None:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise IsolationError(f"cannot run {cmd[0]}: {exc}") from exc
     if res.returncode != 0:
-        why = (res.stderr.strip().splitlines() or ["exit code %d" % res.returncode])[-1]
+        why = (res.stderr.strip().splitlines() or [f"exit code {res.returncode}"])[-1]
         kind = "user namespaces" if os.geteuid() != 0 else "network namespaces"
         raise IsolationError(f"{kind} unavailable ({why}); e.g. sysctl "
                              "kernel.unprivileged_userns_clone=1 or user.max_user_namespaces > 0")
@@ -85,7 +85,7 @@ def run_isolated(target: str, kwargs: dict | None = None, *, timeout_s: float = 
     """Call ``module:function(**kwargs)`` in a private network and mount namespace.
 
     Returns the function's (picklable) value. Raises :class:`IsolationError` when the
-    namespaces cannot be made and :class:`IsolatedFailure` when the function raised.
+    namespaces cannot be made and :class:`IsolatedError` when the function raised.
     """
     if is_isolated():
         return _call(target, kwargs or {})
@@ -115,11 +115,11 @@ def run_isolated(target: str, kwargs: dict | None = None, *, timeout_s: float = 
             if rc != 0 and not src.with_name("started").exists():
                 raise IsolationError(f"could not enter a private namespace ({' '.join(prefix)} "
                                      f"exited {rc})")
-            raise IsolatedFailure(f"isolated process exited {rc} without a result", "Crash")
+            raise IsolatedError(f"isolated process exited {rc} without a result", "Crash")
         ok, value = pickle.loads(dst.read_bytes())
     if ok:
         return value
-    raise IsolatedFailure(value[1], value[0])
+    raise IsolatedError(value[1], value[0])
 
 
 def _call(target: str, kwargs: dict) -> Any:

@@ -28,6 +28,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from host.netns import enter_netns
+
 log = logging.getLogger(__name__)
 
 SUBNET = "10.77"
@@ -75,20 +77,6 @@ def _run(cmd: list[str]) -> str:
     return res.stdout
 
 
-def setns(path: str) -> None:
-    """Move the calling thread into the network namespace at ``path``."""
-    import ctypes
-
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
-            err = ctypes.get_errno()
-            raise OSError(err, f"setns({path}): {os.strerror(err)}")
-    finally:
-        os.close(fd)
-
-
 def in_netns(path: str | None, fn):
     """Run ``fn()`` in a thread inside namespace ``path`` (None: here) and return its value."""
     if path is None:
@@ -97,7 +85,7 @@ def in_netns(path: str | None, fn):
 
     def target() -> None:
         try:
-            setns(path)
+            enter_netns(path)
             out["val"] = fn()
         except BaseException as exc:  # re-raised in the caller
             out["err"] = exc

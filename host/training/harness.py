@@ -77,6 +77,11 @@ class TrainConfig:
         bytes are then the datagrams each worker really sent and received (headers included).
     timeout_s : float
         Kill the workers after this long; also the collectives' timeout.
+    netns : tuple of str, optional
+        Per rank, the network namespace its process runs in (a shaped testbed's hosts); gloo
+        then binds ``ifname`` there, so the baselines' traffic crosses the hosts' links too.
+    ifname : str
+        The hosts' interface (with ``netns``).
     """
 
     task: str
@@ -93,6 +98,8 @@ class TrainConfig:
     inject_nan: tuple[int, int] | None = None
     timeout_s: float = 900.0
     network: NetworkSpec | RawNetworkSpec | None = None
+    netns: tuple[str, ...] | None = None
+    ifname: str = "eth0"
 
 
 def _train(rank: int, cfg: TrainConfig) -> dict:
@@ -187,7 +194,8 @@ def train(cfg: TrainConfig) -> dict:
         raise ValueError(f"workers={cfg.workers}: must be >= 1")
     try:
         results = run_workers(_worker, cfg.workers, (cfg,), timeout_s=cfg.timeout_s,
-                              threads=cfg.threads)
+                              threads=cfg.threads, netns=cfg.netns,
+                              ifname=cfg.ifname if cfg.netns else None)
     except LaunchTimeoutError as exc:
         raise TrainingError(str(exc), {r: "timeout" for r in range(cfg.workers)}) from exc
     errors = {r.rank: r.error for r in results if not r.ok}

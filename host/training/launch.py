@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -24,6 +24,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from host.netns import enter_netns
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +59,15 @@ def loopback_env() -> None:
 
 
 def _entry(rank: int, fn: Callable, world: int, store: str, out_dir: str, timeout_s: float,
-           threads: int, args: tuple) -> None:
+           threads: int, args: tuple, netns: tuple[str, ...] | None = None,
+           ifname: str | None = None) -> None:
     torch.set_num_threads(threads)
     res = RankResult(rank)
     try:
+        if netns is not None:  # this rank's host: gloo and every socket use its interface
+            enter_netns(netns[rank])
+            if ifname:
+                os.environ["GLOO_SOCKET_IFNAME"] = ifname
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
                                 timeout=timedelta(seconds=timeout_s))
         res.value = fn(rank, world, *args)
@@ -80,7 +87,8 @@ def _entry(rank: int, fn: Callable, world: int, store: str, out_dir: str, timeou
 
 
 def run_workers(fn: Callable, world: int, args: tuple = (), *, timeout_s: float = 600.0,
-                threads: int = 1) -> list[RankResult]:
+                threads: int = 1, netns: Sequence[str] | None = None,
+                ifname: str | None = None) -> list[RankResult]:
     """Run ``fn(rank, world, *args)`` in ``world`` spawned processes sharing a gloo group.
 
     Parameters
@@ -93,6 +101,11 @@ def run_workers(fn: Callable, world: int, args: tuple = (), *, timeout_s: float 
         Collective timeout inside the group; the processes are killed 60 s after it.
     threads : int
         torch intra-op threads per process.
+    netns : sequence of str, optional
+        Per rank, the network namespace (a path such as ``/run/netns/h1``) the process enters
+        before joining the group, so its traffic leaves through that host's interface.
+    ifname : str, optional
+        With ``netns``: the interface gloo binds in every namespace (``GLOO_SOCKET_IFNAME``).
 
     Returns
     -------
@@ -101,10 +114,13 @@ def run_workers(fn: Callable, world: int, args: tuple = (), *, timeout_s: float 
     """
     if world < 1:
         raise ValueError(f"world={world}: need at least one process")
+    if netns is not None and len(netns) < world:
+        raise ValueError(f"{len(netns)} network namespaces for {world} processes")
     loopback_env()
     with tempfile.TemporaryDirectory(prefix="netco-ddp-") as tmp:
         store = str(Path(tmp, "store"))
-        ctx = mp.start_processes(_entry, args=(fn, world, store, tmp, timeout_s, threads, args),
+        ctx = mp.start_processes(_entry, args=(fn, world, store, tmp, timeout_s, threads, args,
+                                                     tuple(netns) if netns else None, ifname),
                                  nprocs=world, join=False, start_method="spawn")
         deadline = time.monotonic() + timeout_s + 60
         try:

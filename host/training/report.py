@@ -5,8 +5,10 @@ the worker's CPU time in the step, median over the steps (wall time on a shared 
 varies by tens of percent between identical runs with the load of other processes) -- plus the time
 its bytes take on a full-duplex link of ``B`` Mbit/s per worker,
 ``max(sent, received) · 8 / (B · 10⁶)`` seconds, with no overlap of communication and compute.
-It is an emulation from counted bytes, not a measurement of a network; the network testbed
-measures the same quantity for real.
+It is an emulation from counted bytes, not a measurement of a network, and every figure derived
+from it is labelled ``"time_basis": "emulated"``. On a shaped testbed
+(:mod:`control_plane.testbed.nsrack`) the bytes really cross links of that speed and the time to
+target is the measured wall-clock time of the training steps (``"time_basis": "measured"``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,12 @@ def link_seconds(sent: int, received: int, mbps: float) -> float:
     return max(sent, received) * 8.0 / (mbps * 1e6)
 
 
-def summarize(run: dict, *, target: float, link_mbps: float | None = None) -> dict:
+#: What a time-to-target figure is (the ``time_basis`` key of summaries and reports).
+TIME_BASES = ("measured", "emulated")
+
+
+def summarize(run: dict, *, target: float, link_mbps: float | None = None,
+              time_basis: str | None = None) -> dict:
     """Add the headline numbers of one run (from :func:`host.training.harness.train`).
 
     Returns a dict with final metric and held-out loss, bytes per step (mean over all steps,
@@ -31,7 +38,17 @@ def summarize(run: dict, *, target: float, link_mbps: float | None = None) -> di
     which the held-out metric reached ``target``, and the time to it: measured wall time and,
     with ``link_mbps``, the emulated time (median CPU time per step + link time of the step's
     bytes, summed).
+
+    ``time_basis`` says which of the two is the run's ``time_to_target_s`` / ``time_s``:
+    ``"measured"`` (wall clock; the default without ``link_mbps`` and for runs on a shaped
+    testbed) or ``"emulated"`` (the default with ``link_mbps``).
     """
+    if time_basis is None:
+        time_basis = "emulated" if link_mbps else "measured"
+    if time_basis not in TIME_BASES:
+        raise ValueError(f"time_basis={time_basis!r}: use one of {', '.join(TIME_BASES)}")
+    if time_basis == "emulated" and not link_mbps:
+        raise ValueError("an emulated time needs link_mbps")
     recs = run["records"]
     hib = run["higher_is_better"]
     evals = [r for r in recs if r["metric"] is not None]
@@ -72,6 +89,10 @@ def summarize(run: dict, *, target: float, link_mbps: float | None = None) -> di
         "steps_to_target": hit["step"] if hit else None,
         "wall_to_target_s": hit["wall_s"] if hit else None,
         "emulated_to_target_s": hit["emulated_s"] if hit else None,
+        "time_basis": time_basis,
+        "time_s": wall if time_basis == "measured" else cum_emul,
+        "time_to_target_s": (None if hit is None else
+                             hit["wall_s"] if time_basis == "measured" else hit["emulated_s"]),
     }
 
 
@@ -96,9 +117,11 @@ def gaps(summaries: dict[str, dict], higher_is_better: bool, reference: str = "n
 
 
 def plot_comparison(runs: Sequence[dict], path: str, *, link_mbps: float | None = None,
-                    target: float | None = None) -> None:
+                    target: float | None = None, time_basis: str = "emulated") -> None:
     """One PNG: metric vs step, metric vs cumulative bytes (per worker, sent + received) and,
-    with ``link_mbps``, metric vs emulated time; one line per compressor."""
+    with ``link_mbps``, metric vs time: the emulated time (``time_basis="emulated"``) or the
+    measured wall-clock time of the steps on shaped links (``"measured"``); one line per
+    compressor."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -110,13 +133,15 @@ def plot_comparison(runs: Sequence[dict], path: str, *, link_mbps: float | None 
         recs = run["records"]
         steps, metric, mbytes, secs = [], [], [], []
         total = 0
+        wall = 0.0
         for r in recs:
             total += r["bytes_sent"] + r["bytes_received"]
+            wall += r["wall_s"]
             if r["metric"] is not None:
                 steps.append(r["step"])
                 metric.append(r["metric"])
                 mbytes.append(total / 1e6)
-                secs.append(r.get("emulated_s"))
+                secs.append(wall if time_basis == "measured" else r.get("emulated_s"))
         label = run["compressor"]
         axes[0].plot(steps, metric, label=label)
         axes[1].plot(mbytes, metric, label=label)
@@ -127,7 +152,10 @@ def plot_comparison(runs: Sequence[dict], path: str, *, link_mbps: float | None 
     axes[1].set_xlabel("MB sent + received per worker (cumulative)")
     axes[1].set_xscale("log")
     if link_mbps:
-        axes[2].set_xlabel(f"emulated time at {link_mbps:g} Mbit/s per worker (s)")
+        axes[2].set_xlabel(
+            f"measured wall-clock time, links shaped to {link_mbps:g} Mbit/s (s)"
+            if time_basis == "measured" else
+            f"emulated time at {link_mbps:g} Mbit/s per worker (s, emulated)")
     for ax in axes:
         ax.set_ylabel(f"held-out {name}")
         ax.grid(alpha=0.3)

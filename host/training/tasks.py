@@ -15,6 +15,7 @@ are reproducible and workers see disjoint data within a step.
 
 from __future__ import annotations
 
+import itertools
 import math
 import sysconfig
 from dataclasses import dataclass, field
@@ -139,6 +140,41 @@ class DigitsTask(Task):
         return EvalResult(acc, float(F.cross_entropy(logits, self.yte)))
 
 
+# ---------------------------------------------------------------------------- digits-wide
+class WideMLP(nn.Module):
+    """A wide multilayer perceptron, 64 → 2048 → 2048 → 512 → 10 (5.38 M parameters)."""
+
+    def __init__(self, widths: tuple[int, ...] = (64, 2048, 2048, 512, 10)) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in itertools.pairwise(widths))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.flatten(1)
+        for layer in self.layers[:-1]:
+            x = F.relu(layer(x))
+        return self.layers[-1](x)
+
+
+class DigitsWideTask(DigitsTask):
+    """The digits data with a wide MLP: a communication-bound task.
+
+    5.38 M parameters, 21.5 MB of fp32 gradient per step, but only about 0.35 GFLOP of compute
+    per worker per step (32 images): at 100 Mbit/s an fp32 all-reduce takes seconds per step,
+    the computation tens of milliseconds. Same split, batches and metric as ``digits``.
+    """
+
+    def __init__(self, seed: int = 0, lr: float | None = None) -> None:
+        super().__init__(seed=seed, lr=lr if lr is not None else 0.1)
+        self.name = "digits-wide"
+        self.default_steps = 60
+        self.default_eval_every = 5
+        self.default_target = 0.95
+
+    def build_model(self) -> nn.Module:
+        torch.manual_seed(self.seed)
+        return WideMLP()
+
+
 # ---------------------------------------------------------------------------- charlm
 VOCAB = 128  # 7-bit ASCII; other characters map to 0
 
@@ -260,11 +296,12 @@ class CharLMTask(Task):
         return EvalResult(loss / math.log(2), loss)
 
 
-TASKS: dict[str, type[Task]] = {"digits": DigitsTask, "charlm": CharLMTask}
+TASKS: dict[str, type[Task]] = {"digits": DigitsTask, "digits-wide": DigitsWideTask,
+                                "charlm": CharLMTask}
 
 
 def make_task(name: str, seed: int = 0, lr: float | None = None) -> Task:
-    """Build task ``name`` (``digits`` or ``charlm``)."""
+    """Build task ``name`` (``digits``, ``digits-wide`` or ``charlm``)."""
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}: choose one of {', '.join(TASKS)}")
     return TASKS[name](seed=seed, lr=lr)

@@ -1,0 +1,125 @@
+"""THC through the switch against gloo on a shaped namespace rack; prints one JSON object.
+
+Everything runs on a rack of network namespaces (``control_plane/testbed/nsrack.py``; as an
+unprivileged user inside a user namespace): n workers, each in its own host namespace, every
+host link shaped with ``tc tbf`` on both directions and measured before use; THC goes through
+the software target in the switch namespace, gloo's TCP is routed by that namespace's kernel
+over the same links.
+
+* ``allreduce``: one fp32 gradient of ``--elements`` (default 2^24) all-reduced by every worker:
+  THC (encode, switch, decode; ``NetworkAggregator.allreduce``) against gloo's ring all-reduce
+  in fp32; the slowest rank's time, median over ``--repeats``.
+* ``training``: ``--task`` (default ``digits-wide``, 5.4 M parameters) trained once per
+  compressor (thc through the switch, none = fp32 DDP, fp16, powersgd-r4), measured wall-clock
+  time of the training steps until the held-out metric reaches the task's target.
+
+    .venv/bin/python benchmarks/shaped.py --json
+    .venv/bin/python benchmarks/shaped.py --json --skip-training --link-mbps 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+TRAIN_SPECS = [
+    {"kind": "thc"},
+    {"kind": "none"},
+    {"kind": "fp16"},
+    {"kind": "powersgd", "rank": 4},
+]
+
+
+def _label(spec: dict) -> str:
+    return f"powersgd-r{spec['rank']}" if spec["kind"] == "powersgd" else spec["kind"]
+
+
+def allreduce_rows(args: argparse.Namespace) -> list[dict]:
+    from control_plane.testbed.rackrun import run_on_rack
+
+    rows = []
+    for mbps in args.link_mbps:
+        print(f"all-reduce: {args.workers} workers, {args.elements} elements, {mbps:g} Mbit/s",
+              file=sys.stderr)
+        r = run_on_rack("allreduce_bench", workers=args.workers, link_mbps=mbps,
+                        elements=args.elements, repeats=args.repeats)
+        rows.append({"link_mbps": mbps, "workers": args.workers, "elements": args.elements,
+                     "thc_s": round(r["thc_s"], 4), "gloo_s": round(r["gloo_s"], 4),
+                     "speedup": round(r["speedup"], 3),
+                     "thc_s_all": [round(t, 4) for t in r["thc_s_all"]],
+                     "gloo_s_all": [round(t, 4) for t in r["gloo_s_all"]],
+                     "thc_bytes_sent_per_worker": r["thc_bytes_sent"],
+                     "thc_bytes_received_per_worker": r["thc_bytes_received"],
+                     "gloo_bytes_each_way_per_worker": int(2 * (args.workers - 1) / args.workers
+                                                           * 4 * args.elements),
+                     "measured_link_mbps": r["rack"]["measured_mbps"],
+                     "rootless": r["rack"]["rootless"]})
+    return rows
+
+
+def training_rows(args: argparse.Namespace) -> list[dict]:
+    from control_plane.testbed.rackrun import run_on_rack
+    from host.training.report import summarize
+
+    rows = []
+    for mbps in args.link_mbps:
+        print(f"training: {args.task}, {args.workers} workers, {mbps:g} Mbit/s", file=sys.stderr)
+        out = run_on_rack("train_compare", task=args.task, workers=args.workers, link_mbps=mbps,
+                          specs=TRAIN_SPECS, steps=args.steps, seed=args.seed)
+        runs = out["runs"]
+        target = args.target if args.target is not None else runs[0]["default_target"]
+        summ = {_label(s): summarize(r, target=target, time_basis="measured")
+                for s, r in zip(TRAIN_SPECS, runs, strict=True)}
+        rows.append({
+            "link_mbps": mbps, "task": args.task, "params": runs[0]["params"],
+            "workers": args.workers, "steps": runs[0]["steps"], "target": target,
+            "metric": runs[0]["metric_name"], "time_basis": "measured",
+            "time_to_target_s": {k: (round(v["time_to_target_s"], 2)
+                                     if v["time_to_target_s"] is not None else None)
+                                 for k, v in summ.items()},
+            "steps_to_target": {k: v["steps_to_target"] for k, v in summ.items()},
+            "final_metric": {k: round(v["final_metric"], 4) for k, v in summ.items()},
+            "step_s_median": {k: round(sorted(x["wall_s"] for x in r["records"])[len(r["records"]) // 2], 4)
+                              for k, r in zip(summ, runs, strict=True)},
+            "comm_s_per_step": {k: round(v["comm_s"] / max(1, len(r["records"])), 4)
+                                for (k, v), r in zip(summ.items(), runs, strict=True)},
+            "bytes_sent_per_step": {k: round(v["bytes_sent_per_step"]) for k, v in summ.items()},
+            "measured_link_mbps": out["rack"]["measured_mbps"],
+        })
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--link-mbps", type=float, nargs="+", default=[100.0, 1000.0],
+                   help="shaped link rates to run (default 100 1000)")
+    p.add_argument("--workers", type=int, default=4, help="hosts of the rack (default 4)")
+    p.add_argument("--elements", type=int, default=1 << 24, help="all-reduce size (default 2^24)")
+    p.add_argument("--repeats", type=int, default=2, help="all-reduce repeats (default 2)")
+    p.add_argument("--task", default="digits-wide", help="training task (default digits-wide)")
+    p.add_argument("--steps", type=int, help="training steps (default: the task's)")
+    p.add_argument("--target", type=float, help="metric target (default: the task's)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--skip-allreduce", action="store_true", help="no all-reduce timings")
+    p.add_argument("--skip-training", action="store_true", help="no training comparison")
+    p.add_argument("--json", action="store_true", help="print only the JSON object (default too)")
+    args = p.parse_args(argv)
+    from control_plane.testbed.isolate import IsolationError, check_available
+
+    try:
+        check_available()
+    except IsolationError as exc:
+        print(f"shaped: {exc}", file=sys.stderr)
+        return 2
+    out = {"allreduce": [] if args.skip_allreduce else allreduce_rows(args),
+           "training": [] if args.skip_training else training_rows(args)}
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
