@@ -350,9 +350,14 @@ def check_rates(measured: dict[str, dict[str, float]], mbps: float) -> None:
                            f"outside {RATE_LOW:g}..{RATE_HIGH:g}x: {what}")
 
 
-def rack_probe(workers: int = 4, link_mbps: float = 100.0) -> dict:
-    """Build a rack without a switch, measure its links, tear it down (tests, ``--check``)."""
+def rack_probe(workers: int = 4, link_mbps: float | None = 100.0,
+               expect_mbps: float | None = None) -> dict:
+    """Build a rack without a switch, measure its links, tear it down; return the report with
+    the shapers' counters (``tbf``). Unshaped (``link_mbps=None``), the links are measured
+    with transfers sized for ``expect_mbps``: what a missing shaper looks like."""
     with NamespaceRack(workers, link_mbps, switch=False) as rack:
+        if link_mbps is None and expect_mbps:
+            rack.measured = measure_rates(rack.hosts, expect_mbps)
         rep = rack.report()
         rep["tbf"] = rack.qdisc_stats()
     return rep
