@@ -164,15 +164,18 @@ class DigitsWideTask(DigitsTask):
     """
 
     def __init__(self, seed: int = 0, lr: float | None = None) -> None:
-        super().__init__(seed=seed, lr=lr if lr is not None else 0.1)
+        super().__init__(seed=seed, lr=lr if lr is not None else 5e-4)
         self.name = "digits-wide"
-        self.default_steps = 60
+        self.default_steps = 40
         self.default_eval_every = 5
         self.default_target = 0.95
 
     def build_model(self) -> nn.Module:
         torch.manual_seed(self.seed)
         return WideMLP()
+
+    def build_optimizer(self, params) -> torch.optim.Optimizer:
+        return torch.optim.Adam(params, lr=self.lr)
 
 
 # ---------------------------------------------------------------------------- charlm
