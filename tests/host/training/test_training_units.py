@@ -34,7 +34,7 @@ def test_clock_counts_overlapping_intervals_once():
     assert c.take() == 0.0
 
 
-@pytest.mark.parametrize("name", ["digits", "charlm"])
+@pytest.mark.parametrize("name", ["digits", "digits-wide", "charlm"])
 def test_batches_are_deterministic_and_disjoint_across_ranks(name):
     t1, t2 = make_task(name, seed=3), make_task(name, seed=3)
     x0, y0 = t1.batch(7, 0, 2)
@@ -54,6 +54,19 @@ def test_models_are_identical_for_a_seed_and_small():
         pa, pb = list(a.parameters()), list(b.parameters())
         assert all(torch.equal(p, q) for p, q in zip(pa, pb, strict=True))
         assert sum(p.numel() for p in pa) < limit
+
+
+def test_digits_wide_is_communication_bound_and_learns_from_digits():
+    t = make_task("digits-wide", seed=0)
+    m = t.build_model()
+    n = sum(p.numel() for p in m.parameters())
+    assert n >= 5_000_000                     # >= 20 MB of fp32 gradient per step
+    x, y = t.batch(0, 0, 4)
+    assert x.shape == (32, 1, 8, 8) and t.loss(m, x, y).ndim == 0
+    ev = t.evaluate(m)                        # untrained: near chance on 10 classes
+    assert 0.0 <= ev.metric < 0.3
+    assert isinstance(t.build_optimizer(m.parameters()), torch.optim.Adam)
+    assert (t.default_target, t.default_steps) == (0.95, 40)
 
 
 def test_charlm_corpus_is_fixed_text_from_the_stdlib():
@@ -93,6 +106,39 @@ def test_summary_link_emulation_and_time_to_target():
               "thc": {"final_metric": 0.97, "final_eval_loss": 2.02}}, higher_is_better=True)
     assert g["thc"]["metric_gap"] == pytest.approx(0.01)
     assert g["thc"]["loss_rel"] == pytest.approx(0.01)
+
+
+def test_time_basis_labels_measured_and_emulated_times():
+    run = {"compressor": "x", "higher_is_better": True, "params": 1000, "records": [
+        _run(1, 0.5, 500, 1000, 0.1), _run(2, 0.9, 500, 1000, 0.3)]}
+    emu = summarize(run, target=0.8, link_mbps=8.0)
+    assert emu["time_basis"] == "emulated"
+    assert emu["time_to_target_s"] == emu["emulated_to_target_s"]
+    meas = summarize(run, target=0.8, time_basis="measured")   # on a shaped testbed
+    assert meas["time_basis"] == "measured" and meas["emulated_s"] is None
+    assert meas["time_to_target_s"] == pytest.approx(0.11 + 0.31) == meas["wall_to_target_s"]
+    assert summarize(run, target=0.8)["time_basis"] == "measured"
+    with pytest.raises(ValueError, match="needs link_mbps"):
+        summarize(run, target=0.8, time_basis="emulated")
+    with pytest.raises(ValueError, match="time_basis"):
+        summarize(run, target=0.8, time_basis="guessed")
+
+
+@pytest.mark.parametrize("basis", ["measured", "emulated"])
+def test_plot_says_which_time_it_shows(tmp_path, monkeypatch, basis):
+    import matplotlib.axes
+
+    labels = []
+    orig = matplotlib.axes.Axes.set_xlabel
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_xlabel",
+                        lambda self, text, *a, **k: labels.append(text) or orig(self, text, *a, **k))
+    runs = [{"task": "digits", "workers": 2, "seed": 0, "metric_name": "accuracy", "compressor": "x",
+             "records": [_run(i, 0.1 * i, 100, 200, 0.01) | {"emulated_s": 0.1 * i}
+                         for i in range(1, 4)]}]
+    plot_comparison(runs, str(tmp_path / "p.png"), link_mbps=100.0, time_basis=basis)
+    assert any(basis in lab for lab in labels)
+    other = "emulated" if basis == "measured" else "measured"
+    assert not any(other in lab for lab in labels)
 
 
 def test_plot_writes_a_png(tmp_path):
