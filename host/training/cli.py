@@ -45,8 +45,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="THC: uncompressed warm-up steps before compressing (default 0)")
     parser.add_argument("--granularity", type=int, default=30, help="THC g (default 30)")
     parser.add_argument("--link-mbps", type=float,
-                        help="emulate a per-worker link of this many Mbit/s: each step costs its "
-                        "measured compute plus its bytes' transfer time (an emulation)")
+                        help="per-worker link speed in Mbit/s. With --testbed rack: the rack's "
+                        "links are shaped to it and time is measured; without: an emulation "
+                        "(each step costs its measured compute plus its bytes' transfer time)")
+    parser.add_argument("--testbed", choices=["rack"],
+                        help="run every worker in its own network namespace of a rack whose "
+                        "host links are shaped to --link-mbps (tc tbf, both directions, "
+                        "verified); THC goes through the software target in the switch "
+                        "namespace, the baselines' gloo traffic over the same links; wall-clock "
+                        "time measured. Rootless (user namespace) when not root; docs/testbed.md")
     parser.add_argument("--target", type=float,
                         help="held-out metric that counts as reached for time-to-target "
                         "(default: the task's, digits 0.95 accuracy, charlm 3.15 bits/char)")
@@ -85,6 +92,13 @@ def _validate(args: argparse.Namespace) -> THCConfig:
         raise UsageError(f"--link-mbps={args.link_mbps}: must be > 0 (Mbit/s per worker)")
     if args.lr is not None and not args.lr > 0:
         raise UsageError(f"--lr={args.lr}: must be > 0")
+    if args.testbed and args.link_mbps is None:
+        raise UsageError("--testbed rack: give --link-mbps B, the speed its links are shaped to")
+    if args.testbed and args.switch != "embedded":
+        raise UsageError("--testbed rack brings its own switch: drop --switch")
+    if args.testbed and args.start_iter:
+        raise UsageError("--start-iter: THC through the rack's switch sums encodings only; "
+                         "use --start-iter 0 with --testbed rack")
     try:
         cfg = THCConfig(granularity=args.granularity)
         lane_bits(args.workers, cfg.granularity)
@@ -93,11 +107,11 @@ def _validate(args: argparse.Namespace) -> THCConfig:
     return cfg
 
 
-def _print_table(summaries: dict[str, dict], gap: dict[str, dict], metric: str, link: float | None
-                 ) -> None:
+def _print_table(summaries: dict[str, dict], gap: dict[str, dict], metric: str, link: float | None,
+                 basis: str = "emulated") -> None:
     head = f"{'compressor':<13}{metric:>14}{'gap':>9}{'up/fp32':>9}{'down/fp32':>10}{'to target':>11}"
     if link:
-        head += f"{'emul. s':>9}"
+        head += f"{'meas. s' if basis == 'measured' else 'emul. s':>9}"
     print(head)
     for name, s in summaries.items():
         g = gap.get(name, {}).get("metric_gap")
@@ -105,9 +119,12 @@ def _print_table(summaries: dict[str, dict], gap: dict[str, dict], metric: str, 
                 f"{s['uplink_vs_fp32']:>9.3f}{s['downlink_vs_fp32']:>10.3f}"
                 f"{(str(s['steps_to_target']) if s['steps_to_target'] else '-'):>11}")
         if link:
-            t = s["emulated_to_target_s"]
+            t = s["time_to_target_s"]
             line += f"{(f'{t:.2f}' if t is not None else '-'):>9}"
         print(line)
+    if link:
+        how = "measured wall clock, links shaped to" if basis == "measured" else "emulated for"
+        print(f"time to target: {how} {link:g} Mbit/s per worker ({basis})")
 
 
 @contextlib.contextmanager
@@ -149,6 +166,29 @@ def session(network: NetworkSpec) -> NetworkSpec:
     return dataclasses.replace(network, round_base=session_round_base())
 
 
+def _train_on_rack(args: argparse.Namespace, specs: list[CompressorSpec], thc: THCConfig,
+                   progress: bool) -> tuple[list[dict], dict]:
+    """Every spec on one shaped namespace rack (docs/testbed.md); (runs, rack report)."""
+    from control_plane.testbed.isolate import IsolatedError, IsolationError
+    from control_plane.testbed.rackrun import run_on_rack
+
+    try:
+        out = run_on_rack("train_compare", task=args.task, workers=args.workers,
+                          link_mbps=args.link_mbps, specs=[dataclasses.asdict(s) for s in specs],
+                          steps=args.steps, eval_every=args.eval_every, seed=args.seed,
+                          lr=args.lr, bucket_cap_mb=args.bucket_cap_mb,
+                          thc={"granularity": thc.granularity}, progress=progress)
+    except IsolationError as exc:
+        raise UsageError(f"--testbed rack: {exc}") from exc
+    except IsolatedError as exc:
+        raise RackRunError(str(exc)) from exc
+    return out["runs"], {**out["rack"], "tbf": out["tbf"]}
+
+
+class RackRunError(RuntimeError):
+    """A run on the namespace rack failed (the message names the run's error)."""
+
+
 def run(args: argparse.Namespace) -> int:
     thc_cfg = _validate(args)
     task = make_task(args.task, seed=args.seed)
@@ -160,25 +200,46 @@ def run(args: argparse.Namespace) -> int:
                                 error_feedback=not args.no_error_feedback, start_iter=args.start_iter)]
     progress = (not args.json) or sys.stderr.isatty()
     runs, summaries = [], {}
-    with network_for(args, thc_cfg) as network:
-        for spec in specs:
-            net = session(network) if network is not None and spec.kind == "thc" else None
-            cfg = TrainConfig(task=args.task, spec=spec, workers=args.workers, steps=args.steps,
-                              eval_every=args.eval_every, seed=args.seed, lr=args.lr, thc=thc_cfg,
-                              bucket_cap_mb=args.bucket_cap_mb, progress=progress, network=net)
-            try:
-                r = train(cfg)
-            except TrainingError as exc:
-                print(f"netco train: {spec.label} failed: {exc}", file=sys.stderr)
-                return 1
-            runs.append(r)
-            summaries[spec.label] = summarize(r, target=target, link_mbps=args.link_mbps)
+    basis = "measured" if args.testbed or not args.link_mbps else "emulated"
+    rack = None
+    if args.testbed:
+        if args.compare:  # the comparison of docs/training.md, on the rack
+            specs = [CompressorSpec("thc"), CompressorSpec("none"), CompressorSpec("fp16"),
+                     CompressorSpec("powersgd", rank=args.powersgd_rank)]
+        try:
+            runs, rack = _train_on_rack(args, specs, thc_cfg, progress)
+        except RackRunError as exc:
+            print(f"netco train: failed on the rack: {exc}", file=sys.stderr)
+            return 1
+        for spec, r in zip(specs, runs, strict=True):
+            summaries[spec.label] = summarize(r, target=target, time_basis="measured")
             summaries[spec.label]["aggregator"] = r.get("aggregator")
+    else:
+        with network_for(args, thc_cfg) as network:
+            for spec in specs:
+                net = session(network) if network is not None and spec.kind == "thc" else None
+                cfg = TrainConfig(task=args.task, spec=spec, workers=args.workers,
+                                  steps=args.steps, eval_every=args.eval_every, seed=args.seed,
+                                  lr=args.lr, thc=thc_cfg, bucket_cap_mb=args.bucket_cap_mb,
+                                  progress=progress, network=net)
+                try:
+                    r = train(cfg)
+                except TrainingError as exc:
+                    print(f"netco train: {spec.label} failed: {exc}", file=sys.stderr)
+                    return 1
+                runs.append(r)
+                summaries[spec.label] = summarize(r, target=target, link_mbps=args.link_mbps)
+                summaries[spec.label]["aggregator"] = r.get("aggregator")
     gap = gaps(summaries, task.higher_is_better)
     report = {
         "task": args.task, "workers": args.workers, "seed": args.seed, "steps": runs[0]["steps"],
         "params": runs[0]["params"], "metric": task.metric_name,
         "higher_is_better": task.higher_is_better, "target": target, "link_mbps": args.link_mbps,
+        "time_basis": basis,
+        "network": (f"namespace rack, links shaped to {args.link_mbps:g} Mbit/s"
+                    if args.testbed else "loopback" + (" (link time emulated)" if args.link_mbps
+                                                       else "")),
+        "testbed": rack,
         "bytes_model": "per worker, aggregator model: each step a worker uploads its contribution "
                        "once and downloads the aggregate once (docs/training.md)",
         "summary": summaries, "gaps_vs_none": gap, "runs": runs,
@@ -188,12 +249,12 @@ def run(args: argparse.Namespace) -> int:
     report["report_path"] = str(out)
     if args.compare:
         png = args.plot or f"netco-train-{args.task}.png"
-        plot_comparison(runs, png, link_mbps=args.link_mbps, target=target)
+        plot_comparison(runs, png, link_mbps=args.link_mbps, target=target, time_basis=basis)
         report["plot_path"] = png
     if args.json:
         json.dump(report, sys.stdout)
         print()
     else:
-        _print_table(summaries, gap, task.metric_name, args.link_mbps)
+        _print_table(summaries, gap, task.metric_name, args.link_mbps, basis)
         print(f"report: {out}" + (f", plot: {report['plot_path']}" if args.compare else ""))
     return 0

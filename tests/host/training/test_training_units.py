@@ -163,6 +163,9 @@ def test_compare_set_labels():
     (["--steps", "-3"], "--steps"),
     (["--granularity", "3"], "granularity"),
     (["--workers", "70000", "--granularity", "65535"], "32-bit lane"),
+    (["--testbed", "rack"], "--link-mbps"),
+    (["--testbed", "rack", "--link-mbps", "100", "--start-iter", "2"], "--start-iter"),
+    (["--testbed", "rack", "--link-mbps", "100", "--switch", "127.0.0.1:9"], "--switch"),
 ])
 def test_cli_rejects_bad_input_naming_the_field(argv, field):
     p = argparse.ArgumentParser()
