@@ -50,6 +50,12 @@ def allreduce_rows(args: argparse.Namespace) -> list[dict]:
         rows.append({"link_mbps": mbps, "workers": args.workers, "elements": args.elements,
                      "thc_s": round(r["thc_s"], 4), "gloo_s": round(r["gloo_s"], 4),
                      "speedup": round(r["speedup"], 3),
+                     "thc_codec_s": round(r["codec_s"], 4),
+                     "thc_network_s": round(max(r["thc_s"] - r["codec_s"], 0.0), 4),
+                     "thc_wire_s": round(8 * max(r["thc_bytes_sent"], r["thc_bytes_received"])
+                                         / (mbps * 1e6), 4),
+                     "gloo_wire_s": round(8 * 2 * (args.workers - 1) / args.workers * 4
+                                          * args.elements / (mbps * 1e6), 4),
                      "thc_s_all": [round(t, 4) for t in r["thc_s_all"]],
                      "gloo_s_all": [round(t, 4) for t in r["gloo_s_all"]],
                      "thc_bytes_sent_per_worker": r["thc_bytes_sent"],
@@ -87,6 +93,12 @@ def training_rows(args: argparse.Namespace) -> list[dict]:
                               for k, r in zip(summ, runs, strict=True)},
             "comm_s_per_step": {k: round(v["comm_s"] / max(1, len(r["records"])), 4)
                                 for (k, v), r in zip(summ.items(), runs, strict=True)},
+            "compute_s_per_step": {k: round(v["compute_s"] / max(1, len(r["records"])), 4)
+                                   for (k, v), r in zip(summ.items(), runs, strict=True)},
+            "bytes_received_per_step": {k: round(v["bytes_received_per_step"])
+                                        for k, v in summ.items()},
+            "run_elapsed_s": {k: round(r.get("elapsed_s", 0.0), 1)
+                              for k, r in zip(summ, runs, strict=True)},
             "bytes_sent_per_step": {k: round(v["bytes_sent_per_step"]) for k, v in summ.items()},
             "measured_link_mbps": out["rack"]["measured_mbps"],
         })

@@ -68,6 +68,7 @@ def train_compare(task: str, workers: int, link_mbps: float | None, specs: list[
 
 def _allreduce_worker(rank: int, world: int, elements: int, repeats: int, spec, seed: int,
                       check: bool, which: tuple[str, ...]) -> dict:
+    import torch
     import torch.distributed as dist
 
     from control_plane.testbed.worker import tensor
@@ -99,6 +100,20 @@ def _allreduce_worker(rank: int, world: int, elements: int, repeats: int, spec, 
         finally:
             agg.ep.close()
         out["thc_s"] = times
+        # the codec alone on the same tensor (norms, encode, decode; no network): what the
+        # all-reduce costs without any transport, on the same loaded CPU
+        ctimes = []
+        for _ in range(repeats):
+            dist.barrier()
+            t0 = time.perf_counter()
+            norms = codec.chunk_norms(x)
+            enc = codec.encode(x, norms, worker=rank, round=0, stream=0)
+            t1 = time.perf_counter()
+            sums = torch.zeros(enc.layout.padded, dtype=torch.int32)
+            t2 = time.perf_counter()
+            codec.decode(sums, world, norms, x.numel(), round=0, stream=0)
+            ctimes.append(t1 - t0 + time.perf_counter() - t2)
+        out["codec_s"] = ctimes
         out["bytes_sent"], out["bytes_received"] = agg.bytes_sent, agg.bytes_received
         out["last_count"] = agg.last_count
         if check:
@@ -134,7 +149,7 @@ def allreduce_bench(workers: int, link_mbps: float | None, elements: int, *, rep
         vals = [r.value for r in res]
         out: dict = {"link_mbps": link_mbps, "workers": workers, "elements": elements,
                      "repeats": repeats, "rack": rep, "tbf": rack.qdisc_stats()}
-        for key in ("thc_s", "gloo_s"):
+        for key in ("thc_s", "gloo_s", "codec_s"):
             if key in vals[0]:
                 per_repeat = [max(v[key][i] for v in vals) for i in range(repeats)]
                 out[key] = statistics.median(per_repeat)
