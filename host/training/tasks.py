@@ -164,9 +164,9 @@ class DigitsWideTask(DigitsTask):
     """
 
     def __init__(self, seed: int = 0, lr: float | None = None) -> None:
-        super().__init__(seed=seed, lr=lr if lr is not None else 5e-4)
+        super().__init__(seed=seed, lr=lr if lr is not None else 2e-3)
         self.name = "digits-wide"
-        self.default_steps = 40
+        self.default_steps = 50
         self.default_eval_every = 5
         self.default_target = 0.95
 
