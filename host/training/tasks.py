@@ -160,7 +160,9 @@ class DigitsWideTask(DigitsTask):
 
     5.38 M parameters, 21.5 MB of fp32 gradient per step, but only about 0.35 GFLOP of compute
     per worker per step (32 images): at 100 Mbit/s an fp32 all-reduce takes seconds per step,
-    the computation tens of milliseconds. Same split, batches and metric as ``digits``.
+    the computation tens of milliseconds. Same split, batches and metric as ``digits``; Adam,
+    lr 2e-3, cosine decay over 50 steps: fp32 reaches 0.95 held-out accuracy after about 20
+    steps (seed 0; 0.964 after 50).
     """
 
     def __init__(self, seed: int = 0, lr: float | None = None) -> None:
