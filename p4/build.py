@@ -422,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.restamp:
         targets = list(TARGETS) if args.target == "all" else [args.target]
         results = [restamp(tg) for tg in targets]
-        reports = {tg: rep for tg, (_, rep) in zip(targets, results)}
+        reports = {tg: rep for tg, (_, rep) in zip(targets, results, strict=True)}
         if args.json:
             print(json.dumps(reports, indent=2))
         else:
