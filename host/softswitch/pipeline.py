@@ -36,6 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from host.protocol import framing as fr
+from host.protocol import generated_dataplane as dp
 from host.protocol import layout as lay
 from host.softswitch.config import Compiled, member_key, sender_key
 
@@ -46,16 +48,17 @@ except ImportError:  # built without a C compiler: the numpy/Python path only
 
 log = logging.getLogger(__name__)
 
-ETH, IP4, UDP = 14, 20, 8
-THC_OFF = ETH + IP4 + UDP
-PAY_OFF = THC_OFF + lay.THC_HEADER_BYTES
+ETH, IP4, UDP = fr.ETH_HEADER_BYTES, fr.IPV4_HEADER_BYTES, fr.UDP_HEADER_BYTES
+THC_OFF = fr.THC_OFFSET
+PAY_OFF = fr.PAYLOAD_OFFSET
 #: bytes per buffer row (a 1500-byte MTU frame plus room)
-ROW = 2048
-RESULT_TTL = 64
+ROW = fr.ROW_BYTES
+RESULT_TTL = dp.RESULT_TTL
 
-ST_EMPTY, ST_COLLECTING, ST_SENT_UP, ST_FINAL = 0, 1, 2, 3
-OUT_MULTICAST, OUT_ANSWER, OUT_UP = 2, 3, 4
-KIND_DATA, KIND_NORM = 0, 1
+ST_EMPTY, ST_COLLECTING, ST_SENT_UP, ST_FINAL = (dp.ST_EMPTY, dp.ST_COLLECTING, dp.ST_SENT_UP,
+                                                 dp.ST_FINAL)
+OUT_MULTICAST, OUT_ANSWER, OUT_UP = dp.OUT_MULTICAST, dp.OUT_ANSWER, dp.OUT_UP
+KIND_DATA, KIND_NORM = dp.KIND_DATA, dp.KIND_NORM
 R = lay.DropReason
 T = lay.MsgType
 
@@ -63,18 +66,10 @@ T = lay.MsgType
 PC_NONE, PC_INDICES, PC_L8, PC_L16, PC_L32, PC_NORMS = 0, 1, 2, 3, 4, 5
 
 
-def _thc_fields() -> list[tuple[str, int, str]]:
-    out, off = [], THC_OFF
-    for f in lay.THC_HEADER:
-        out.append((f.name, off, {8: "u1", 16: ">u2", 32: ">u4"}[f.bits]))
-        off += f.bits // 8
-    return out
-
-
-_FIELDS = [("ethertype", 12, ">u2"), ("verihl", 14, "u1"), ("ip_len", 16, ">u2"),
-           ("frag", 20, ">u2"), ("ttl", 22, "u1"), ("proto", 23, "u1"), ("ip_csum", 24, ">u2"),
-           ("src", 26, ">u4"), ("dst", 30, ">u4"), ("sport", 34, ">u2"), ("dport", 36, ">u2"),
-           ("udp_len", 38, ">u2"), ("udp_csum", 40, ">u2"), *_thc_fields()]
+#: header fields that are not in the row view (MACs are copied as bytes; tos/ident untouched)
+_UNVIEWED = frozenset({"dst_mac", "src_mac", "tos", "ident"})
+_FIELDS = [(name, off, {8: "u1", 16: ">u2", 32: ">u4"}[bits])
+           for name, (off, bits) in fr.FIELDS.items() if name not in _UNVIEWED]
 #: a structured view of a buffer row: every header field the pipeline reads or writes
 ROW_DTYPE = np.dtype({"names": [f[0] for f in _FIELDS], "formats": [f[2] for f in _FIELDS],
                       "offsets": [f[1] for f in _FIELDS], "itemsize": ROW})
@@ -109,6 +104,7 @@ ROW_DTYPE_HDR = np.dtype({"names": ROW_DTYPE.names,
                           "offsets": [ROW_DTYPE.fields[n][1] for n in ROW_DTYPE.names],
                           "itemsize": PAY_OFF})
 _NO_PORTS = np.zeros(0, dtype=np.int64)
+_OFF_JOB, _OFF_TTL, _OFF_DST = fr.offset("job_id"), fr.offset("ttl"), fr.offset("dst")
 # plain ints (enum attribute access is slow in the per-batch code)
 _THC_PORT = int(lay.THC_UDP_PORT)
 _T_RESULT, _T_NORM_RESULT = int(T.RESULT), int(T.NORM_RESULT)
@@ -117,23 +113,28 @@ _F_RETX, _F_RESENT = int(lay.Flag.RETX), int(lay.Flag.RESENT)
 _F_DEADLINE, _F_PEEK = int(lay.Flag.DEADLINE), int(lay.Flag.PEEK)
 
 
-def _native_layout_ok() -> bool:
-    """Whether the byte offsets hard-coded in ``_fastpath.c`` are this layout's."""
-    want = {"ethertype": 12, "verihl": 14, "ip_len": 16, "frag": 20, "ttl": 22, "proto": 23,
-            "ip_csum": 24, "src": 26, "dst": 30, "sport": 34, "dport": 36, "udp_len": 38,
-            "udp_csum": 40, "version": 42, "msg_type": 43, "flags": 44, "lane_bits": 45,
-            "job_id": 46, "rank": 48, "slot_set": 49, "slot": 50, "elem_count": 52,
-            "round": 54, "bitmap": 62, "count": 66}
-    return (all(ROW_DTYPE.fields[k][1] == v for k, v in want.items()) and PAY_OFF == 70
-            and ROW == 2048 and lay.COORDS_PER_PACKET == 256 and lay.INDICES.nbytes == 128
-            and (_F_DEADLINE, _F_PEEK) == (0x04, 0x08)
-            and int(PAYLOAD_BYTES[T.DATA, lay.INDEX_BITS]) == 128)
+def _native_enabled() -> bool:
+    """Whether pipelines use the C fast path: built and not switched off with
+    ``NETCO_SOFTSWITCH_C=0``.
+
+    Raises
+    ------
+    ImportError
+        If the built extension was compiled against another ``netco_layout.h`` than the one
+        ``p4/gen.py`` generated with this layout (a stale build: rebuild it).
+    """
+    if _fastpath is None or os.environ.get("NETCO_SOFTSWITCH_C", "1") == "0":
+        return False
+    built = getattr(_fastpath, "LAYOUT_HASH", None)
+    if built != dp.LAYOUT_HASH:
+        raise ImportError(f"host/softswitch/_fastpath was built against another frame layout "
+                          f"({built} != {dp.LAYOUT_HASH}): rebuild it with "
+                          f"`.venv/bin/pip install -e .` (or set NETCO_SOFTSWITCH_C=0)")
+    return True
 
 
-#: Whether pipelines use the C fast path (built, layout as expected, not switched off with
-#: ``NETCO_SOFTSWITCH_C=0``).
-NATIVE = (_fastpath is not None and os.environ.get("NETCO_SOFTSWITCH_C", "1") != "0"
-          and _native_layout_ok())
+#: Whether pipelines use the C fast path (see :func:`_native_enabled`).
+NATIVE = _native_enabled()
 _NATIVE_CONSTS = (lay.THC_VERSION, int(T.DATA), lay.INDEX_BITS, int(T.RESULT), lay.RANK_ALL,
                   int(lay.THC_UDP_PORT), lay.MAX_WORKERS, RESULT_TTL)
 
@@ -161,7 +162,7 @@ class Counters:
     resent: np.ndarray
 
     @classmethod
-    def empty(cls, jobs: int = 16) -> Counters:
+    def empty(cls, jobs: int = dp.MAX_JOBS) -> Counters:
         """Counters not bound to a P4Runtime store."""
         z = lambda n: np.zeros(n, dtype=np.int64)  # noqa: E731
         return cls(z(lay.DROP_REASONS), z(jobs), z(jobs), z(jobs))
@@ -211,7 +212,7 @@ class Pipeline:
         Counter arrays to add to (bound to the P4Runtime store by the switch).
     """
 
-    def __init__(self, pool_slots: int = 256, counters: Counters | None = None) -> None:
+    def __init__(self, pool_slots: int = dp.THC_SLOTS, counters: Counters | None = None) -> None:
         self.pool_slots = pool_slots
         cells = pool_slots * 4
         self.sums = np.zeros((cells, lay.COORDS_PER_PACKET), dtype=np.uint32)
@@ -268,9 +269,10 @@ class Pipeline:
         self._lens = L
 
         # -- parser ----------------------------------------------------------------------
-        is_ip = (L >= ETH) & (v["ethertype"] == 0x0800)
+        is_ip = (L >= ETH) & (v["ethertype"] == fr.ETHERTYPE_IPV4)
         ip_ok = is_ip & (L >= ETH + IP4)
-        to_udp = ip_ok & (v["verihl"] & 0x0F == 5) & (v["frag"] & 0x1FFF == 0) & (v["proto"] == 17)
+        to_udp = (ip_ok & (v["verihl"] & 0x0F == IP4 // 4) & (v["frag"] & 0x1FFF == 0)
+                  & (v["proto"] == fr.IP_PROTO_UDP))
         udp_short = to_udp & (L < THC_OFF)
         thc = to_udp & ~udp_short & (v["dport"] == lay.THC_UDP_PORT)
 
@@ -300,7 +302,7 @@ class Pipeline:
         its case, nothing changed."""
         if _fastpath is None or buf.dtype != np.uint8 or buf.shape[1] != ROW:
             return False
-        job_id = (int(buf[0, THC_OFF + 4]) << 8) | int(buf[0, THC_OFF + 5])
+        job_id = (int(buf[0, _OFF_JOB]) << 8) | int(buf[0, _OFF_JOB + 1])
         jn = int(cfg.job_map[job_id])
         if jn < 0 or not cfg.has_table[jn]:
             return False
@@ -876,11 +878,11 @@ class Pipeline:
     def _route(self, b, L, rows: np.ndarray, reason, cfg: Compiled) -> None:
         """Routing control: TTL check, longest-prefix match, L2 rewrite (slow path)."""
         for i in rows.tolist():
-            ttl = int(b[i, 22])
+            ttl = int(b[i, _OFF_TTL])
             if ttl <= 1:
                 reason[i] = R.TTL_EXPIRED
                 continue
-            dst = int.from_bytes(b[i, 30:34].tobytes(), "big")
+            dst = int.from_bytes(b[i, _OFF_DST: _OFF_DST + 4].tobytes(), "big")
             hit = next((rt for rt in cfg.routes
                         if (dst >> (32 - rt[0])) == (rt[1] >> (32 - rt[0]))), None)
             if hit is None:
@@ -897,7 +899,7 @@ class Pipeline:
             o[0, :n] = b[i, :n]
             o[0, 0:6] = np.frombuffer(dmac, dtype=np.uint8)
             o[0, 6:12] = np.frombuffer(smac, dtype=np.uint8)
-            o[0, 22] = ttl - 1
+            o[0, _OFF_TTL] = ttl - 1
             _ipv4_checksum(o, o.view(ROW_DTYPE)[:, 0])
             out.lens[out.n] = n
             out.ports[out.n] = port
