@@ -26,10 +26,10 @@ from pathlib import Path
 
 from control_plane.config import NetworkConfig, parse_config
 from control_plane.controller import Controller, run_sync
+from host.paths import REPO
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def free_port(kind: int = socket.SOCK_DGRAM) -> int:

@@ -21,6 +21,7 @@ import grpc
 import numpy as np
 from finsy.proto import p4r
 
+from host.protocol import generated_dataplane as dp
 from host.protocol import layout as lay
 from host.softswitch import config as cfgmod
 from host.softswitch.entities import EntityStore
@@ -47,7 +48,7 @@ class SoftSwitch:
         Frames received per batch at most.
     """
 
-    def __init__(self, ports: Iterable[Port] = (), device_id: int = 1, pool_slots: int = 256,
+    def __init__(self, ports: Iterable[Port] = (), device_id: int = 1, pool_slots: int = dp.THC_SLOTS,
                  batch: int = 1024) -> None:
         self.ports: dict[int, Port] = {p.number: p for p in ports}
         self.pool_slots = pool_slots
