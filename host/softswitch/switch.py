@@ -21,6 +21,7 @@ import grpc
 import numpy as np
 from finsy.proto import p4r
 
+from host.protocol import framing as fr
 from host.protocol import generated_dataplane as dp
 from host.protocol import layout as lay
 from host.softswitch import config as cfgmod
@@ -31,6 +32,12 @@ from host.softswitch.pipeline import ROW, THC_OFF, Counters, Pipeline
 from host.softswitch.server import P4RuntimeService, start_server
 
 log = logging.getLogger(__name__)
+
+
+def _at(field: str) -> slice:
+    """The bytes of header ``field`` in a frame (:data:`host.protocol.framing.FIELDS`)."""
+    off, bits = fr.FIELDS[field]
+    return slice(off, off + bits // 8)
 
 
 class SoftSwitch:
@@ -142,11 +149,12 @@ class SoftSwitch:
         #: UDP peers learned from received datagrams: IPv4 address -> UDP port
         self.learned: dict[int, int] = {}
         t = np.zeros(THC_OFF, dtype=np.uint8)
-        t[0:6] = (0x02, 0, 0, 0, 0xFF, 0xFE)
-        t[6:12] = (0x02, 0, 0, 0, 0xFF, 0x00)
-        t[12:14] = (0x08, 0x00)
-        t[14], t[22], t[23] = 0x45, 64, 17
-        t[36:38] = (lay.THC_UDP_PORT >> 8, lay.THC_UDP_PORT & 0xFF)
+        t[_at("dst_mac")] = list(fr.mac_bytes("02:00:00:00:ff:fe"))
+        t[_at("src_mac")] = list(fr.mac_bytes("02:00:00:00:ff:00"))
+        t[_at("ethertype")] = (fr.ETHERTYPE_IPV4 >> 8, fr.ETHERTYPE_IPV4 & 0xFF)
+        t[_at("verihl")], t[_at("ttl")], t[_at("proto")] = (fr.IPV4_VER_IHL, fr.DEFAULT_TTL,
+                                                            fr.IP_PROTO_UDP)
+        t[_at("dport")] = (lay.THC_UDP_PORT >> 8, lay.THC_UDP_PORT & 0xFF)
         self.udp_template = t
 
     def _udp_rx(self, n: int) -> None:
@@ -161,12 +169,13 @@ class SoftSwitch:
         if k == 0:
             return
         rows[:, :THC_OFF] = self.udp_template
-        rows[:, 26:30] = names["addr"].astype(">u4").view(np.uint8).reshape(k, 4)
-        rows[:, 30:34] = self.p_bind[self.inports[idx]].astype(">u4").view(np.uint8).reshape(k, 4)
-        rows[:, 34:36] = names["port"].astype(">u2").view(np.uint8).reshape(k, 2)
+        rows[:, _at("src")] = names["addr"].astype(">u4").view(np.uint8).reshape(k, 4)
+        rows[:, _at("dst")] = self.p_bind[self.inports[idx]].astype(">u4").view(np.uint8).reshape(k, 4)
+        rows[:, _at("sport")] = names["port"].astype(">u2").view(np.uint8).reshape(k, 2)
         ln = self.lens[idx]
-        rows[:, 16:18] = (ln + 28).astype(">u2").view(np.uint8).reshape(k, 2)
-        rows[:, 38:40] = (ln + 8).astype(">u2").view(np.uint8).reshape(k, 2)
+        udp_len = ln + fr.UDP_HEADER_BYTES
+        rows[:, _at("ip_len")] = (udp_len + fr.IPV4_HEADER_BYTES).astype(">u2").view(np.uint8).reshape(k, 2)
+        rows[:, _at("udp_len")] = udp_len.astype(">u2").view(np.uint8).reshape(k, 2)
         self.lens[idx] = ln + THC_OFF
         if not allrows:
             self.rxb.buf[idx] = rows

@@ -299,7 +299,7 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
                 || (int)get_be(h + f->off[F_JOB], f->width[F_JOB]) != L->job_id
                 || L->out_pkt[s] < 0
                 || get_be(h + f->off[F_ROUND], f->width[F_ROUND]) != L->out_round[s]
-                || (get_be(h + f->off[F_FLAGS], f->width[F_FLAGS]) & 0x08 /* PEEK */)) {
+                || (get_be(h + f->off[F_FLAGS], f->width[F_FLAGS]) & FLAG_PEEK)) {
                 L->stray++;
                 continue;
             }
@@ -369,9 +369,9 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
         for (int e = 0; e < ne; e++) {
             int s = exp[e].slot;
             int64_t i = L->out_pkt[s];
-            uint32_t flags = 0x01; /* RETX */
+            uint32_t flags = FLAG_RETX;
             if (L->partial && now - L->first_sent[s] >= L->deadline) {
-                flags |= 0x04; /* DEADLINE */
+                flags |= FLAG_DEADLINE;
                 if (!L->asked_deadline[s]) {
                     L->deadlines++;
                     L->asked_deadline[s] = 1;
