@@ -255,7 +255,8 @@ def python_constants() -> str:
            "``p4/v1model/include/size.p4``, for the software target and the controller.",
            '"""', "",
            "#: Hash of ``host/protocol/netco_layout.h``: a C extension built against another header",
-           "#: reports another value (see ``host/softswitch/pipeline.py``).",
+           "#: reports another value and is refused (host/softswitch/controls/native.py,",
+           "#: host/transport/slots.py).",
            f'LAYOUT_HASH = "{layout_hash()}"', "", "# p4/shared/define.p4"]
     out += [f"{k} = {v}" for k, v in _checked_dataplane().items()]
     out += ["", "# p4/v1model/include/size.p4"]
