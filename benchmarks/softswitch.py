@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 
 from host.protocol import layout as lay  # noqa: E402
 from host.softswitch import loadgen  # noqa: E402
-from host.softswitch.testnet import (  # noqa: E402
+from host.softswitch.launch import (  # noqa: E402
     AsyncLoop,
     connect,
     free_tcp_port,

@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from control_plane.scaleacross.netplan import build_network_plan
 from control_plane.scaleacross.plan import resolve_plan
 from host.cli.main import main
-
-sys.path.insert(0, str(Path(__file__).parent))
-from scaleacross_testutil import raw, scenario
+from tests.support.scaleacross import raw, scenario
 
 INA = {"cross_building": {"ina": True, "thc": True, "parallel_links": 2, "gbps": 400}}
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,9 +10,7 @@ import yaml
 
 from control_plane.scaleacross.plan import resolve_plan
 from control_plane.scaleacross.scenario import ScenarioError, load_scenario, parse_scenario
-
-sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: helpers by file name
-from scaleacross_testutil import SMALL, raw, scenario
+from tests.support.scaleacross import SMALL, raw, scenario
 
 SCENARIOS = sorted((Path(__file__).parents[3] / "control_plane/scaleacross/scenarios").glob("*"))
 

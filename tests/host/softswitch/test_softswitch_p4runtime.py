@@ -6,23 +6,19 @@ from __future__ import annotations
 
 import contextlib
 import queue
-import sys
 import threading
-from pathlib import Path
 
 import finsy as fy
 import grpc
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from finsy.proto import p4r, p4r_grpc, rpc_status
-from softswitch_helpers import SELF_IP, C, data, job_entities, sums, worker
 
 from host.softswitch.entities import canonical
+from host.softswitch.launch import AsyncLoop, free_tcp_port
 from host.softswitch.p4info import netco_p4info, write_p4info
 from host.softswitch.switch import SoftSwitch
-from host.softswitch.testnet import AsyncLoop, free_tcp_port
+from tests.support.softswitch import SELF_IP, C, data, job_entities, sums, worker
 
 W = [worker(r) for r in range(3)]
 SC = fy.GRPCStatusCode

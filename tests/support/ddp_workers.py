@@ -1,4 +1,4 @@
-"""Code the spawned ranks of ``test_ddp_hook.py`` run (spawn imports it by module name).
+"""Code the spawned ranks of ``tests/host/ddp/test_ddp_hook.py`` run (spawn imports it by name).
 
 One call of :func:`hook_checks` per world size runs every distributed check in one process
 group, to pay the process start-up (importing torch) once; the test functions assert on what

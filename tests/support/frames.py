@@ -7,10 +7,10 @@ from dataclasses import dataclass
 import numpy as np
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
-from switch_fixture import Host
 
 from host.protocol import codec
 from host.protocol import layout as lay
+from tests.support.aggnet import Host
 
 SWITCH_MAC = "02:00:00:00:ff:fe"
 

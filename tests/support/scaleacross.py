@@ -1,4 +1,4 @@
-"""Small scenarios shared by the ScaleAcross tests (imported by file name)."""
+"""Small scenarios shared by the ScaleAcross tests."""
 
 from __future__ import annotations
 
