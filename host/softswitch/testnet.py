@@ -35,7 +35,7 @@ from typing import Any
 
 import finsy as fy
 
-from host.impair.netns import in_netns
+from host.netns import in_netns
 from host.softswitch.p4info import COMPILED_P4INFO, netco_p4info, write_p4info
 
 REPO = Path(__file__).resolve().parents[2]

@@ -38,7 +38,7 @@ from control_plane.scaleacross.plan import resolve_plan
 from control_plane.scaleacross.scenario import load_scenario
 from control_plane.testbed.net import Testbed, with_free_ports
 from control_plane.testbed.worker import tensor
-from host.cli.main import main as netco_main
+from control_plane.cli.main import main as netco_main
 from host.protocol.layout import COORDS_PER_PACKET, NORMS_PER_PACKET, DropReason
 from host.thc.simulate import allreduce as simulate
 

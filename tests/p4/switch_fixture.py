@@ -29,7 +29,7 @@ from pathlib import Path
 
 import finsy as fy
 
-from host.impair.netns import in_netns
+from host.netns import in_netns
 from host.protocol import layout as lay
 from host.softswitch.testnet import AsyncLoop, free_tcp_port, run_cmd
 

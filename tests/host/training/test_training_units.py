@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from host.aggregation import _Clock, lane_dtype
-from host.cli.main import UsageError
+from host.errors import UsageError
 from host.ddp.baselines import CompressorSpec, compare_set
 from host.thc.lanes import LaneOverflowError
 from host.training import cli

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from host.cli.main import UsageError
+from host.errors import UsageError
 from host.ddp.baselines import COMPRESSORS, CompressorSpec, compare_set
 from host.thc.config import THCConfig, THCConfigError
 from host.thc.lanes import LaneOverflowError, lane_bits

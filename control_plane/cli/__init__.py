@@ -1,0 +1,1 @@
+"""The ``netco`` command line (see :mod:`control_plane.cli.main`)."""
