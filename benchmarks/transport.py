@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Transport benchmark: THC all-reduce through the software target vs the socket-path limit.
 
 Prints one JSON object::
@@ -19,6 +20,8 @@ With root, the same is measured over veth pairs into one network namespace per w
 (AF_PACKET raw frames on both sides; the limit is the switch's echo loop on the same ports).
 Each goodput and limit measurement is repeated ``--repeats`` times in the same processes and the
 fields are medians; the per-run values are in the ``*_runs`` fields (``_summary``).
+
+    .venv/bin/python benchmarks/transport.py --json --workers 2 4 --coords 2097152 --slots 256
 """
 
 from __future__ import annotations
@@ -131,7 +134,7 @@ def _gloo_worker(rank: int, world: int, numel: int, port: int, q) -> None:
 
 
 def _raw_worker_main(argv: list[str]) -> int:
-    """``python -m host.bench.transport --raw-worker MODE IF MAC DMAC IP DIP RANK WORLD COORDS
+    """``python benchmarks/transport.py --raw-worker MODE IF MAC DMAC IP DIP RANK WORLD COORDS
     SLOTS START [REPEATS PERIOD]``: one worker in a network namespace; prints one JSON line.
 
     MODE ``echo``: the window loop of :func:`_echo_worker` over a raw socket (the limit);
@@ -263,7 +266,7 @@ def veth_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
             for r in range(workers):
                 dmac, dip = (macs[r], ips[r]) if dst_self else (sw_mac, sw_ip)
                 ps.append(subprocess.Popen(
-                    ["ip", "netns", "exec", ns[r], sys.executable, "-m", "host.bench.transport",
+                    ["ip", "netns", "exec", ns[r], sys.executable, os.path.abspath(__file__),
                      "--raw-worker", mode, h_if[r], macs[r], dmac, ips[r], dip, str(r),
                      str(workers), str(n_items), str(num_slots), str(start), str(repeats),
                      str(period)],
