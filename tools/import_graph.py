@@ -87,12 +87,12 @@ def imports_of(path: Path, repo: Path = REPO) -> list[Import]:
     return found
 
 
-def group(module: str) -> str:
+def group(module: str, repo: Path = REPO) -> str:
     """The package a module belongs to in the graph (``host.thc.codec`` -> ``host.thc``)."""
     parts = module.split(".")
     if parts[0] == "benchmarks":
         return "benchmarks"
-    if len(parts) >= 2 and (Path(REPO, *parts[:2]) / "__init__.py").is_file():
+    if len(parts) >= 2 and (Path(repo, *parts[:2]) / "__init__.py").is_file():
         return ".".join(parts[:2])
     return parts[0]
 
@@ -117,21 +117,21 @@ def scan(repo: Path = REPO) -> list[Import]:
     return out
 
 
-def violations(imports: list[Import]) -> list[Import]:
+def violations(imports: list[Import], repo: Path = REPO) -> list[Import]:
     """The imports that point from a lower layer into a higher one."""
-    return [i for i in imports if layer(group(i.target)) > layer(group(i.module))]
+    return [i for i in imports if layer(group(i.target, repo)) > layer(group(i.module, repo))]
 
 
-def edges(imports: list[Import]) -> Counter[tuple[str, str]]:
+def edges(imports: list[Import], repo: Path = REPO) -> Counter[tuple[str, str]]:
     """(from package, to package) -> number of import statements, within a package left out."""
-    return Counter((group(i.module), group(i.target)) for i in imports
-                   if group(i.module) != group(i.target))
+    pairs = ((group(i.module, repo), group(i.target, repo)) for i in imports)
+    return Counter((a, b) for a, b in pairs if a != b)
 
 
-def report(imports: list[Import]) -> dict:
+def report(imports: list[Import], repo: Path = REPO) -> dict:
     """The graph as one JSON-able object."""
-    e = edges(imports)
-    bad = violations(imports)
+    e = edges(imports, repo)
+    bad = violations(imports, repo)
     layer_edges = Counter((LAYERS[layer(a)], LAYERS[layer(b)]) for (a, b), n in e.items()
                           for _ in range(n))
     return {
@@ -163,8 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.add_argument("--check", action="store_true", help="exit 1 when an import points the wrong way")
+    p.add_argument("--repo", type=Path, default=REPO, metavar="DIR",
+                   help="repository to read (default: the one this script is in)")
     args = p.parse_args(argv)
-    rep = report(scan())
+    rep = report(scan(args.repo), args.repo)
     if args.json:
         print(json.dumps(rep, indent=1))
     else:
