@@ -44,6 +44,9 @@ from typing import Any
 
 from control_plane.config import JobSpec as ConfigJob
 from control_plane.config import NetworkConfig, load_config
+from control_plane.testbed.impair import node as impnode
+from control_plane.testbed.impair.params import Impairment, ImpairmentError
+from control_plane.testbed.impair.probe import ProbeResult, check, measure, open_probe_socket
 from control_plane.testbed.plan import LinkPlan, TestbedPlan, make_plan
 from control_plane.testbed.targets import (
     TestbedError,
@@ -53,10 +56,7 @@ from control_plane.testbed.targets import (
     switch_class,
     switch_command,
 )
-from control_plane.testbed.impair import node as impnode
 from host.netns import in_netns
-from control_plane.testbed.impair.params import Impairment, ImpairmentError
-from control_plane.testbed.impair.probe import ProbeResult, check, measure, open_probe_socket
 from host.protocol.layout import THC_UDP_PORT
 
 log = logging.getLogger(__name__)

@@ -26,9 +26,9 @@ from pathlib import Path
 import finsy as fy
 import pytest
 
+from control_plane.cli.main import main as netco_main
 from control_plane.config import parse_config
 from control_plane.controller import Controller, NotPrimaryError
-from control_plane.cli.main import main as netco_main
 
 REPO = Path(__file__).resolve().parents[2]
 #: the compiled program; NETCO_TEST_P4BUILD names another build folder (e.g. a local p4c run)

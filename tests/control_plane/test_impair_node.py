@@ -18,9 +18,9 @@ import pytest
 
 from control_plane.testbed.impair import Impairment, ImpairmentError
 from control_plane.testbed.impair.forwarder import Forwarder, open_packet_socket
-from host.netns import in_netns
 from control_plane.testbed.impair.node import configure, forwarder_command, kernel_has_netem
 from control_plane.testbed.impair.probe import check, measure, open_probe_socket, probe
+from host.netns import in_netns
 
 pytestmark = pytest.mark.root
 REPO = Path(__file__).resolve().parents[2]

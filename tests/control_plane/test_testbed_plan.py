@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from control_plane.cli.main import main as netco
 from control_plane.config import load_config, parse_config
 from control_plane.testbed import targets
+from control_plane.testbed.impair import Impairment
 from control_plane.testbed.plan import IFNAMSIZ, PlanError, make_plan
 from control_plane.testbed.targets import TestbedError, choose_target, switch_command
-from control_plane.cli.main import main as netco
-from control_plane.testbed.impair import Impairment
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOS = sorted((REPO / "mininet").glob("*.yaml"))

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from control_plane.cli.main import main
 from control_plane.scaleacross.netplan import build_network_plan
 from control_plane.scaleacross.plan import resolve_plan
-from control_plane.cli.main import main
 
 sys.path.insert(0, str(Path(__file__).parent))
 from scaleacross_testutil import raw, scenario

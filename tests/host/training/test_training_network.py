@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 
 from control_plane.cli.main import main
-from host.ddp.baselines import CompressorSpec
 from control_plane.cli.train import network_for, session
+from host.ddp.baselines import CompressorSpec
 from host.training.harness import TrainConfig, train
 
 
