@@ -13,7 +13,7 @@ free; build the Mininet network (switch nodes in the root namespace, hosts and i
 nodes in their own; no OpenFlow controller, no Open vSwitch, no ``TCLink``); address the
 hosts (``IP/32``, gateway = attachment switch's ``addr`` with a static ARP entry; IPv6 and
 checksum/segmentation offloads off, because the switches forward raw frames that must carry
-complete checksums); set up every impairment node (:mod:`host.impair.node`); **measure every
+complete checksums); set up every impairment node (:mod:`control_plane.testbed.impair.node`); **measure every
 impaired link in both directions with probe frames and raise if anything asked for is not in
 effect** (before any switch runs, so probes meet no program); start the switch processes and
 wait for their P4Runtime ports; apply the file with the controller
@@ -43,6 +43,9 @@ from pathlib import Path
 from typing import Any
 
 from control_plane.config import NetworkConfig, load_config
+from control_plane.testbed.impair import node as impnode
+from control_plane.testbed.impair.params import Impairment, ImpairmentError
+from control_plane.testbed.impair.probe import ProbeResult, check, measure, open_probe_socket
 from control_plane.testbed.plan import LinkPlan, TestbedPlan, make_plan
 from control_plane.testbed.targets import (
     TestbedError,
@@ -53,9 +56,6 @@ from control_plane.testbed.targets import (
     switch_command,
 )
 from control_plane.testbed.workload import TestbedWorkloads
-from host.impair import node as impnode
-from host.impair.params import Impairment, ImpairmentError
-from host.impair.probe import ProbeResult, check, measure, open_probe_socket
 from host.protocol.layout import THC_UDP_PORT
 
 log = logging.getLogger(__name__)

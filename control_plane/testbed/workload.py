@@ -21,7 +21,7 @@ from control_plane.config import JobSpec as ConfigJob
 from control_plane.config import NetworkConfig
 from control_plane.testbed.plan import TestbedPlan
 from control_plane.testbed.targets import TestbedError, spawn, stop_process
-from host.impair.netns import in_netns
+from host.netns import in_netns
 
 __all__ = ["TestbedWorkloads"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from host.cli.main import UsageError
+from host.errors import UsageError
 from host.thc.codec import NonFiniteError, THCCodec
 from host.thc.config import THCConfig, THCConfigError, parse_fraction
 from host.thc.lanes import LaneOverflowError

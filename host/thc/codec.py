@@ -1,11 +1,12 @@
 """The THC codec: encode a worker's tensor to table indices, decode an integer sum.
 
-Implements steps 1-11 of the THC reference (``shared/reference/thc.md``; Li et al., "THC:
-Accelerating Distributed Deep Learning Using Tensor Homomorphic Compression", NSDI 2024):
-chunking and zero padding, randomized block Hadamard transform with shared signs, per-chunk
-norms agreed as a global maximum, scaling and clipping at ±T, two-stage stochastic rounding to
-table indices with per-worker randomness, error feedback, 4-bit packing, and the decode of an
-integer sum of ``m`` contributions (unbiased also for partial sums).
+Implements steps 1-11 of THC (listed in docs/thc.md; Li et al., "THC: Accelerating
+Distributed Deep Learning Using Tensor Homomorphic Compression", NSDI 2024, arXiv 2302.08545;
+artifact SophiaLi06/BytePS_THC): chunking and zero padding, randomized block Hadamard
+transform with shared signs, per-chunk norms agreed as a global maximum, scaling and clipping at
+±T, two-stage stochastic rounding to table indices with per-worker randomness, error feedback,
+4-bit packing, and the decode of an integer sum of ``m`` contributions (unbiased also for
+partial sums).
 
 Two interchangeable backends compute the same numbers bit for bit: a vectorized torch path that
 runs on any device (the reference) and fused C kernels for the CPU (``_fused.c``).

@@ -314,7 +314,7 @@ class RawNetworkSpec:
 
     def connect(self, rank: int, world: int) -> NetworkAggregator:
         """The aggregator of worker ``rank`` (opens its raw socket in the host's namespace)."""
-        from host.impair.netns import in_netns
+        from host.netns import in_netns
         from host.transport.ports import RawEndpoint
         from host.transport.slots import SlotConfig
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from host.cli.main import main as netco_main
+from control_plane.cli.main import main as netco_main
 
 GOOD = """\
 switches:

@@ -26,7 +26,7 @@ def _netco(*args: str, path: str | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     if path is not None:
         env["PATH"] = path
-    return subprocess.run([sys.executable, "-m", "host.cli.main", *args], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-m", "control_plane.cli.main", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, check=False)
 
 

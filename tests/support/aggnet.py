@@ -38,7 +38,7 @@ from typing import Any
 
 import finsy as fy
 
-from host.impair.netns import in_netns
+from host.netns import in_netns
 from host.protocol import layout as lay
 from host.softswitch.launch import (
     AsyncLoop,

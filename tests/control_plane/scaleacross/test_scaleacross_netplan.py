@@ -7,9 +7,9 @@ from collections import Counter
 
 import pytest
 
+from control_plane.cli.main import main
 from control_plane.scaleacross.netplan import build_network_plan
 from control_plane.scaleacross.plan import resolve_plan
-from host.cli.main import main
 from tests.support.scaleacross import raw, scenario
 
 INA = {"cross_building": {"ina": True, "thc": True, "parallel_links": 2, "gbps": 400}}

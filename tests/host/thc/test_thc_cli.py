@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from host.cli.main import main
+from control_plane.cli.main import main
 
 
 @pytest.fixture

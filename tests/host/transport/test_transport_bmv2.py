@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 import torch
 
-from host.impair.netns import in_netns
+from host.netns import in_netns
 from host.protocol.layout import COORDS_PER_PACKET, lane_bits_for
 from host.thc import THCCodec
 from host.thc.lanes import aggregate_packed

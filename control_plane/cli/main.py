@@ -14,24 +14,24 @@ import logging
 import sys
 
 from host import __version__
+from host.errors import UsageError
+
+__all__ = ["SUBCOMMANDS", "UsageError", "build_parser", "main"]
 
 #: (name, module, one-line help). Add a line here to add a subcommand.
 SUBCOMMANDS: list[tuple[str, str, str]] = [
-    ("demo", "host.cli.demo", "run the main job on the embedded default (no switch hardware)"),
+    ("demo", "control_plane.cli.demo", "run the main job on the embedded default (no switch hardware)"),
     ("thc", "host.thc.cli", "THC codec tools: round-trip your own tensors, show tables"),
-    ("bench", "host.cli.bench", "benchmarks that print one JSON object"),
-    ("train", "host.training.cli", "train a task with N workers and a gradient compressor (THC, ...)"),
-    ("p4", "host.cli.p4", "build the P4 programs (runs p4c when present)"),
-    ("switch", "host.cli.switch", "run the software aggregation target (same protocol as the P4 switch)"),
-    ("controller", "control_plane.cli", "P4Runtime controller: apply, diff and show desired state"),
+    ("bench", "control_plane.cli.bench", "benchmarks that print one JSON object"),
+    ("train", "control_plane.cli.train", "train a task with N workers and a gradient compressor (THC, ...)"),
+    ("p4", "control_plane.cli.p4", "build the P4 programs (runs p4c when present)"),
+    ("switch", "host.softswitch.cli", "run the software aggregation target (same protocol as the P4 switch)"),
+    ("controller", "control_plane.cli.controller",
+     "P4Runtime controller: apply, diff and show desired state"),
     ("testbed", "control_plane.testbed.cli", "Mininet testbeds from a topology file: up, down, status"),
     ("explore", "control_plane.scaleacross.cli", "ScaleAcross Explorer: plan training across buildings"),
     ("fielding", "control_plane.fielding.cli", "FIELDING: clustered federated learning under drift"),
 ]
-
-
-class UsageError(Exception):
-    """Bad input from the user: printed as one line, exit code 2."""
 
 
 def build_parser(selected: str | None) -> argparse.ArgumentParser:

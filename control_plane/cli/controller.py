@@ -21,7 +21,7 @@ import logging
 import sys
 from typing import Any
 
-from host.cli.main import UsageError
+from host.errors import UsageError
 
 EXIT_DIFFERS = 1
 EXIT_SWITCH_ERROR = 3

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from host.impair import Impairment, ImpairmentError
-from host.impair.forwarder import Forwarder, open_packet_socket
-from host.impair.netns import in_netns
-from host.impair.node import configure, forwarder_command, kernel_has_netem
-from host.impair.probe import check, measure, open_probe_socket, probe
+from control_plane.testbed.impair import Impairment, ImpairmentError
+from control_plane.testbed.impair.forwarder import Forwarder, open_packet_socket
+from control_plane.testbed.impair.node import configure, forwarder_command, kernel_has_netem
+from control_plane.testbed.impair.probe import check, measure, open_probe_socket, probe
+from host.netns import in_netns
 
 pytestmark = pytest.mark.root
 REPO = Path(__file__).resolve().parents[2]

@@ -10,8 +10,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from host.cli.main import UsageError
 from host.ddp.baselines import COMPRESSORS, CompressorSpec, compare_set
+from host.errors import UsageError
 from host.thc.config import THCConfig, THCConfigError
 from host.thc.lanes import LaneOverflowError, lane_bits
 from host.training.harness import TrainConfig, TrainingError, train

@@ -4,8 +4,9 @@ Probe frames (EtherType 0x88B5, IEEE "local experimental") carry a run id, a seq
 and the send time (``CLOCK_MONOTONIC``, shared by all network namespaces of the machine), so
 one receiver counts losses, duplicates and reorderings and measures the one-way delay;
 a second, back-to-back burst of large frames measures the rate. :func:`check` compares a
-measurement with an :class:`~host.impair.params.Impairment` and raises
-:class:`~host.impair.params.ImpairmentError` naming every impairment that is not in effect.
+measurement with an :class:`~control_plane.testbed.impair.params.Impairment` and raises
+:class:`~control_plane.testbed.impair.params.ImpairmentError` naming every impairment that is not
+in effect.
 
 Counts are judged with binomial bounds: asked for a fraction ``p`` of ``n`` frames, the count
 must lie within ``n·p ± (4·sqrt(n·p·(1−p)) + 2)`` (a false alarm is rarer than 1 in 10⁴), and
@@ -26,7 +27,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from host.impair.params import Impairment, ImpairmentError
+from control_plane.testbed.impair.params import Impairment, ImpairmentError
 
 PROBE_ETHERTYPE = 0x88B5
 MAGIC = b"NCPR"

@@ -1,15 +1,16 @@
 """The impairment node's data path: a user-space forwarder between two interfaces.
 
 For kernels without ``sch_netem``: frames read (AF_PACKET, raw Ethernet) on one interface are
-written to the other after the decisions of :class:`~host.impair.params.Impairment` — drop,
-duplicate, hold for ``delay ± jitter``, hold back some longer so later frames overtake them.
-Held frames wait in a heap ordered by departure time (ties keep arrival order, so a constant
-delay never reorders). The loop sleeps in ``epoll`` until the next frame is due or one
-arrives; departure times are met to about a millisecond (epoll's resolution).
+written to the other after the decisions of
+:class:`~control_plane.testbed.impair.params.Impairment` — drop, duplicate, hold for
+``delay ± jitter``, hold back some longer so later frames overtake them. Held frames wait in a
+heap ordered by departure time (ties keep arrival order, so a constant delay never reorders).
+The loop sleeps in ``epoll`` until the next frame is due or one arrives; departure times are
+met to about a millisecond (epoll's resolution).
 
 A bandwidth cap is not done here: the node shapes its egress with ``tc tbf``
-(:mod:`control_plane.testbed.shaping`), which the forwarder's writes pass through; frames the
-full queue refuses (ENOBUFS) count as ``overflow``.
+(:func:`control_plane.testbed.impair.node.setup_commands`), which the forwarder's writes pass
+through; frames the full queue refuses (ENOBUFS) count as ``overflow``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from host.impair.params import Impairment
+from control_plane.testbed.impair.params import Impairment
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from host.cli.main import UsageError
+from host.errors import UsageError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from host.cli.main import main
+from control_plane.cli.main import main
 
 
 def test_demo_quick(tmp_path, capsys):

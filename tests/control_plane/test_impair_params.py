@@ -7,11 +7,11 @@ import socket
 
 import pytest
 
-from host.impair import Impairment
-from host.impair.__main__ import build_parser
-from host.impair.forwarder import Forwarder
-from host.impair.node import choose_mode, forwarder_command, nft_ruleset, setup_commands
-from host.impair.probe import ProbeResult, probes_needed, problems
+from control_plane.testbed.impair import Impairment
+from control_plane.testbed.impair.__main__ import build_parser
+from control_plane.testbed.impair.forwarder import Forwarder
+from control_plane.testbed.impair.node import choose_mode, forwarder_command, nft_ruleset, setup_commands
+from control_plane.testbed.impair.probe import ProbeResult, probes_needed, problems
 
 
 def test_validation_names_the_field():

@@ -20,9 +20,9 @@ import sys
 import threading
 import time
 
-from host.cli.main import UsageError
+from host.errors import UsageError
 
-__all__ = ["UsageError", "configure", "run"]
+__all__ = ["configure", "run"]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -15,12 +15,13 @@ How the node impairs depends on what the kernel offers (:func:`choose_mode`):
     see the frame.
 ``forwarder``
     no netem and delay/jitter/duplication/reordering asked for: the user-space
-    :class:`~host.impair.forwarder.Forwarder` (``python -m host.impair``) moves the frames and
+    :class:`~control_plane.testbed.impair.forwarder.Forwarder`
+    (``python -m control_plane.testbed.impair``) moves the frames and
     applies everything but the rate, which ``tc tbf`` on the egresses caps.
 
 The caller runs the commands in the node's namespace (``run``) and, for ``forwarder``, starts
 the process it gets from :func:`forwarder_command`; then it must measure the link
-(:mod:`host.impair.probe`) before trusting it.
+(:mod:`control_plane.testbed.impair.probe`) before trusting it.
 """
 
 from __future__ import annotations
@@ -30,11 +31,13 @@ import subprocess
 import sys
 from collections.abc import Callable
 
-from host.impair.params import Impairment, ImpairmentError
+from control_plane.testbed.impair.params import Impairment, ImpairmentError
 
 BRIDGE = "ncbr0"
 NFT_TABLE = "netco_impair"
 MODES = ("netem", "bridge", "forwarder")
+#: The forwarder's module (``python -m FORWARDER_MODULE``); also how its process is recognised.
+FORWARDER_MODULE = "control_plane.testbed.impair"
 
 #: ``run(argv, stdin_text=None) -> stdout``; raises RuntimeError when the command fails.
 Runner = Callable[..., str]
@@ -129,8 +132,8 @@ def nft_ruleset(imp: Impairment) -> str:
 
 def forwarder_command(imp: Impairment, if_a: str, if_b: str, stats_file: str | None = None,
                       ready_file: str | None = None, python: str = sys.executable) -> list[str]:
-    """``python -m host.impair ...`` for ``imp`` between ``if_a`` and ``if_b``."""
-    cmd = [python, "-m", "host.impair", "--a", if_a, "--b", if_b,
+    """``python -m control_plane.testbed.impair ...`` for ``imp`` between ``if_a`` and ``if_b``."""
+    cmd = [python, "-m", FORWARDER_MODULE, "--a", if_a, "--b", if_b,
            "--delay-ms", f"{imp.delay_ms:g}", "--jitter-ms", f"{imp.jitter_ms:g}",
            "--loss-pct", f"{imp.loss_pct:g}", "--dup-pct", f"{imp.dup_pct:g}",
            "--reorder-pct", f"{imp.reorder_pct:g}", "--reorder-gap-ms", f"{imp.reorder_gap_ms:g}",

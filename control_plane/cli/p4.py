@@ -20,7 +20,7 @@ BUILD_SCRIPT = REPO / "p4" / "build.py"
 
 
 def _load_build() -> ModuleType:
-    from host.cli.main import UsageError
+    from host.errors import UsageError
 
     if not BUILD_SCRIPT.exists():
         raise UsageError(f"{BUILD_SCRIPT} not found: run netco p4 from a source checkout")
@@ -35,7 +35,7 @@ def run_build(args: argparse.Namespace) -> int:
     """Generate and compile; print a report (``--json``: one JSON object)."""
     mod = _load_build()
     if args.p4c and not Path(args.p4c).exists():
-        from host.cli.main import UsageError
+        from host.errors import UsageError
 
         raise UsageError(f"--p4c {args.p4c}: no such file; give the p4c executable or omit --p4c")
     if args.target != "v1model":

@@ -1,10 +1,10 @@
-"""``python -m host.impair --a IF --b IF [impairments]``: run the forwarder until SIGTERM.
+"""``python -m control_plane.testbed.impair --a IF --b IF [...]``: run the forwarder until SIGTERM.
 
 Examples::
 
     # 5 ms ± 1 ms each way, 1 % loss, 0.5 % duplicates, 2 % reordered (held 2 ms)
-    python -m host.impair --a imp-a --b imp-b --delay-ms 5 --jitter-ms 1 --loss-pct 1 \\
-        --dup-pct 0.5 --reorder-pct 2 --seed 7 --stats-file /tmp/imp.json
+    python -m control_plane.testbed.impair --a imp-a --b imp-b --delay-ms 5 --jitter-ms 1 \\
+        --loss-pct 1 --dup-pct 0.5 --reorder-pct 2 --seed 7 --stats-file /tmp/imp.json
 
 On SIGTERM/SIGINT it stops, writes the counters (JSON) to ``--stats-file`` (also every
 ``--stats-interval`` seconds) and exits 0.
@@ -20,11 +20,12 @@ import signal
 import sys
 import threading
 
-from host.impair.params import Impairment
+from control_plane.testbed.impair.params import Impairment
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m host.impair", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m control_plane.testbed.impair",
+                                description=__doc__.split("\n\n")[0])
     p.add_argument("--a", required=True, metavar="IF", help="first interface")
     p.add_argument("--b", required=True, metavar="IF", help="second interface")
     p.add_argument("--delay-ms", type=float, default=0.0, help="added one-way delay (ms)")
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2),
                         format="%(levelname)s %(name)s: %(message)s")
-    from host.impair.forwarder import Forwarder
+    from control_plane.testbed.impair.forwarder import Forwarder
 
     try:
         imp = Impairment(delay_ms=args.delay_ms, jitter_ms=args.jitter_ms, loss_pct=args.loss_pct,
