@@ -7,6 +7,7 @@ the value and the allowed range.
 from __future__ import annotations
 
 import math
+import ssl
 from argparse import Namespace
 from pathlib import Path
 
@@ -56,11 +57,19 @@ def tls_files(cert: str | None, key: str | None, ca: str | None) -> TLSFiles | N
                           "shows how to make them)")
     files = TLSFiles(_file(cert, "--tls-cert"), _file(key, "--tls-key"),
                      _file(ca, "--tls-ca") if ca else None)
+    # gRPC only reads the PEM when the port is added (and logs to stderr): check it here.
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
-        files.credentials()
-    except Exception as exc:  # grpc raises plain RuntimeErrors for bad PEM
-        raise OptionError(f"--tls-cert/--tls-key: not a usable PEM certificate and key ({exc})") \
-            from None
+        ctx.load_cert_chain(files.cert, files.key)
+    except (ssl.SSLError, ValueError) as exc:
+        raise OptionError(f"--tls-cert {cert} / --tls-key {key}: not a PEM certificate and its "
+                          f"private key ({exc.__class__.__name__})") from None
+    if files.client_ca is not None:
+        try:
+            ctx.load_verify_locations(files.client_ca)
+        except (ssl.SSLError, ValueError) as exc:
+            raise OptionError(f"--tls-ca {ca}: not a PEM CA certificate "
+                              f"({exc.__class__.__name__})") from None
     return files
 
 
