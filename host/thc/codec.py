@@ -268,6 +268,14 @@ class THCCodec:
             signs (all workers must use the same round and stream for one aggregation).
         residual : bool
             Also return ``x − own decode`` (error-feedback memory for the next round).
+
+        Raises
+        ------
+        ValueError
+            If a norm is negative or not finite.
+        InputRangeError
+            If a norm exceeds :func:`max_norm` or a chunk's transform (or residual) overflows
+            float32 (``x`` far above the norms it is scaled with); both backends alike.
         """
         flat = self._flat32(x)
         lay = self.layout(flat.numel())
