@@ -440,8 +440,12 @@ def _check_free(host: str, port: int) -> None:
         raise OSError(f"cannot resolve {host!r}") from exc
     fam, typ, proto, _, sa = infos[0]
     with socket.socket(fam, typ, proto) as s:
+        # as gRPC does: connections of a previous server in TIME_WAIT do not block a restart,
+        # a socket listening on the address does
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(sa)
+            s.listen(1)
         except OSError as exc:
             raise OSError("address in use or not available") from exc
 

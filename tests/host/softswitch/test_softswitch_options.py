@@ -154,3 +154,20 @@ def test_writes_report_each_update_or_are_refused_whole(tmp_path):
 @pytest.fixture(autouse=True)
 def _no_leftover(tmp_path: Path):
     yield
+
+
+def test_a_restarted_server_gets_its_address_back(tmp_path):
+    """Connections of the previous server in TIME_WAIT must not block a restart."""
+    import grpc
+    from finsy.proto import p4r, p4r_grpc
+
+    a = SoftSwitch()
+    addr = a.serve(f"127.0.0.1:{free_tcp_port()}")
+    with grpc.insecure_channel(addr) as ch:
+        p4r_grpc.P4RuntimeStub(ch).Capabilities(p4r.CapabilitiesRequest(), timeout=5)
+    a.stop()
+    b = SoftSwitch()
+    try:
+        assert b.serve(addr) == addr
+    finally:
+        b.stop()
