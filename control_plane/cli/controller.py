@@ -41,6 +41,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
                        help="also install a ScaleAcross network plan (netco explore plan --out): "
                             "hosts for its ranks, a THC job per DP group, paths for its "
                             "cross-building flows (docs/scaleacross.md)")
+        p.add_argument("--tls-ca", default=None, metavar="PEM",
+                       help="connect over TLS, trusting switches signed by this CA (docs/security.md)")
+        p.add_argument("--tls-cert", default=None, metavar="PEM",
+                       help="client certificate for switches that require one (with --tls-key)")
+        p.add_argument("--tls-key", default=None, metavar="PEM", help="private key of --tls-cert")
+        p.add_argument("--tls-server-name", default=None, metavar="NAME",
+                       help="name to check the switches' certificates against (default: host)")
 
     p = sub.add_parser("apply", help="push the pipeline and write the difference to every switch")
     common(p)
@@ -83,6 +90,9 @@ def _quiet_finsy(args: argparse.Namespace) -> None:
 
 def _load(args: argparse.Namespace):
     from control_plane.config import ConfigError, load_config
+    from control_plane.options import check_controller_args
+
+    check_controller_args(args, UsageError)
 
     try:
         if getattr(args, "plan", None):
@@ -108,7 +118,8 @@ def _controller(args: argparse.Namespace, election_id: int | None = None):
 
     cfg = _load(args)
     try:
-        return Controller(cfg, election_id=election_id, timeout=getattr(args, "timeout", 15.0))
+        return Controller(cfg, election_id=election_id, timeout=getattr(args, "timeout", 15.0),
+                          tls=args.tls)
     except ConfigError as exc:
         raise UsageError(str(exc).replace("\n", " ")) from exc
     except FileNotFoundError as exc:

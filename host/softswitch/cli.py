@@ -46,6 +46,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--echo", action="store_true",
                         help="benchmark baseline: send every message back where it came from, "
                              "untouched (no pipeline)")
+    parser.add_argument("--tls-cert", default=None, metavar="PEM",
+                        help="serve P4Runtime over TLS with this certificate (docs/security.md)")
+    parser.add_argument("--tls-key", default=None, metavar="PEM", help="private key of --tls-cert")
+    parser.add_argument("--tls-ca", default=None, metavar="PEM",
+                        help="require client certificates signed by this CA (mutual TLS)")
     parser.add_argument("--json", action="store_true", help="print final statistics as JSON on exit")
     parser.add_argument("--ready-file", default=None, metavar="PATH",
                         help="write the P4Runtime address here once serving (for scripts)")
@@ -55,13 +60,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Open the ports, start the P4Runtime server and loop until SIGINT/SIGTERM."""
     from host.softswitch.netio import open_port, parse_port
-    from host.softswitch.p4info import load_p4info, netco_p4info
+    from host.softswitch.options import check_switch_options
+    from host.softswitch.p4info import netco_p4info
     from host.softswitch.switch import SoftSwitch
 
     if not args.port:
         raise UsageError("--port: give at least one port, e.g. --port 1=udp:127.0.0.1:47001")
-    if args.slots < 1 or args.batch < 1:
-        raise UsageError("--slots and --batch must be positive")
+    check_switch_options(args, UsageError)
     specs = []
     for spec in args.port:
         try:
@@ -83,16 +88,17 @@ def run(args: argparse.Namespace) -> int:
                 raise UsageError(f"--port {n}: cannot open {kind} port {opts}: {exc.strerror}") from None
         sw = SoftSwitch(ports, device_id=args.device_id, pool_slots=args.slots, batch=args.batch)
         if args.p4info:
-            from pathlib import Path
-            info = netco_p4info() if args.p4info == "default" else load_p4info(Path(args.p4info))
-            sw.load_pipeline(info)
+            try:
+                sw.load_pipeline(netco_p4info() if args.p4info == "default" else args.p4info_message)
+            except ValueError as exc:
+                raise UsageError(f"--p4info {args.p4info}: {exc}") from None
         try:
-            sw.serve(args.grpc)
+            bound = sw.serve(args.grpc, args.tls)
         except (OSError, RuntimeError) as exc:
             raise UsageError(f"--grpc {args.grpc}: cannot listen ({exc})") from None
         if args.ready_file:
             with open(args.ready_file, "w") as f:
-                f.write(args.grpc + "\n")
+                f.write(bound + "\n")
 
         def stop(signum, frame) -> None:
             sw.stop_event.set()
@@ -107,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
                     print(json.dumps(sw.stats()), file=sys.stderr, flush=True)
             reporter = threading.Thread(target=report, daemon=True)
             reporter.start()
-        print(f"netco switch: P4Runtime on {args.grpc}, device {args.device_id}, ports "
+        tls = " (TLS)" if args.tls else ""
+        print(f"netco switch: P4Runtime{tls} on {bound}, device {args.device_id}, ports "
               + " ".join(p.describe() for p in ports), file=sys.stderr, flush=True)
         t0 = time.time()
         sw.run(echo=args.echo)

@@ -29,7 +29,7 @@ from host.softswitch.entities import EntityStore
 from host.softswitch.netio import SOCKADDR_IN, MsgBatch, Port, UdpPort
 from host.softswitch.p4info import P4InfoIndex
 from host.softswitch.pipeline import ROW, THC_OFF, Counters, Pipeline
-from host.softswitch.server import P4RuntimeService, start_server
+from host.softswitch.server import P4RuntimeService, TLSFiles, start_server
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,8 @@ class SoftSwitch:
         self.pool_slots = pool_slots
         self.batch = batch
         self.pipeline = Pipeline(pool_slots)
-        self.service = P4RuntimeService(device_id, self._on_commit, self._on_write)
+        self.service = P4RuntimeService(device_id, self._on_commit, self._on_write,
+                                        cfgmod.job_entry_check(pool_slots))
         self.server: grpc.Server | None = None
         self.rxb = MsgBatch(batch)
         self.lens = np.zeros(batch, dtype=np.int64)
@@ -94,6 +95,7 @@ class SoftSwitch:
     def load_pipeline(self, p4info) -> None:
         """Commit a P4Info locally (as a controller's SetForwardingPipelineConfig would)."""
         store = EntityStore(P4InfoIndex(p4info))
+        store.entry_check = self.service.entry_check
         missing = cfgmod.check_program(store)
         if missing:
             raise ValueError(f"P4Info lacks {', '.join(missing)}")
@@ -102,10 +104,11 @@ class SoftSwitch:
             self.service.store = store
             self._on_commit(store)
 
-    def serve(self, address: str) -> str:
-        """Start the P4Runtime server on ``address``; returns the bound address."""
-        self.server = start_server(self.service, address)
-        return address
+    def serve(self, address: str, tls: TLSFiles | None = None) -> str:
+        """Start the P4Runtime server on ``address`` (TLS with ``tls``); returns the bound
+        address (``host:port`` with the port actually listened on)."""
+        self.server, bound = start_server(self.service, address, tls)
+        return bound
 
     # -- data plane -----------------------------------------------------------------------
     def process_frames(self, frames: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:

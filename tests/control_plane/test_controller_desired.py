@@ -252,3 +252,19 @@ def test_entries_match_the_packet_tests_fixture() -> None:
     assert (result.to_insert, result.to_modify, result.to_delete, result.foreign) == ([], [], [], [])
     assert result.unchanged == len(theirs) == len(ours) == 7
     assert all(e.metadata == OWNER_TAG for e in ours)
+
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"lane_bits": 7}, "lane_bits"), ({"num_slots": 0}, "num_slots")])
+def test_job_entry_refuses_what_the_switch_refuses(change, field) -> None:
+    """The controller checks its set_job parameters with the software target's own rules
+    (host.protocol.jobs), so neither side accepts what the other refuses."""
+    import dataclasses
+
+    from control_plane.thc_validate import job_entry
+
+    j = place(parse_config(TREE)).per_switch["root"][0]
+    job_entry(j)
+    with pytest.raises(ConfigError, match=field):
+        job_entry(dataclasses.replace(j, **change))

@@ -116,6 +116,7 @@ def job_entries(job: SwitchJob) -> list:
     members = job.members if job.members is not None else job.contributors
     grp = job.mcast_grp if job.mcast_grp is not None else job.index + 1
     ents: list = [
+        fy.P4MulticastGroupEntry(grp, replicas=[m.port for m in members]),   # named by the job
         fy.P4TableEntry(
             "ingress.thc_validate.jobs",
             match=fy.P4TableMatch(job_id=job.job_id),
@@ -134,7 +135,6 @@ def job_entries(job: SwitchJob) -> list:
             action=fy.P4TableAction("ingress.thc_load.load_table",
                                     **{f"v{i}": v for i, v in enumerate(job.table)}),
         ),
-        fy.P4MulticastGroupEntry(grp, replicas=[m.port for m in members]),
     ]
     for w in job.contributors:
         ents.append(fy.P4TableEntry(

@@ -91,10 +91,12 @@ def job_entities(job_id: int, contributors: list[Peer], *, index: int = 0, lane_
                  members: list[Peer] | None = None, parent: tuple[int, str] | None = None,
                  self_id: int = 0, expected: int | None = None, mcast_grp: int | None = None,
                  self_ip: str = SELF_IP) -> list:
-    """finsy entities of one job: jobs, tables, senders, members entries and the group."""
+    """finsy entities of one job: the group, then jobs, tables, senders and members entries
+    (the controller's order: a job entry names its group, which must exist)."""
     members = contributors if members is None else members
     grp = index + 1 if mcast_grp is None else mcast_grp
     ents: list = [
+        fy.P4MulticastGroupEntry(grp, replicas=[m.port for m in members]),
         fy.P4TableEntry("ingress.thc_validate.jobs", match=fy.P4TableMatch(job_id=job_id),
                         action=fy.P4TableAction(
                             "ingress.thc_validate.set_job", index=index, slot_base=slot_base,
@@ -107,7 +109,6 @@ def job_entities(job_id: int, contributors: list[Peer], *, index: int = 0, lane_
         fy.P4TableEntry("ingress.thc_load.tables", match=fy.P4TableMatch(job_id=job_id),
                         action=fy.P4TableAction("ingress.thc_load.load_table",
                                                 **{f"v{i}": v for i, v in enumerate(table)})),
-        fy.P4MulticastGroupEntry(grp, replicas=[m.port for m in members]),
     ]
     for c in contributors:
         ents.append(fy.P4TableEntry(

@@ -90,6 +90,17 @@ def test_cli_bad_scenario_names_the_field(tmp_path, capsys):
     assert "model.heads" in capsys.readouterr().err
 
 
+def test_cli_nan_in_yaml_scenario_is_one_line(tmp_path, capsys):
+    """YAML's .nan is a float: predict must refuse it, not print NaN (invalid JSON)."""
+    path = tmp_path / "nan.yaml"
+    text = json.dumps(raw())
+    path.write_text(text.replace('"peak_tflops": 312', '"peak_tflops": .nan'))
+    assert main(["explore", "predict", str(path), "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "hardware.peak_tflops" in err and "finite" in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_cli_search_plot_and_plan(tmp_path, capsys):
     path = _write(tmp_path, raw())
     png = tmp_path / "b.png"

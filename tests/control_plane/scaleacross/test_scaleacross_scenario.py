@@ -48,6 +48,11 @@ def test_shipped_scenarios_load(path):
     (lambda r: r.update(training={}), "parallel.global_batch"),
     (lambda r: r.update(parallel={"recompute": "some"}), "parallel.recompute"),
     (lambda r: r.update(parallel={"zero": 4}), "parallel.zero"),
+    (lambda r: r["hardware"].update(peak_tflops=float("nan")), "hardware.peak_tflops"),
+    (lambda r: r["hardware"].update(nic_gbps=float("inf")), "hardware.nic_gbps"),
+    (lambda r: r["model"].update(layers=float("inf")), "model.layers"),
+    (lambda r: r["cluster"]["cross_building"].update(latency_us=float("nan")),
+     "cluster.cross_building.latency_us"),
 ])
 def test_errors_name_the_field(mutate, field):
     r = raw()
