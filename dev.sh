@@ -19,13 +19,14 @@ fi
 stamp="$VENV/.netco-installed"
 if [ ! -f "$stamp" ] || [ -n "$(find pyproject.toml setup.py host/thc/_fused.c -newer "$stamp" 2>/dev/null)" ]; then
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[dev]"
-  # Mininet comes from Debian (apt-get install mininet); let the venv import it.
-  for d in /usr/lib/python3/dist-packages; do
-    if [ -d "$d/mininet" ]; then
-      echo "$d" > "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/debian-mininet.pth"
-    fi
-  done
   touch "$stamp"
+fi
+# Mininet comes from Debian (apt-get install mininet); let the venv import it, also when it
+# was installed after the venv (checked on every run, without starting Python).
+if [ -f /usr/lib/python3/dist-packages/mininet/net.py ]; then
+  for sp in "$VENV"/lib/python3*/site-packages; do
+    [ -f "$sp/debian-mininet.pth" ] || echo /usr/lib/python3/dist-packages > "$sp/debian-mininet.pth"
+  done
 fi
 cmd=${1:-demo}
 [ $# -gt 0 ] && shift
