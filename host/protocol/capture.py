@@ -6,18 +6,21 @@ on its UDP port and on any port given (the software target's UDP ports) — and 
 it. Nothing here captures by itself: tshark (Debian's ``tshark`` package) does, and capturing
 live needs root or the ``wireshark`` group (dumpcap's capabilities).
 
-Examples (the same lines ``netco capture --print-command`` shows)::
+It is also the ``netco capture`` subcommand (:func:`configure`, :func:`run_args`)::
 
-    tshark -X lua_script:$(python -c 'from host.protocol.dissector import dissector_path as p; print(p())') \
-        -i lo -f 'udp port 21576' -Y netco_thc
-    tshark -X lua_script:.../netco_thc.lua -r capture.pcap -Y netco_thc -V
+    netco capture -i lo --port 47001 --port 47002     # live: the software target's ports
+    netco capture -i lo -w thc.pcap -c 1000            # save raw packets (no decoding)
+    netco capture -r thc.pcap --output verbose -Y netco_thc.drop
+    netco capture -r thc.pcap --print-command          # the tshark line, to adapt by hand
 """
 
 from __future__ import annotations
 
+import argparse
 import shlex
 import shutil
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -145,3 +148,52 @@ def run(cmd: Sequence[str]) -> int:
     except KeyboardInterrupt:
         return 0
     return 0 if rc in (-2, 130) else rc
+
+
+# -- ``netco capture`` ----------------------------------------------------------------------------
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``netco capture`` arguments (a subcommand module: sets ``func``)."""
+    parser.description = ("Decode THC packets with tshark and the generated dissector, live on "
+                          "an interface or from a capture file (docs/protocol.md, 'Looking at "
+                          "packets'). Live capture needs root or the wireshark group.")
+    src = parser.add_mutually_exclusive_group()
+    src.add_argument("-i", "--interface", default=None, metavar="IF",
+                     help="capture live on this interface (lo: the software target on loopback)")
+    src.add_argument("-r", "--read", default=None, metavar="FILE",
+                     help="decode this pcap/pcapng file instead")
+    parser.add_argument("--port", type=int, action="append", default=[], metavar="P",
+                        help=f"also decode UDP port P as THC (besides {THC_UDP_PORT}; the "
+                             "software target's udp: ports); repeatable")
+    parser.add_argument("-w", "--write", default=None, metavar="FILE",
+                        help="live: save the raw packets to FILE instead of decoding them")
+    parser.add_argument("-c", "--count", type=int, default=None, metavar="N",
+                        help="stop after N packets")
+    parser.add_argument("--duration", type=float, default=None, metavar="S",
+                        help="stop after S seconds")
+    parser.add_argument("--output", choices=OUTPUTS, default="text",
+                        help="one line per packet (text), the full tree (verbose), "
+                             "tab-separated fields, or tshark's json/pdml (default text)")
+    parser.add_argument("-Y", "--filter", default=PROTO, metavar="EXPR",
+                        help="Wireshark display filter, e.g. 'netco_thc.flags.retx == 1' or "
+                             "netco_thc.drop (default: THC packets)")
+    parser.add_argument("--print-command", action="store_true",
+                        help="print the tshark command line instead of running it")
+    parser.set_defaults(func=run_args)
+
+
+def run_args(args: argparse.Namespace) -> int:
+    """``netco capture``: build the tshark command, print it or run it; 2 on bad input."""
+    if args.interface is None and args.read is None:
+        args.interface = "lo"
+    try:
+        cmd = tshark_command(interface=args.interface, read=args.read, ports=args.port,
+                             write=args.write, count=args.count, duration=args.duration,
+                             output=args.output, display_filter=args.filter or None)
+        if args.print_command:
+            print(shell_line(cmd))
+            return 0
+        return run(cmd)
+    except CaptureError as exc:
+        print(f"netco capture: error: {exc}", file=sys.stderr)
+        return 2

@@ -29,7 +29,17 @@ from host.transport.ports import UdpEndpoint
 from host.transport.slots import SlotConfig
 
 sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: helpers by file name
-from thc_pdml import check_against_bytes, decode, drop_name, read_udp_payloads
+from thc_pdml import check_against_bytes, decode, drop_name, read_udp_payloads, udp_frame, write_pcap
+
+
+def _cli(argv: list[str]) -> int:
+    """``netco capture ARGV`` through the subcommand module's own parser."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="netco capture")
+    capture.configure(parser)
+    args = parser.parse_args(argv)
+    return args.func(args)
 
 
 def test_live_command_decodes_thc_on_the_given_ports(tmp_path):
@@ -79,6 +89,39 @@ def test_missing_tshark_names_the_package(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(capture.CaptureError, match="apt-get install tshark"):
         capture.find_tshark()
+
+
+def test_cli_prints_the_command(capsys):
+    assert _cli(["-i", "lo", "--port", "47001", "--print-command"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("tshark -X lua_script:") and "-d udp.port==47001,netco_thc" in line
+    assert _cli(["--print-command"]) == 0                   # default: live on loopback
+    assert " -i lo " in capsys.readouterr().out
+
+
+def test_cli_bad_input_is_one_line_and_exit_2(capsys, tmp_path):
+    assert _cli(["-r", str(tmp_path / "none.pcap")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("netco capture: error: ") and err.count("\n") == 1
+    assert _cli(["-r", str(tmp_path / "none.pcap"), "-w", "x.pcap"]) == 2
+
+
+@pytest.mark.tshark
+def test_cli_decodes_a_file_as_fields(tmp_path, capfd):
+    from host.protocol import codec as wire
+
+    data = wire.encode(wire.Header(msg_type=lay.MsgType.RESULT, job_id=5, slot=2, round=9, rank=255,
+                                   lane_bits=8, bitmap=3, count=2, flags=lay.Flag.RESENT), [7, 8])
+    pcap = write_pcap(tmp_path / "one.pcap", [udp_frame(data, sport=lay.THC_UDP_PORT, dport=40000)])
+    assert _cli(["-r", str(pcap), "--output", "fields"]) == 0
+    lines = capfd.readouterr().out.splitlines()
+    head, row = lines[0].split("\t"), lines[1].split("\t")
+    got = dict(zip(head, row, strict=True))
+    assert got["netco_thc.msg_type"] == "2" and got["netco_thc.job_id"] == "5"
+    assert got["netco_thc.flags"] == "0x02" and got["netco_thc.count"] == "2"
+    assert _cli(["-r", str(pcap)]) == 0
+    assert "RESULT job 5 rank 255 slot 2 set 1 round 9 elems 2 count 2 bitmap 0x00000003 [RESENT]" \
+        in capfd.readouterr().out
 
 
 def _aggregators(net: EmbeddedNetwork, slots: SlotConfig) -> list[NetworkAggregator]:
