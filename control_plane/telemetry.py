@@ -223,6 +223,12 @@ def watch(take: Callable[[], Snapshot], interval: float, *, rounds: int = 0,
         return n
 
 
+def watch_controller(ctl: Controller, interval: float, *, switches: list[str] | None = None,
+                     rounds: int = 0, out: TextIO | None = None) -> int:
+    """``netco controller status --watch S``: :func:`watch` of :func:`take_snapshot`."""
+    return watch(lambda: take_snapshot(ctl, switches), interval, rounds=rounds, out=out)
+
+
 class SnapshotCollector:
     """Prometheus collector of the switches' counters as the controller reads them.
 

@@ -10,6 +10,7 @@ in between: a scrape reads the counters as they are.
 
 from __future__ import annotations
 
+import argparse
 import logging
 from collections.abc import Iterable
 from typing import Protocol
@@ -99,3 +100,13 @@ def serve_metrics(collectors: Iterable[Collector], port: int,
     if not 0 <= port <= 65535:
         raise ExporterError(f"metrics: port {port} is not 0..65535")
     return MetricsServer(registry_of(collectors), address, port)
+
+
+def add_metrics_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    """Add ``--metrics-port N`` and ``--metrics-address A`` (``what``: whose metrics, for the help)."""
+    parser.add_argument("--metrics-port", type=int, default=None, metavar="N",
+                        help=f"serve {what} in the Prometheus text format at "
+                             "http://ADDRESS:N/metrics (0: any free port; docs/telemetry.md)")
+    parser.add_argument("--metrics-address", default="127.0.0.1", metavar="ADDRESS",
+                        help="address the metrics server binds (default %(default)s; 0.0.0.0 for "
+                             "a Prometheus server on another machine)")

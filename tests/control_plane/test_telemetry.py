@@ -121,3 +121,16 @@ def test_collector_exports_the_snapshot_in_the_prometheus_text_format():
     assert samples[("netco_switch_drops_total", (("reason", "DUPLICATE"), ("switch", "s1")))] == 5
     assert samples[("netco_switch_reachable", (("switch", "s1"),))] == 1
     assert not [k for k in samples if ("job", "eval") in k[1]]   # unknown counters are left out
+
+
+def test_metrics_arguments_have_help_and_defaults():
+    import argparse
+
+    from host.exporter import add_metrics_arguments
+
+    p = argparse.ArgumentParser()
+    add_metrics_arguments(p, "the switch's counters")
+    assert vars(p.parse_args([])) == {"metrics_port": None, "metrics_address": "127.0.0.1"}
+    assert p.parse_args(["--metrics-port", "9100"]).metrics_port == 9100
+    assert all(a.help for a in p._actions)
+    assert "the switch's counters" in p.format_help()

@@ -4,6 +4,7 @@ controller's telemetry snapshot (control_plane/telemetry.py) must read the same 
 
 from __future__ import annotations
 
+import io
 import socket
 import threading
 import time
@@ -14,7 +15,7 @@ import torch
 from prometheus_client.parser import text_string_to_metric_families
 
 from control_plane.embedded import EmbeddedNetwork
-from control_plane.telemetry import SnapshotCollector, take_snapshot
+from control_plane.telemetry import SnapshotCollector, take_snapshot, watch_controller
 from host.exporter import ExporterError, render, serve_metrics
 from host.protocol import codec
 from host.protocol import layout as lay
@@ -128,6 +129,13 @@ def test_switch_metrics_count_a_real_allreduce():
         assert (j.contributions, j.results, j.resent) == (n * (k + kn), k + kn, resent)
         (s,) = snap.switches
         assert s.reachable and s.drops["MALFORMED"] == 1 and s.drops["BAD_VERSION"] == 1
+        # the watch table of the live switch, into a log (plain blocks)
+        log = io.StringIO()
+        assert watch_controller(net.controller, 0.05, rounds=2, out=log) == 2
+        rows = [line.split() for line in log.getvalue().splitlines() if line.startswith("train")]
+        assert len(rows) == 2 and rows[0][:6] == ["train", str(net.job_id), "s1", str(n * (k + kn)),
+                                                  str(k + kn), str(int(resent))]
+        assert rows[1][6:] == ["0", "pkt/s", "0", "pkt/s", "0", "coord/s"]   # idle now
         text = render([SnapshotCollector(lambda: snap)])
         assert f'netco_job_contributions_total{{job="train",job_id="{net.job_id}",switch="s1"}} ' \
                f"{float(n * (k + kn))}" in text
