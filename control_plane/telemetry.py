@@ -6,7 +6,9 @@ every switch it is placed on (``contributions``, ``results``, ``resent``), read 
 P4Runtime by :meth:`control_plane.controller.Controller.status` (read only, low election id).
 Two snapshots give rates: contributions and results per second and the goodput, results per
 second × ``COORDS_PER_PACKET`` coordinates (an upper bound: norm results count as whole
-packets).
+packets). With the URLs of the workers' metrics servers (:mod:`host.transport.metrics`) a
+snapshot also holds each worker's own statistics (packets, retransmissions, coordinates), and
+the table their rates: a worker's goodput is exact (tensor elements summed per second).
 
 * :func:`render_table` turns a snapshot (and the previous one, for rates) into table lines;
 * :func:`watch` redraws it every ``interval`` seconds — in place on a terminal, as plain
@@ -59,18 +61,79 @@ class SwitchState:
 
 
 @dataclass(frozen=True)
+class WorkerStats:
+    """One worker's own statistics, scraped from its metrics server (:mod:`host.transport.metrics`)."""
+
+    source: str
+    job_id: int
+    rank: int
+    packets: int
+    retransmits: int
+    coordinates: int
+    bytes_sent: int
+    bytes_received: int
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.job_id, self.rank)
+
+
+@dataclass(frozen=True)
 class Snapshot:
-    """Counters of all switches and jobs at ``time`` (seconds since the epoch)."""
+    """Counters of all switches and jobs (and workers, when scraped) at ``time`` (epoch s)."""
 
     time: float
     switches: tuple[SwitchState, ...]
     jobs: tuple[JobCounters, ...]
+    workers: tuple[WorkerStats, ...] = ()
+    #: worker metrics URLs that did not answer: url -> reason
+    unreachable: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able dict."""
         return {"time": self.time,
                 "switches": [s.__dict__ for s in self.switches],
-                "jobs": [j.__dict__ for j in self.jobs]}
+                "jobs": [j.__dict__ for j in self.jobs],
+                "workers": [w.__dict__ for w in self.workers],
+                "unreachable": dict(self.unreachable)}
+
+
+#: WorkerStats field -> the worker metric it is read from
+_WORKER_METRICS = {"packets": "netco_worker_packets_sent_total",
+                   "retransmits": "netco_worker_retransmits_total",
+                   "coordinates": "netco_worker_coordinates_total",
+                   "bytes_sent": "netco_worker_payload_bytes_sent_total",
+                   "bytes_received": "netco_worker_payload_bytes_received_total"}
+
+
+def parse_worker_metrics(text: str, source: str = "") -> list[WorkerStats]:
+    """The workers in a scrape of :func:`host.transport.metrics.start_worker_metrics`'s server."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    vals: dict[tuple[int, int], dict[str, float]] = {}
+    names = {v: k for k, v in _WORKER_METRICS.items()}
+    for fam in text_string_to_metric_families(text):
+        for smp in fam.samples:
+            if smp.name in names and "job" in smp.labels and "rank" in smp.labels:
+                key = (int(smp.labels["job"]), int(smp.labels["rank"]))
+                vals.setdefault(key, {})[names[smp.name]] = smp.value
+    return [WorkerStats(source, job, rank, **{k: int(v.get(k, 0)) for k in _WORKER_METRICS})
+            for (job, rank), v in sorted(vals.items())]
+
+
+def scrape_workers(urls: list[str], timeout: float = 2.0) -> tuple[list[WorkerStats], dict[str, str]]:
+    """Scrape the workers' metrics servers: (their statistics, {url: why not} of the silent)."""
+    import urllib.request
+
+    workers: list[WorkerStats] = []
+    failed: dict[str, str] = {}
+    for url in urls:
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as r:
+                workers += parse_worker_metrics(r.read().decode(), url)
+        except (OSError, ValueError) as exc:
+            failed[url] = str(getattr(exc, "reason", exc))
+    return workers, failed
 
 
 def _reason(idx: int) -> str:
@@ -99,9 +162,15 @@ def snapshot_of(ctl: Controller, results: list[SwitchResult], now: float | None 
     return Snapshot(time.time() if now is None else now, switches, tuple(jobs))
 
 
-def take_snapshot(ctl: Controller, switches: list[str] | None = None) -> Snapshot:
-    """Read every switch's counters now (synchronous; one P4Runtime read session per switch)."""
-    return snapshot_of(ctl, run_sync(ctl.status(switches=switches)))
+def take_snapshot(ctl: Controller, switches: list[str] | None = None,
+                  worker_urls: list[str] = ()) -> Snapshot:
+    """Read every switch's counters now (synchronous; one P4Runtime read session per switch),
+    and the workers' statistics from ``worker_urls`` (their metrics servers)."""
+    snap = snapshot_of(ctl, run_sync(ctl.status(switches=switches)))
+    if not worker_urls:
+        return snap
+    workers, failed = scrape_workers(list(worker_urls))
+    return Snapshot(snap.time, snap.switches, snap.jobs, tuple(workers), failed)
 
 
 @dataclass(frozen=True)
@@ -175,6 +244,7 @@ def render_table(cur: Snapshot, prev: Snapshot | None = None) -> list[str]:
                             "contrib rate", "result rate", "goodput"])
     else:
         out.append("no jobs")
+    out += _worker_lines(cur, prev)
     drows = []
     before = {s.switch: s.drops for s in prev.switches} if prev is not None else {}
     dt = cur.time - prev.time if prev is not None else 0.0
@@ -185,6 +255,26 @@ def render_table(cur: Snapshot, prev: Snapshot | None = None) -> list[str]:
             drows.append([s.switch, reason, n, rate])
     out.append("")
     out += table(drows, ["switch", "drop reason", "packets", "rate"]) if drows else ["no drops"]
+    return out
+
+
+def _worker_lines(cur: Snapshot, prev: Snapshot | None) -> list[str]:
+    if not cur.workers and not cur.unreachable:
+        return []
+    before = {w.key: w for w in prev.workers} if prev is not None else {}
+    dt = cur.time - prev.time if prev is not None else 0.0
+    rows = []
+    for w in cur.workers:
+        p = before.get(w.key)
+        ok = p is not None and dt > 0 and w.coordinates >= p.coordinates and w.packets >= p.packets
+        rate = [_si((w.packets - p.packets) / dt, "pkt/s"),
+                _si((w.coordinates - p.coordinates) / dt, "coord/s")] if ok else ["-", "-"]
+        rows.append([w.job_id, w.rank, w.packets, w.retransmits, w.coordinates, *rate])
+    out = [""]
+    if rows:
+        out += table(rows, ["job", "rank", "packets", "retransmits", "coordinates", "packet rate",
+                            "goodput"])
+    out += [f"worker metrics {url}: {why}" for url, why in sorted(cur.unreachable.items())]
     return out
 
 
@@ -224,9 +314,10 @@ def watch(take: Callable[[], Snapshot], interval: float, *, rounds: int = 0,
 
 
 def watch_controller(ctl: Controller, interval: float, *, switches: list[str] | None = None,
-                     rounds: int = 0, out: TextIO | None = None) -> int:
-    """``netco controller status --watch S``: :func:`watch` of :func:`take_snapshot`."""
-    return watch(lambda: take_snapshot(ctl, switches), interval, rounds=rounds, out=out)
+                     worker_urls: list[str] = (), rounds: int = 0, out: TextIO | None = None) -> int:
+    """``netco controller status --watch S [--workers URL ...]``: :func:`watch` of
+    :func:`take_snapshot`."""
+    return watch(lambda: take_snapshot(ctl, switches, worker_urls), interval, rounds=rounds, out=out)
 
 
 class SnapshotCollector:

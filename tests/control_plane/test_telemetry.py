@@ -15,6 +15,7 @@ from control_plane.telemetry import (
     Snapshot,
     SnapshotCollector,
     SwitchState,
+    WorkerStats,
     rates,
     render_table,
     watch,
@@ -134,3 +135,22 @@ def test_metrics_arguments_have_help_and_defaults():
     assert p.parse_args(["--metrics-port", "9100"]).metrics_port == 9100
     assert all(a.help for a in p._actions)
     assert "the switch's counters" in p.format_help()
+
+
+def test_table_shows_the_workers_and_their_goodput():
+    def with_workers(t: float, coords: int, packets: int) -> Snapshot:
+        base = snap(t, 0, 0, 0)
+        ws = tuple(WorkerStats(f"http://127.0.0.1:{9100 + r}/metrics", 7, r, packets, r, coords,
+                               0, 0) for r in range(2))
+        return Snapshot(t, base.switches, base.jobs, ws, {"http://127.0.0.1:9102/metrics": "refused"})
+
+    a, b = with_workers(10.0, 1000, 10), with_workers(12.0, 5000, 30)
+    lines = render_table(b, a)
+    i = next(k for k, line in enumerate(lines) if line.startswith("job  rank"))
+    assert lines[i].split() == ["job", "rank", "packets", "retransmits", "coordinates", "packet",
+                                "rate", "goodput"]
+    assert lines[i + 2].split() == ["7", "0", "30", "0", "5000", "10", "pkt/s", "2.0", "kcoord/s"]
+    assert lines[i + 3].split()[:4] == ["7", "1", "30", "1"]
+    assert "worker metrics http://127.0.0.1:9102/metrics: refused" in lines
+    first = render_table(a)
+    assert next(line for line in first if line.startswith("7    0")).split()[-2:] == ["-", "-"]

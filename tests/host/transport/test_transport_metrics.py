@@ -10,6 +10,7 @@ import torch
 from prometheus_client.parser import text_string_to_metric_families
 
 from control_plane.embedded import EmbeddedNetwork
+from control_plane.telemetry import scrape_workers
 from host.protocol import layout as lay
 from host.thc import THCCodec
 from host.transport.faults import FaultyEndpoint
@@ -58,6 +59,8 @@ def test_worker_metrics_count_packets_retransmissions_and_goodput():
                 t.join(60)
             assert not any(t.is_alive() for t in ts)
             got = scrape(srv.url)
+            # what netco controller status --watch --workers URL reads
+            workers, failed = scrape_workers([srv.url, "http://127.0.0.1:1/metrics"])
         for a in aggs:
             a.ep.close()
     per_round = k + kn
@@ -76,3 +79,9 @@ def test_worker_metrics_count_packets_retransmissions_and_goodput():
         assert got[("netco_worker_min_count", r)] == n == got[("netco_worker_world", r)]
         assert got[("netco_worker_missing_ranks", r)] == 0
     assert got[("netco_worker_retransmits_total", 1)] > 0   # rank 1's loss was in effect
+    assert [(w.job_id, w.rank) for w in workers] == [(net.job_id, 0), (net.job_id, 1)]
+    for w, a in zip(workers, aggs, strict=True):
+        assert (w.packets, w.retransmits, w.coordinates, w.bytes_sent, w.bytes_received) == \
+            (a.window.stats.packets, a.window.stats.retransmits, a.coordinates, a.bytes_sent,
+             a.bytes_received)
+    assert list(failed) == ["http://127.0.0.1:1/metrics"]
