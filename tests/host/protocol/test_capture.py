@@ -9,10 +9,8 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -27,9 +25,14 @@ from host.transport.faults import FaultyEndpoint
 from host.transport.job import JobSpec, NetworkAggregator
 from host.transport.ports import UdpEndpoint
 from host.transport.slots import SlotConfig
-
-sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: helpers by file name
-from thc_pdml import check_against_bytes, decode, drop_name, read_udp_payloads, udp_frame, write_pcap
+from tests.support.pdml import (
+    check_against_bytes,
+    decode,
+    drop_name,
+    read_udp_payloads,
+    udp_frame,
+    write_pcap,
+)
 
 
 def _cli(argv: list[str]) -> int:

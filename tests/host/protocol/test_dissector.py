@@ -7,7 +7,6 @@ type, flag and packet-level drop reason of crafted packets exactly as the bytes 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,9 +15,7 @@ import pytest
 from host.protocol import codec
 from host.protocol import dissector as gen
 from host.protocol import layout as lay
-
-sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: helpers by file name
-from thc_pdml import check_against_bytes, decode, drop_name, udp_frame, write_pcap
+from tests.support.pdml import check_against_bytes, decode, drop_name, udp_frame, write_pcap
 
 
 def test_committed_script_is_fresh():
