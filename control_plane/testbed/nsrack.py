@@ -28,7 +28,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from host.netns import enter_netns
+from host.netns import in_netns
 
 log = logging.getLogger(__name__)
 
@@ -75,27 +75,6 @@ def _run(cmd: list[str]) -> str:
     if res.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: {res.stderr.strip() or res.returncode}")
     return res.stdout
-
-
-def in_netns(path: str | None, fn):
-    """Run ``fn()`` in a thread inside namespace ``path`` (None: here) and return its value."""
-    if path is None:
-        return fn()
-    out: dict = {}
-
-    def target() -> None:
-        try:
-            enter_netns(path)
-            out["val"] = fn()
-        except BaseException as exc:  # re-raised in the caller
-            out["err"] = exc
-
-    t = threading.Thread(target=target)
-    t.start()
-    t.join()
-    if "err" in out:
-        raise out["err"]
-    return out["val"]
 
 
 class NamespaceRack:

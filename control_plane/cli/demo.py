@@ -1,0 +1,227 @@
+"""``netco demo``: the main job, measured over shaped links (no switch hardware, no BMv2, no root).
+
+Builds a rack of network namespaces (inside a user namespace when not root): a switch
+namespace running the software aggregation target, configured through the controller over
+P4Runtime, and one namespace per worker, every host link shaped to --link-mbps in both
+directions and measured before use. Trains the ``digits-wide`` task (a 5.4 M-parameter MLP on
+scikit-learn's digits: communication-bound) with four worker processes whose gradients go
+THC-encoded through the switch: 4 bits per coordinate up, 8-bit integer sums down. Then trains
+the same model with uncompressed all-reduce (gloo, fp32) over the same links. Prints held-out
+accuracy, bytes per worker per step and the MEASURED wall-clock time to the target accuracy,
+and writes a JSON report ("time_basis": "measured") and a PNG plot.
+
+Where namespaces cannot be made (user namespaces disabled), it says so and runs on loopback
+instead, where the link time is an emulation ("time_basis": "emulated").
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from host.errors import UsageError
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--workers", type=int, default=4, help="worker processes (default 4)")
+    parser.add_argument("--task", choices=["digits-wide", "digits"], default="digits-wide",
+                        help="digits-wide (default; 5.4 M-parameter MLP, communication-bound) or "
+                             "digits (38 k-parameter CNN)")
+    parser.add_argument("--steps", type=int, help="training steps (default: the task's)")
+    parser.add_argument("--quick", action="store_true", help="a short run (20 steps), e.g. for tests")
+    parser.add_argument("--seed", type=int, default=0, help="model, batches and THC seed")
+    parser.add_argument("--link-mbps", type=float, default=100.0,
+                        help="speed of every host link in Mbit/s, both directions (default 100): "
+                             "shaped and measured on the namespace rack; on loopback an emulation")
+    parser.add_argument("--out", default="netco-demo.json", help="JSON report (default %(default)s)")
+    parser.add_argument("--plot", default="netco-demo.png", help="PNG plot (default %(default)s)")
+    parser.add_argument("--json", action="store_true", help="print the JSON report to stdout")
+    parser.add_argument("--testbed", choices=["auto", "rack", "loopback", "mininet"], default="auto",
+                        help="auto (default): the namespace rack if namespaces can be made here, "
+                             "else loopback; rack: the shaped namespace rack (rootless; time "
+                             "measured); loopback: the software switch on 127.0.0.1 (time "
+                             "emulated); mininet: THC through a Mininet rack (mininet/rack.yaml; "
+                             "root and Mininet; time emulated)")
+    parser.add_argument("--switch", choices=["auto", "bmv2", "softswitch"], default="auto",
+                        help="with --testbed mininet: the switch program (auto: BMv2 when installed)")
+    parser.set_defaults(func=run)
+
+
+@contextlib.contextmanager
+def _network(args: argparse.Namespace, mode: str, say: Callable[..., None]) -> Iterator[tuple]:
+    """Yield (network spec of the THC run, description, status callable)."""
+    from host.transport.job import NetworkSpec, RawNetworkSpec, session_round_base
+
+    if mode == "loopback":
+        from control_plane.embedded import EmbeddedNetwork
+
+        with EmbeddedNetwork(args.workers, num_slots=64) as net:
+            say(f"  software switch on loopback (pid {net.proc.pid}), configured over P4Runtime: "
+                f"{net.updates} entries")
+            addrs = [net.address(r) for r in range(args.workers)]
+            yield (NetworkSpec(tuple(a.switch for a in addrs), tuple(a.ip for a in addrs),
+                               job_id=net.job_id, num_slots=net.num_slots,
+                               round_base=session_round_base()),
+                   "software switch on loopback", net.status)
+        return
+    if os.geteuid() != 0:
+        raise UsageError("--testbed mininet needs root (network namespaces, raw sockets)")
+    from control_plane.testbed.net import Testbed
+
+    tb = Testbed(Path(__file__).resolve().parents[2] / "mininet" / "rack.yaml", target=args.switch)
+    rep = tb.up()
+    try:
+        jb = tb.job()
+        if len(jb.members) != args.workers:
+            raise UsageError(f"--testbed mininet has {len(jb.members)} hosts; use --workers "
+                             f"{len(jb.members)}")
+        hosts = [tb.plan.host(h) for h in jb.members]
+        say(f"  Mininet rack up ({rep['target']}: {rep['target_reason']}), configured over "
+            "P4Runtime")
+        spec = RawNetworkSpec(tuple(tb.node_pid(h.name) for h in hosts),
+                              tuple(h.ifname for h in hosts), tuple(h.mac for h in hosts),
+                              tuple(h.ip for h in hosts), tuple(h.gateway_mac for h in hosts),
+                              tuple(h.gateway_ip for h in hosts), job_id=jb.id,
+                              num_slots=jb.num_slots, granularity=jb.thc.g,
+                              round_base=session_round_base())
+        yield spec, f"Mininet rack, {rep['target']}", lambda: []
+    finally:
+        tb.down()
+
+
+def _choose_testbed(args: argparse.Namespace, say: Callable[..., None]) -> str:
+    """``rack`` or ``loopback`` for ``auto`` (saying why when falling back); else as asked."""
+    if args.testbed not in ("auto", "rack"):
+        return args.testbed
+    from control_plane.testbed.isolate import IsolationError, check_available
+
+    try:
+        check_available()
+    except IsolationError as exc:
+        if args.testbed == "rack":
+            raise UsageError(f"--testbed rack: {exc}") from exc
+        say(f"netco demo: no namespace rack here ({exc}); falling back to loopback: the time "
+            f"at {args.link_mbps:g} Mbit/s is EMULATED, not measured")
+        return "loopback"
+    return "rack"
+
+
+def _train_pair(args, mode: str, steps: int, eval_every: int, progress: bool,
+                say: Callable[..., None]) -> tuple[list[dict], list, str, dict | None]:
+    """THC through the switch, then fp32 all-reduce: (runs, switch status, where, rack)."""
+    from host.ddp.baselines import CompressorSpec
+    from host.thc.config import THCConfig
+    from host.training.harness import TrainConfig, train
+
+    if mode == "rack":
+        from control_plane.testbed.isolate import IsolatedError
+        from control_plane.testbed.rackrun import run_on_rack
+
+        say(f"  building a namespace rack: {args.workers} hosts, links shaped to "
+            f"{args.link_mbps:g} Mbit/s; THC through the switch, then fp32 all-reduce ...")
+        try:
+            out = run_on_rack("train_compare", task=args.task, workers=args.workers,
+                              link_mbps=args.link_mbps,
+                              specs=[{"kind": "thc"}, {"kind": "none"}], steps=steps,
+                              eval_every=eval_every, seed=args.seed, progress=progress)
+        except IsolatedError as exc:
+            raise DemoError(str(exc)) from exc
+        rack = {**out["rack"], "tbf": out["tbf"]}
+        who = "rootless" if rack["rootless"] else "root"
+        return (out["runs"], out["switch"],
+                f"namespace rack ({who}), links shaped to {args.link_mbps:g} Mbit/s", rack)
+    with _network(args, mode, say) as (spec, where, status):
+        runs = []
+        say(f"  training with THC through the switch ({where}) ...")
+        runs.append(train(TrainConfig(task=args.task, spec=CompressorSpec("thc"),
+                                      workers=args.workers, steps=steps, eval_every=eval_every,
+                                      seed=args.seed, thc=THCConfig(), progress=progress,
+                                      network=spec)))
+        say("  training with uncompressed all-reduce (fp32, torch.distributed) ...")
+        runs.append(train(TrainConfig(task=args.task, spec=CompressorSpec("none"),
+                                      workers=args.workers, steps=steps, eval_every=eval_every,
+                                      seed=args.seed, progress=progress)))
+        switch_status = [s.to_json() for s in status()]
+    return runs, switch_status, where, None
+
+
+class DemoError(RuntimeError):
+    """Training failed (the message holds every rank's error)."""
+
+
+def run(args: argparse.Namespace) -> int:
+    from host.training.harness import TrainingError
+    from host.training.report import plot_comparison, summarize
+    from host.training.tasks import make_task
+    if not 1 <= args.workers <= 8:
+        raise UsageError(f"--workers={args.workers}: the demo runs 1..8 workers (8-bit lanes)")
+    if not args.link_mbps > 0:
+        raise UsageError(f"--link-mbps={args.link_mbps}: must be > 0 (Mbit/s per host link)")
+    if args.steps is not None and args.steps < 1:
+        raise UsageError(f"--steps={args.steps}: must be >= 1")
+    task = make_task(args.task, seed=args.seed)
+    steps = (20 if args.quick else args.steps) or task.default_steps
+    eval_every = max(1, min(task.default_eval_every, steps // 4))
+    progress = not args.json or sys.stderr.isatty()
+    say = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
+    mode = _choose_testbed(args, say)
+    basis = "measured" if mode == "rack" else "emulated"
+    say(f"netco demo: {args.task}, {args.workers} workers, {steps} steps")
+    t0 = time.perf_counter()
+    try:
+        runs, switch_status, where, rack = _train_pair(args, mode, steps, eval_every, progress, say)
+    except (TrainingError, DemoError) as exc:
+        print(f"netco demo: training failed: {exc}", file=sys.stderr)
+        return 1
+    elapsed = time.perf_counter() - t0
+    target = task.default_target
+    summaries = {r["compressor"]: summarize(r, target=target, time_basis=basis,
+                                            link_mbps=None if basis == "measured" else args.link_mbps)
+                 for r in runs}
+    thc_s, none_s = summaries["thc"], summaries["none"]
+    tt = {k: v["time_to_target_s"] for k, v in summaries.items()}
+    report = {
+        "task": args.task, "workers": args.workers, "steps": steps, "seed": args.seed,
+        "params": runs[0]["params"], "metric": task.metric_name, "target": target,
+        "link_mbps": args.link_mbps, "time_basis": basis, "testbed": mode, "rack": rack,
+        "time_to_target_s": tt,
+        "speedup_to_target": (tt["none"] / tt["thc"] if tt["thc"] and tt["none"] else None),
+        "summary": summaries, "switch": switch_status, "elapsed_s": elapsed, "runs": runs,
+        "network_stats": runs[0].get("network_stats"), "network": where,
+    }
+    Path(args.out).write_text(json.dumps(report, indent=1))
+    plot_comparison(runs, args.plot, link_mbps=args.link_mbps, target=target, time_basis=basis)
+    if args.json:
+        print(json.dumps({k: v for k, v in report.items() if k != "runs"}))
+        return 0
+    p = runs[0]["params"]
+
+    def sec(v: float | None) -> str:
+        return f"{v:.1f}" if v is not None else "not reached"
+
+    print()
+    print(f"{'':30}{'THC via switch':>16}{'fp32 all-reduce':>17}")
+    print(f"{'held-out accuracy':30}{thc_s['final_metric']:>16.4f}{none_s['final_metric']:>17.4f}")
+    print(f"{'bytes up / worker / step':30}{thc_s['bytes_sent_per_step']:>16,.0f}"
+          f"{none_s['bytes_sent_per_step']:>17,.0f}")
+    print(f"{'bytes down / worker / step':30}{thc_s['bytes_received_per_step']:>16,.0f}"
+          f"{none_s['bytes_received_per_step']:>17,.0f}")
+    print(f"{'bits / coordinate up':30}{8 * thc_s['bytes_sent_per_step'] / p:>16.2f}"
+          f"{8 * none_s['bytes_sent_per_step'] / p:>17.2f}")
+    print(f"{f'time to {target:g} accuracy (s, {basis})':30}{sec(tt['thc']):>16}{sec(tt['none']):>17}")
+    print(f"{f'time, all {steps} steps (s, {basis})':30}{thc_s['time_s']:>16.1f}"
+          f"{none_s['time_s']:>17.1f}")
+    how = (f"measured wall clock over links shaped to {args.link_mbps:g} Mbit/s ({where})"
+           if basis == "measured" else
+           f"EMULATED: measured compute + bytes at {args.link_mbps:g} Mbit/s ({where})")
+    print(f"\ntime: {how}")
+    print(f"report: {args.out}, plot: {args.plot}   ({elapsed:.0f} s in all)")
+    return 0

@@ -1,0 +1,94 @@
+"""``netco demo --quick``: the README's main job, end to end: on the shaped namespace rack
+(time measured) and, where namespaces cannot be made, on loopback (time emulated, said so)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from control_plane.cli.main import main
+
+
+def test_demo_quick_falls_back_to_loopback_with_emulated_time(tmp_path, capsys, monkeypatch):
+    from control_plane.testbed import isolate
+
+    def unavailable() -> None:
+        raise isolate.IsolationError("user namespaces unavailable (unshare: Operation not permitted)")
+
+    monkeypatch.setattr(isolate, "check_available", unavailable)
+    out, png = tmp_path / "demo.json", tmp_path / "demo.png"
+    rc = main(["demo", "--quick", "--task", "digits", "--workers", "2", "--json", "--out", str(out),
+               "--plot", str(png)])
+    assert rc == 0
+    captured = capsys.readouterr()
+    assert "falling back to loopback" in captured.err and "EMULATED" in captured.err
+    printed = json.loads(captured.out.strip().splitlines()[-1])
+    rep = json.loads(out.read_text())
+    assert printed["summary"] == rep["summary"]
+    thc, none = rep["summary"]["thc"], rep["summary"]["none"]
+    assert rep["runs"][0]["aggregator"] == "network"
+    assert rep["runs"][1]["aggregator"] == "torch.distributed"
+    # 4-bit indices plus headers and norms up; fp32 is 32 bits per coordinate
+    assert thc["bytes_sent_per_step"] < none["bytes_sent_per_step"] / 5
+    assert rep["network_stats"]["min_count"] == 2
+    sw = rep["switch"][0]
+    assert sw["counters"]["ingress.thc_slot.contributions"]["0"] > 0
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
+    assert rep["time_basis"] == "emulated" and rep["testbed"] == "loopback"
+    assert thc["time_basis"] == none["time_basis"] == "emulated"
+
+
+def _namespaces() -> str | None:
+    from control_plane.testbed.isolate import IsolationError, check_available
+
+    try:
+        check_available()
+    except IsolationError as exc:
+        return str(exc)
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_namespaces() is not None, reason=f"{_namespaces()}")
+def test_demo_quick_on_the_shaped_rack_measures_time(tmp_path, capsys):
+    out, png = tmp_path / "demo.json", tmp_path / "demo.png"
+    rc = main(["demo", "--quick", "--task", "digits", "--workers", "2", "--link-mbps", "100",
+               "--json", "--out", str(out), "--plot", str(png)])
+    assert rc == 0
+    capsys.readouterr()
+    rep = json.loads(out.read_text())
+    assert rep["testbed"] == "rack" and rep["time_basis"] == "measured"
+    assert rep["network"].startswith("namespace rack") and "100 Mbit/s" in rep["network"]
+    assert set(rep["rack"]["measured_mbps"]) == {"h1", "h2"}
+    for s in rep["summary"].values():
+        assert s["time_basis"] == "measured" and s["emulated_s"] is None
+    assert rep["runs"][0]["aggregator"] == "network"
+    assert rep["network_stats"]["min_count"] == 2
+    # every step's bytes crossed the shaped links: the shapers carried at least the THC
+    # datagrams and the fp32 all-reduces of both hosts
+    thc, none = rep["summary"]["thc"], rep["summary"]["none"]
+    for h in ("h1", "h2"):
+        assert rep["rack"]["tbf"][h]["up"]["bytes"] >= thc["total_bytes_sent"] + none["total_bytes_sent"]
+    assert rep["switch"][0]["counters"]["ingress.thc_slot.contributions"]["0"] > 0
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+@pytest.mark.parametrize("switch", ["softswitch", pytest.param("bmv2", marks=pytest.mark.bmv2)])
+def test_demo_on_a_mininet_rack_trains_like_loopback(tmp_path, capsys, switch):
+    """Through the rack's switch (frames on the hosts' interfaces) the THC run follows the
+    loopback run bit for bit: both switches add the same integers."""
+    runs = {}
+    for name, extra in (("loopback", ["--testbed", "loopback"]),
+                        ("rack", ["--testbed", "mininet", "--switch", switch])):
+        out = tmp_path / f"{name}.json"
+        rc = main(["demo", "--quick", "--task", "digits", "--workers", "4", "--json", "--out", str(out),
+                   "--plot", str(tmp_path / f"{name}.png"), *extra])
+        assert rc == 0
+        capsys.readouterr()
+        runs[name] = json.loads(out.read_text())
+    assert runs["rack"]["network"] == f"Mininet rack, {switch}"
+    loss = {k: [r["loss"] for r in v["runs"][0]["records"]] for k, v in runs.items()}
+    assert loss["rack"] == loss["loopback"]
+    assert runs["rack"]["network_stats"]["min_count"] == 4
