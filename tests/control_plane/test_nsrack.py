@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from control_plane.testbed.nsrack import (
     rate_problems,
     tbf_args,
 )
+from tests.support.rootless import python_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -98,26 +98,6 @@ def test_shaping_is_verified_and_an_unshaped_link_fails_the_check():
     assert rate_problems(raw["measured_mbps"], 100.0)
 
 
-def _python_for(uid: int) -> tuple[list[str], dict] | None:
-    """A Python interpreter ``uid`` can run, with this venv's packages on its path."""
-    paths = [str(REPO), *(p for p in sys.path if p.endswith("site-packages"))]
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/tmp",
-           "PYTHONPATH": os.pathsep.join(paths)}
-    ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    for cand in dict.fromkeys([sys.executable, os.path.realpath(sys.executable),
-                               shutil.which(ver) or "", f"/usr/bin/{ver}"]):
-        if not cand:
-            continue
-        cmd = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", cand]
-        # as the rack will run it: inside a user namespace
-        probe = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "unshare",
-                 "--user", "--map-root-user", cand, "-c", "import torch, numpy, host, control_plane"]
-        res = subprocess.run(probe, env=env, capture_output=True, timeout=120)
-        if res.returncode == 0:
-            return cmd, env
-    return None
-
-
 @needs_ns
 @pytest.mark.slow
 def test_thc_sums_through_a_shaped_rack_are_exact_rootless():
@@ -152,7 +132,7 @@ def _exact_run(tmp_path: Path, size: int, seed: int) -> tuple[dict, np.ndarray]:
             f"np.save('{tmp_path}/res.npy', np.stack(r.pop('results')))\n"
             f"open('{tmp_path}/rep.json', 'w').write(json.dumps(r, default=str))\n")
     if os.geteuid() == 0:
-        how = _python_for(65534)
+        how = python_for(65534)
         if how is None:
             pytest.skip("no Python interpreter with this venv's packages runs as uid 65534")
         cmd, env = how
