@@ -5,9 +5,11 @@ network namespace becomes the rack's switch namespace, and the host namespaces i
 named (``ip netns``) under a private ``/run/netns`` that nobody else sees. When the process
 tree ends, the kernel drops every namespace, veth pair and qdisc it made.
 
-Not root: ``unshare --user --map-root-user --net --mount`` (an unprivileged user namespace;
-inside it the caller is uid 0 with capabilities over the namespaces it creates). Root:
-``unshare --net --mount``. The function runs in a fresh interpreter
+Not root: ``unshare --user --map-root-user --net --mount --pid`` (an unprivileged user
+namespace; inside it the caller is uid 0 with capabilities over the namespaces it creates).
+Root: the same without ``--user --map-root-user``. The job is the init of its own PID
+namespace, so whatever it started (the software target, worker processes) dies with it even
+if it is killed outright. The function runs in a fresh interpreter
 (``python -m control_plane.testbed.isolate IN OUT``): arguments and result travel as pickles
 in a private temporary folder; what the function prints on stderr reaches the caller's stderr.
 """
@@ -55,7 +57,10 @@ def unshare_command() -> list[str]:
     exe = shutil.which("unshare")
     if exe is None:
         raise IsolationError("no 'unshare' on PATH (util-linux): cannot make network namespaces")
-    cmd = [exe, "--net", "--mount", "--propagation", "private"]
+    # a PID namespace too, whose init is the job: if it dies, the kernel kills every process
+    # in the namespace (switch, workers), and --kill-child kills it if unshare is killed
+    cmd = [exe, "--net", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc",
+           "--propagation", "private"]
     if os.geteuid() != 0:
         cmd[1:1] = ["--user", "--map-root-user"]
     return cmd

@@ -82,6 +82,13 @@ def test_rack_refuses_to_configure_the_callers_namespace(monkeypatch):
 
 # -- on a real rack -----------------------------------------------------------------------
 @needs_ns
+def test_the_job_is_init_of_its_own_pid_namespace():
+    """Whatever the job starts dies with it: the kernel kills a PID namespace with its init."""
+    assert run_isolated("os:getpid") == 1
+
+
+
+@needs_ns
 def test_shaping_is_verified_and_an_unshaped_link_fails_the_check():
     rep = run_isolated("control_plane.testbed.nsrack:rack_probe",
                        {"workers": 2, "link_mbps": 100.0})
