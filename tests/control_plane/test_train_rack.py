@@ -1,0 +1,43 @@
+"""``netco train --testbed rack``: the comparison on the shaped namespace rack, time measured."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from control_plane.cli.main import main
+from control_plane.testbed.isolate import IsolationError, check_available
+
+
+def _namespaces() -> str | None:
+    try:
+        check_available()
+    except IsolationError as exc:
+        return str(exc)
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_namespaces() is not None, reason=f"{_namespaces()}")
+def test_train_on_the_rack_reports_measured_time(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    rc = main(["train", "--task", "digits", "--workers", "2", "--compressor", "thc",
+               "--testbed", "rack", "--link-mbps", "200", "--steps", "4", "--eval-every", "2",
+               "--target", "0.0", "--out", str(out)])
+    assert rc == 0
+    table = capsys.readouterr().out
+    assert "meas. s" in table and "emul. s" not in table
+    assert "measured wall clock, links shaped to 200 Mbit/s" in table
+    rep = json.loads(out.read_text())
+    assert rep["time_basis"] == "measured"
+    assert rep["network"] == "namespace rack, links shaped to 200 Mbit/s"
+    assert set(rep["testbed"]["measured_mbps"]) == {"h1", "h2"}
+    s = rep["summary"]["thc"]
+    assert s["aggregator"] == "network" and s["time_basis"] == "measured"
+    assert s["emulated_s"] is None
+    # target 0: reached at the first evaluation (step 2); its time is the two steps' wall time
+    recs = rep["runs"][0]["records"]
+    assert s["steps_to_target"] == 2
+    assert s["time_to_target_s"] == pytest.approx(recs[0]["wall_s"] + recs[1]["wall_s"])
+    assert rep["runs"][0]["network_stats"]["min_count"] == 2
