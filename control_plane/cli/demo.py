@@ -208,16 +208,16 @@ def run(args: argparse.Namespace) -> int:
         return f"{v:.1f}" if v is not None else "not reached"
 
     print()
-    print(f"{'':30}{'THC via switch':>16}{'fp32 all-reduce':>17}")
-    print(f"{'held-out accuracy':30}{thc_s['final_metric']:>16.4f}{none_s['final_metric']:>17.4f}")
-    print(f"{'bytes up / worker / step':30}{thc_s['bytes_sent_per_step']:>16,.0f}"
+    print(f"{'':38}{'THC via switch':>16}{'fp32 all-reduce':>17}")
+    print(f"{'held-out accuracy':38}{thc_s['final_metric']:>16.4f}{none_s['final_metric']:>17.4f}")
+    print(f"{'bytes up / worker / step':38}{thc_s['bytes_sent_per_step']:>16,.0f}"
           f"{none_s['bytes_sent_per_step']:>17,.0f}")
-    print(f"{'bytes down / worker / step':30}{thc_s['bytes_received_per_step']:>16,.0f}"
+    print(f"{'bytes down / worker / step':38}{thc_s['bytes_received_per_step']:>16,.0f}"
           f"{none_s['bytes_received_per_step']:>17,.0f}")
-    print(f"{'bits / coordinate up':30}{8 * thc_s['bytes_sent_per_step'] / p:>16.2f}"
+    print(f"{'bits / coordinate up':38}{8 * thc_s['bytes_sent_per_step'] / p:>16.2f}"
           f"{8 * none_s['bytes_sent_per_step'] / p:>17.2f}")
-    print(f"{f'time to {target:g} accuracy (s, {basis})':30}{sec(tt['thc']):>16}{sec(tt['none']):>17}")
-    print(f"{f'time, all {steps} steps (s, {basis})':30}{thc_s['time_s']:>16.1f}"
+    print(f"{f'time to {target:g} accuracy (s, {basis})':38}{sec(tt['thc']):>16}{sec(tt['none']):>17}")
+    print(f"{f'time, all {steps} steps (s, {basis})':38}{thc_s['time_s']:>16.1f}"
           f"{none_s['time_s']:>17.1f}")
     how = (f"measured wall clock over links shaped to {args.link_mbps:g} Mbit/s ({where})"
            if basis == "measured" else
