@@ -65,10 +65,14 @@ class EmbeddedNetwork:
     echo : bool
         Run the switch as a plain receive-and-send loop (every datagram goes back to where it
         came from): the socket-path limit benchmarks compare with. No controller then.
+    switch_args : sequence of str
+        More options for ``python -m host.softswitch`` (e.g. ``--json``: final statistics in
+        the switch log on exit).
     """
 
     def __init__(self, workers: int, job_id: int = 1, num_slots: int = 64,
-                 thc: dict | None = None, workdir: Path | None = None, echo: bool = False) -> None:
+                 thc: dict | None = None, workdir: Path | None = None, echo: bool = False,
+                 switch_args: tuple[str, ...] = ()) -> None:
         if not 1 <= workers <= 32:
             raise ValueError(f"workers={workers}: need 1..32 (the switch's bitmap)")
         self.workers = workers
@@ -76,6 +80,7 @@ class EmbeddedNetwork:
         self.num_slots = num_slots
         self.thc = thc
         self.echo = echo
+        self.switch_args = tuple(switch_args)
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="netco-embedded-")
         self.workdir = Path(workdir or self._tmp.name)
         self.proc: subprocess.Popen | None = None
@@ -120,6 +125,7 @@ class EmbeddedNetwork:
             cmd += ["--port", f"{r + 1}=udp:127.0.0.1:{p}"]
         if self.echo:
             cmd.append("--echo")
+        cmd += self.switch_args
         path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
         env = {**os.environ, "PYTHONPATH": path}
         with open(self.log_path, "w") as logf:

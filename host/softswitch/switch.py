@@ -213,7 +213,11 @@ class SoftSwitch:
             if p is None:
                 self.tx_lost += e - a
                 continue
-            self.tx_lost += (e - a) - txb.send(p.fd, a, e - a)
+            gso = getattr(p, "gso", None)
+            if gso is not None:
+                self.tx_lost += (e - a) - gso.send(p.fd, txb, a, e)
+            else:
+                self.tx_lost += (e - a) - txb.send(p.fd, a, e - a)
 
     def poll_once(self, ep: select.epoll, fd2port: dict[int, Port], timeout: float) -> int:
         """Receive one batch from the ready ports, process it, send the outputs."""
@@ -227,7 +231,11 @@ class SoftSwitch:
         got: list[tuple[int, int]] = []
         for fd, _ in events:
             p = fd2port[fd]
-            if uniform is not None:
+            gro = getattr(p, "gro", None)
+            if gro is not None:
+                # coalesced trains, split into rows (one datagram each) like recvmmsg's
+                k = gro.recv_into(fd, rxb, n, B - n, p.offset)
+            elif uniform is not None:
                 k = rxb.recv_prepared(fd, n, B - n)
             else:
                 k = rxb.recv(fd, n, B - n, p.offset, p.named)
@@ -279,6 +287,10 @@ class SoftSwitch:
             ep.register(fd, select.EPOLLIN)
         log.info("software switch running%s: ports %s", " (echo)" if echo else "",
                  " ".join(p.describe() for p in self.ports.values()))
+        if echo:   # the plain loop moves single datagrams
+            for p in self.ports.values():
+                if getattr(p, "gro", None) is not None:
+                    p.set_gro(False)
         step = self.echo_once if echo else self.poll_once
         try:
             while not self.stop_event.is_set():
@@ -315,4 +327,9 @@ class SoftSwitch:
             "drops": {int(i): int(v) for i, v in enumerate(c.drops) if v},
             "contributions": int(c.contributions.sum()), "results": int(c.results.sum()),
             "resent": int(c.resent.sum()), "outcomes": dict(pl.outcomes), "time": time.time(),
+            # UDP ports: coalesced trains received (UDP_GRO) and multi-datagram sends (GSO)
+            "gro_trains": sum(p.gro.trains for p in self.ports.values()
+                              if getattr(p, "gro", None) is not None),
+            "gso_trains": sum(p.gso.trains for p in self.ports.values()
+                              if getattr(p, "gso", None) is not None),
         }

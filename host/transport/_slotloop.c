@@ -25,6 +25,22 @@
 #include <sys/socket.h>
 #include <time.h>
 
+/* UDP segmentation offload (Linux >= 4.18) and receive coalescing (>= 5.0): the socket
+ * options and control message types of <linux/udp.h>. */
+#ifndef SOL_UDP
+#define SOL_UDP 17
+#endif
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+#define GSO_MAX_SEGS 64     /* datagrams per UDP_SEGMENT message (the kernel takes <= 64) */
+#define GRO_ROW 65536       /* a coalesced train: at most 64 KB */
+#define GRO_MSGS 32         /* trains per recvmmsg */
+#define GSO_CTL 64
+
 #define ETH_HDR 14
 #define IP_HDR 20
 #define UDP_HDR 8
@@ -105,6 +121,11 @@ typedef struct {
     uint8_t *rxbuf;
     struct mmsghdr *rxh;
     struct iovec *rxv;
+    /* UDP GSO/GRO: gso > 1 sends up to gso datagrams per message and receives coalesced
+     * trains (UDP_GRO set on the socket for the exchange); 0 or 1: one datagram per message */
+    int gso, rx_msgs, dg_cap;
+    struct mmsghdr *gh;
+    uint8_t *gctl, *rxctl;
     /* stats */
     long long packets, retransmits, deadlines, stray, partial_results;
     long long min_count; /* -1: none yet */
@@ -126,11 +147,43 @@ static double cur_rto(const loop_t *L) {
     return r < L->max_rto ? r : L->max_rto;
 }
 
+/* Group the tx ring into UDP_SEGMENT messages of up to gso datagrams (all frames of a ring
+ * have the same size and destination); returns the number of messages in L->gh. */
+static int gso_messages(loop_t *L) {
+    int m = 0;
+    for (int k = 0; k < L->tx_n; k += L->gso, m++) {
+        int c = L->tx_n - k < L->gso ? L->tx_n - k : L->gso;
+        struct msghdr *h = &L->gh[m].msg_hdr;
+        memset(h, 0, sizeof(*h));
+        h->msg_name = &L->dest;
+        h->msg_namelen = L->destlen;
+        h->msg_iov = &L->txv[k];
+        h->msg_iovlen = (size_t)c;
+        if (c > 1) {
+            h->msg_control = L->gctl + (size_t)m * GSO_CTL;
+            h->msg_controllen = CMSG_SPACE(sizeof(uint16_t));
+            struct cmsghdr *cm = CMSG_FIRSTHDR(h);
+            cm->cmsg_level = SOL_UDP;
+            cm->cmsg_type = UDP_SEGMENT;
+            cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+            uint16_t seg = (uint16_t)L->frame;
+            memcpy(CMSG_DATA(cm), &seg, sizeof(seg));
+        }
+    }
+    return m;
+}
+
 /* Flush the tx ring; waits on a full buffer like _MsgRing.send. 0 or -1 (L->err set). */
 static int flush_tx(loop_t *L) {
     int k = 0;
-    while (k < L->tx_n) {
-        int r = sendmmsg(L->fd, L->txh + k, (unsigned)(L->tx_n - k), 0);
+    struct mmsghdr *msgs = L->txh;
+    int n_msgs = L->tx_n;
+    if (L->gso > 1) {
+        msgs = L->gh;
+        n_msgs = gso_messages(L);
+    }
+    while (k < n_msgs) {
+        int r = sendmmsg(L->fd, msgs + k, (unsigned)(n_msgs - k), 0);
         if (r >= 0) {
             k += r;
             continue;
@@ -149,6 +202,45 @@ static int flush_tx(loop_t *L) {
     L->packets += L->tx_n;
     L->tx_n = 0;
     return 0;
+}
+
+/* The datagram size of a coalesced train (UDP_GRO control message), else len. */
+static int gro_segment(struct msghdr *m, int len) {
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c))
+        if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+            int v;
+            memcpy(&v, CMSG_DATA(c), sizeof(v));
+            return v > 0 ? v : len;
+        }
+    return len;
+}
+
+/* recv_batch with UDP_GRO: every message a train of datagrams of one size (the last may be
+ * shorter), split into dg/dl. *msgs: messages received (to tell a full batch). */
+static int recv_gro(loop_t *L, const uint8_t **dg, int *dl, int *msgs) {
+    for (int j = 0; j < L->rx_msgs; j++) {
+        L->rxh[j].msg_hdr.msg_flags = 0;
+        L->rxh[j].msg_hdr.msg_control = L->rxctl + (size_t)j * GSO_CTL;
+        L->rxh[j].msg_hdr.msg_controllen = GSO_CTL;
+    }
+    int k = recvmmsg(L->fd, L->rxh, (unsigned)L->rx_msgs, MSG_DONTWAIT, NULL);
+    *msgs = k > 0 ? k : 0;
+    if (k < 0) {
+        if (errno == EAGAIN || errno == EINTR) return 0;
+        L->err = errno;
+        return -1;
+    }
+    int kept = 0;
+    for (int j = 0; j < k; j++) {
+        const uint8_t *p = L->rxbuf + (size_t)j * L->rx_row;
+        int len = (int)L->rxh[j].msg_len;
+        int seg = gro_segment(&L->rxh[j].msg_hdr, len);
+        for (int o = 0; o < len && kept < L->dg_cap; o += seg) {
+            dg[kept] = p + o;
+            dl[kept++] = len - o < seg ? len - o : seg;
+        }
+    }
+    return kept;
 }
 
 /* Append packet i on slot s with flags to the tx ring (flushing a full ring first). */
@@ -187,9 +279,11 @@ static int launch(loop_t *L, int s, int64_t i, double now, double r) {
 }
 
 /* Receive what waits (no blocking); returns datagrams kept, their starts/lengths in dg/dl. */
-static int recv_batch(loop_t *L, const uint8_t **dg, int *dl) {
+static int recv_batch(loop_t *L, const uint8_t **dg, int *dl, int *msgs) {
+    if (L->gso > 1) return recv_gro(L, dg, dl, msgs);
     for (int j = 0; j < L->batch; j++) L->rxh[j].msg_hdr.msg_flags = 0;
     int k = recvmmsg(L->fd, L->rxh, (unsigned)L->batch, MSG_DONTWAIT, NULL);
+    *msgs = k > 0 ? k : 0;
     if (k < 0) {
         if (errno == EAGAIN || errno == EINTR) return 0;
         L->err = errno;
@@ -238,8 +332,9 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
     const int64_t n = L->n;
     const double gain_srtt = 0.125 / L->nbuf, gain_var = 0.25 / L->nbuf;
     int64_t done = 0;
-    const uint8_t **dg = malloc(sizeof(*dg) * (size_t)L->batch);
-    int *dl = malloc(sizeof(*dl) * (size_t)L->batch);
+    const uint8_t **dg = malloc(sizeof(*dg) * (size_t)L->dg_cap);
+    int *dl = malloc(sizeof(*dl) * (size_t)L->dg_cap);
+    int msgs = 0;
     expired_t *exp = malloc(sizeof(*exp) * (size_t)W);
     int rc = 0;
     if (!dg || !dl || !exp) {
@@ -266,7 +361,7 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
         double wait = isinf(first) ? 0.05 : first - mono();
         if (wait < 0) wait = 0;
         if (wait > 0.05) wait = 0.05;
-        int k = recv_batch(L, dg, dl);
+        int k = recv_batch(L, dg, dl, &msgs);
         if (k < 0) { rc = -1; goto out; }
         if (k == 0) {
             struct pollfd p = {L->fd, POLLIN, 0};
@@ -279,7 +374,7 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
                 if (sig < 0) { L->err = -2; rc = -1; goto out; }
             }
             if (pr > 0) {
-                k = recv_batch(L, dg, dl);
+                k = recv_batch(L, dg, dl, &msgs);
                 if (k < 0) { rc = -1; goto out; }
             }
         }
@@ -353,7 +448,7 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
             L->have_srtt = 1;
             L->backoff = 1.0;
         }
-        if (k >= L->batch) {
+        if (msgs >= (L->gso > 1 ? L->rx_msgs : L->batch)) {
             /* more results may wait: read them before judging any timeout */
             if (L->tx_n && flush_tx(L) < 0) { rc = -1; goto out; }
             continue;
@@ -421,11 +516,13 @@ static int get_buf(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t min_
 static const char *run_doc =
     "run(fd, raw, dest, prefix, my_ip, thc_port, batch, header, fields, payload, nb, n,\n"
     "    elem_counts, offsets, base, W, out, lanes, lane_bytes, out_cnt, rtype, job_id, world,\n"
-    "    rto, max_rto, give_up, deadline, partial, srtt, rttvar, backoff)\n"
+    "    rto, max_rto, give_up, deadline, partial, srtt, rttvar, backoff, gso=0)\n"
     "-> (status, srtt, rttvar, backoff, packets, retransmits, deadlines, stray, partial_results,\n"
     "    min_count, missing_bitmap, gave_up_slot, gave_up_packet, gave_up_round)\n\n"
     "One exchange of SlotWindow (host/transport/slots.py) in C. srtt < 0: none yet.\n"
-    "status 0: done; 1: the exact policy gave up on a slot (the caller asks and raises).";
+    "status 0: done; 1: the exact policy gave up on a slot (the caller asks and raises).\n"
+    "gso > 1 (UDP only): up to gso datagrams per UDP_SEGMENT message, results received as\n"
+    "UDP_GRO trains (the option is set on the socket for the call and cleared after it).";
 
 static PyObject *py_run(PyObject *self, PyObject *args) {
     int fd, raw, thc_port, batch, W, lanes, lane_bytes, rtype, job_id, world, partial;
@@ -433,11 +530,12 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
     PyObject *odest, *oprefix, *omyip, *oheader, *ofields, *opay, *oelem, *ooff, *obase, *oout,
         *ocnt;
     double rto, max_rto, give_up, deadline, srtt, rttvar, backoff;
-    if (!PyArg_ParseTuple(args, "iiOOOiiOOOnnOOOiOiiOiiiddddpddd", &fd, &raw, &odest, &oprefix,
+    int gso = 0;
+    if (!PyArg_ParseTuple(args, "iiOOOiiOOOnnOOOiOiiOiiiddddpddd|i", &fd, &raw, &odest, &oprefix,
                           &omyip, &thc_port, &batch, &oheader, &ofields, &opay, &nb, &n, &oelem,
                           &ooff, &obase, &W, &oout, &lanes, &lane_bytes, &ocnt, &rtype, &job_id,
                           &world, &rto, &max_rto, &give_up, &deadline, &partial, &srtt, &rttvar,
-                          &backoff))
+                          &backoff, &gso))
         return NULL;
     if (W < 1 || n < 1 || batch < 1 || nb < 0 || world < 1 || world > 64
         || (lane_bytes != 1 && lane_bytes != 2 && lane_bytes != 4) || lanes < 0) {
@@ -519,7 +617,11 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
     L.gave_up = -1;
     L.frame = (raw ? RAW_HDR : 0) + L.hdr_bytes + (int)nb;
     L.tx_cap = batch > W ? batch : W;
-    L.rx_row = 2048 + RAW_HDR;
+    L.gso = raw ? 0 : (gso > GSO_MAX_SEGS ? GSO_MAX_SEGS : gso);
+    if (L.gso > 1 && (size_t)L.gso * (size_t)L.frame > 65000) L.gso = 65000 / L.frame;
+    L.rx_row = L.gso > 1 ? GRO_ROW : 2048 + RAW_HDR;
+    L.rx_msgs = L.gso > 1 ? GRO_MSGS : batch;
+    L.dg_cap = L.gso > 1 ? GRO_MSGS * 2 * GSO_MAX_SEGS : batch;
     L.out_pkt = malloc(sizeof(int64_t) * (size_t)W);
     L.out_round = calloc((size_t)W, sizeof(uint32_t));
     L.first_sent = calloc((size_t)W, sizeof(double));
@@ -530,9 +632,18 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
     L.txbuf = malloc((size_t)L.tx_cap * (size_t)L.frame);
     L.txh = calloc((size_t)L.tx_cap, sizeof(struct mmsghdr));
     L.txv = calloc((size_t)L.tx_cap, sizeof(struct iovec));
-    L.rxbuf = malloc((size_t)batch * (size_t)L.rx_row);
-    L.rxh = calloc((size_t)batch, sizeof(struct mmsghdr));
-    L.rxv = calloc((size_t)batch, sizeof(struct iovec));
+    L.rxbuf = malloc((size_t)L.rx_msgs * (size_t)L.rx_row);
+    L.rxh = calloc((size_t)L.rx_msgs, sizeof(struct mmsghdr));
+    L.rxv = calloc((size_t)L.rx_msgs, sizeof(struct iovec));
+    if (L.gso > 1) {
+        L.gh = calloc((size_t)L.tx_cap, sizeof(struct mmsghdr));
+        L.gctl = calloc((size_t)L.tx_cap, GSO_CTL);
+        L.rxctl = calloc((size_t)L.rx_msgs, GSO_CTL);
+        if (!L.gh || !L.gctl || !L.rxctl) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
     if (!L.out_pkt || !L.out_round || !L.first_sent || !L.rto || !L.due || !L.retried
         || !L.asked_deadline || !L.txbuf || !L.txh || !L.txv || !L.rxbuf || !L.rxh || !L.rxv) {
         PyErr_NoMemory();
@@ -549,18 +660,23 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
             L.txh[j].msg_hdr.msg_namelen = L.destlen;
         }
     }
-    for (int j = 0; j < batch; j++) {
+    for (int j = 0; j < L.rx_msgs; j++) {
         L.rxv[j].iov_base = L.rxbuf + (size_t)j * L.rx_row;
         L.rxv[j].iov_len = (size_t)L.rx_row;
         L.rxh[j].msg_hdr.msg_iov = &L.rxv[j];
         L.rxh[j].msg_hdr.msg_iovlen = 1;
     }
-    int rc;
+    int rc, on = 1, off = 0;
+    if (L.gso > 1 && setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof(on)) < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
+    }
     {
         PyThreadState *ts = PyEval_SaveThread();
         rc = run_loop(&L, &ts);
         PyEval_RestoreThread(ts);
     }
+    if (L.gso > 1) setsockopt(fd, SOL_UDP, UDP_GRO, &off, sizeof(off));
     if (rc < 0) {
         if (L.err == -2) {
             /* the signal handler's exception is set */
@@ -590,6 +706,9 @@ done:
     free(L.rxbuf);
     free(L.rxh);
     free(L.rxv);
+    free(L.gh);
+    free(L.gctl);
+    free(L.rxctl);
     if (bdest.obj) PyBuffer_Release(&bdest);
     if (bprefix.obj) PyBuffer_Release(&bprefix);
     if (bmyip.obj) PyBuffer_Release(&bmyip);

@@ -30,6 +30,37 @@ from host.protocol.layout import THC_UDP_PORT
 
 #: Largest THC datagram (header + 256 32-bit lanes) with room to spare.
 MAX_DATAGRAM = 2048
+
+#: Datagrams per UDP_SEGMENT message of the C slot loop over UDP (``UdpEndpoint.gso``): the
+#: kernel segments one send into up to this many datagrams and, on loopback or a veth whose
+#: receiver set UDP_GRO, hands the train to the receiving socket in one piece. The wire
+#: carries the same datagrams either way. ``NETCO_UDP_GSO=0`` turns it off.
+UDP_GSO_SEGMENTS = 0 if os.environ.get("NETCO_UDP_GSO", "1") == "0" else 64
+
+
+def udp_gso_supported() -> bool:
+    """Whether this kernel has UDP GSO and GRO (``UDP_SEGMENT``/``UDP_GRO``, Linux >= 5.0)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.setsockopt(socket.IPPROTO_UDP, 103, 1400)   # UDP_SEGMENT
+            s.setsockopt(socket.IPPROTO_UDP, 104, 1)      # UDP_GRO
+        except OSError:
+            return False
+    return True
+
+
+_GSO_OK: bool | None = None
+
+
+def _gso_default() -> int:
+    global _GSO_OK
+    if UDP_GSO_SEGMENTS <= 1:
+        return 0
+    if _GSO_OK is None:
+        _GSO_OK = udp_gso_supported()
+    return UDP_GSO_SEGMENTS if _GSO_OK else 0
 ETH_P_IP = 0x0800
 SOL_PACKET = 263  # linux/socket.h (not exported by Python's socket module)
 PACKET_IGNORE_OUTGOING = 23  # linux/if_packet.h (Linux >= 4.20)
@@ -220,10 +251,14 @@ class UdpEndpoint:
     mmsg : bool
         Batch system calls with ``sendmmsg``/``recvmmsg`` where libc has them (Linux);
         False: one ``sendto``/``recv_into`` per datagram.
+    gso : int, optional
+        Datagrams per ``UDP_SEGMENT`` message in the C slot loop, results received as
+        ``UDP_GRO`` trains (default :data:`UDP_GSO_SEGMENTS` where the kernel has both; 0 off).
     """
 
     def __init__(self, switch: tuple[str, int], bind: tuple[str, int] = ("127.0.0.1", 0),
-                 batch: int = 256, bufsize: int = 8 << 20, mmsg: bool = True) -> None:
+                 batch: int = 256, bufsize: int = 8 << 20, mmsg: bool = True,
+                 gso: int | None = None) -> None:
         self.switch = switch
         self.batch = batch
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -236,6 +271,8 @@ class UdpEndpoint:
         self._tx = self._rx = None
         self._b = None
         self._dest = _sockaddr_in(*switch)
+        #: datagrams per UDP_SEGMENT message when the C slot loop drives this socket (0: off)
+        self.gso = _gso_default() if gso is None else gso
         if mmsg and HAVE_MMSG:
             self._tx = _MsgRing(batch, MAX_DATAGRAM, self._dest)
             self._rx = _MsgRing(batch, MAX_DATAGRAM)
@@ -249,12 +286,12 @@ class UdpEndpoint:
 
     def native(self, size: int) -> tuple | None:
         """What the C slot loop needs to drive this socket itself (``slots._slotloop``):
-        (fd, raw=0, destination sockaddr, -, -, THC port, batch); None without sendmmsg or when
+        (fd, raw=0, destination sockaddr, -, -, THC port, batch, gso); None without sendmmsg or when
         ``send_many``/``recv_many`` were replaced on this object (a test's hook must see every
         datagram)."""
         if self._tx is None or _hooked(self):
             return None
-        return (self.sock.fileno(), 0, self._dest, b"", b"", THC_UDP_PORT, self.batch)
+        return (self.sock.fileno(), 0, self._dest, b"", b"", THC_UDP_PORT, self.batch, self.gso)
 
     def send_many(self, datagrams: Sequence[bytes | bytearray | memoryview]) -> None:
         if self._tx is not None:
@@ -353,12 +390,12 @@ class RawEndpoint:
 
     def native(self, size: int) -> tuple | None:
         """What the C slot loop needs to drive this socket itself for datagrams of ``size``
-        bytes: (fd, raw=1, -, frame prefix, own IPv4 address, THC port, batch); None without
+        bytes: (fd, raw=1, -, frame prefix, own IPv4 address, THC port, batch, 0); None without
         sendmmsg or with replaced ``send_many``/``recv_many`` (as :meth:`UdpEndpoint.native`)."""
         if self._tx is None or _hooked(self):
             return None
         return (self.sock.fileno(), 1, b"", self._prefix(size), self._src, THC_UDP_PORT,
-                self.batch)
+                self.batch, 0)
 
     def send_many(self, datagrams: Sequence[bytes | bytearray | memoryview]) -> None:
         if self._tx is not None:
