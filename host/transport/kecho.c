@@ -6,11 +6,13 @@
  * sides batch like the data path: sendmmsg/recvmmsg of up to BATCH messages, and with
  * GSO > 1 every message carries up to GSO datagrams as one UDP_SEGMENT super-buffer, received
  * with UDP_GRO (the kernel hands a train of same-size datagrams over in one buffer). Nothing
- * else is done per datagram, so the rate is what the kernel's socket path allows.
+ * else is done per datagram, so the rate is what the kernel's socket path allows. The echo
+ * answers a datagram of SIZE bytes with one of REPLY bytes (a THC result is larger than its
+ * contribution).
  *
- *   kecho udp  N SIZE BATCH GSO COUNT WINDOW
+ *   kecho udp  N SIZE REPLY BATCH GSO COUNT WINDOW
  *       clients bind 127.0.0.(11+r), the echo thread one socket per client on 127.0.0.1
- *   kecho packet N SIZE BATCH GSO COUNT WINDOW NS0 IF0 SW0 [NS1 IF1 SW1 ...]
+ *   kecho packet N SIZE REPLY BATCH GSO COUNT WINDOW NS0 IF0 SW0 [NS1 IF1 SW1 ...]
  *       AF_PACKET frames of SIZE bytes (Ethernet/IPv4/UDP included): client r opens its
  *       socket on interface IFr inside the network namespace file NSr, the echo thread on
  *       SWr (the veth peer, in the caller's namespace). GSO must be 1.
@@ -55,7 +57,7 @@
 #define MAXC 32
 #define MAXBUF 65536
 
-static int n_clients, size, batch, gso, window;
+static int n_clients, size, reply, batch, gso, window;
 static long count;
 static int is_packet;
 static int cl_fd[MAXC], sw_fd[MAXC];
@@ -86,7 +88,7 @@ typedef struct {
 #define CTL 64
 
 static void ring_init(ring_t *r) {
-    r->msg_bytes = gso > 1 ? MAXBUF : size;
+    r->msg_bytes = gso > 1 ? MAXBUF : (size > reply ? size : reply);
     r->h = calloc(batch, sizeof *r->h);
     r->iov = calloc(batch, sizeof *r->iov);
     r->buf = calloc((size_t)batch, r->msg_bytes);
@@ -279,8 +281,11 @@ static void *echo(void *arg) {
             for (int i = 0; i < k; i++) {
                 int len = (int)rx.h[i].msg_len;
                 if (gso > 1) {
-                    /* send the train back as it came: segments of its own size */
-                    int seg = seg_of(&rx.h[i].msg_hdr, len);
+                    /* answer the train with a train: as many datagrams, REPLY bytes each */
+                    int seg0 = seg_of(&rx.h[i].msg_hdr, len);
+                    int cnt = seg0 > 0 ? (len + seg0 - 1) / seg0 : 1;
+                    int seg = reply;
+                    len = cnt * reply;
                     struct msghdr *m = &rx.h[i].msg_hdr;
                     rx.iov[i].iov_len = len;
                     m->msg_name = &rx.addr[i];
@@ -299,7 +304,7 @@ static void *echo(void *arg) {
                         m->msg_controllen = 0;
                     }
                 } else {
-                    rx.iov[i].iov_len = len;
+                    rx.iov[i].iov_len = reply;
                     rx.h[i].msg_hdr.msg_control = NULL;
                     rx.h[i].msg_hdr.msg_controllen = 0;
                 }
@@ -349,38 +354,41 @@ static int packet_socket(const char *ifname) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 8) {
-        fprintf(stderr, "usage: kecho udp|packet N SIZE BATCH GSO COUNT WINDOW [NS IF SW]...\n");
+    if (argc < 9) {
+        fprintf(stderr,
+                "usage: kecho udp|packet N SIZE REPLY BATCH GSO COUNT WINDOW [NS IF SW]...\n");
         return 2;
     }
     is_packet = strcmp(argv[1], "packet") == 0;
     n_clients = atoi(argv[2]);
     size = atoi(argv[3]);
-    batch = atoi(argv[4]);
-    gso = atoi(argv[5]);
-    count = atol(argv[6]);
-    window = atoi(argv[7]);
-    if (n_clients < 1 || n_clients > MAXC || size < 1 || size > 9000 || batch < 1 || gso < 1 ||
-        gso * size > 65000 || (is_packet && gso != 1) || window < 1) {
+    reply = atoi(argv[4]);
+    batch = atoi(argv[5]);
+    gso = atoi(argv[6]);
+    count = atol(argv[7]);
+    window = atoi(argv[8]);
+    if (n_clients < 1 || n_clients > MAXC || size < 1 || size > 9000 || reply < 1 ||
+        reply > 9000 || batch < 1 || gso < 1 || gso * size > 65000 || gso * reply > 65000 ||
+        (is_packet && gso != 1) || window < 1) {
         fprintf(stderr, "kecho: bad arguments\n");
         return 2;
     }
     carg_t args[MAXC];
     if (is_packet) {
-        if (argc < 8 + 3 * n_clients) {
+        if (argc < 9 + 3 * n_clients) {
             fprintf(stderr, "kecho: packet mode needs NS IF SW per client\n");
             return 2;
         }
         int home = open("/proc/self/ns/net", O_RDONLY);
         for (int i = 0; i < n_clients; i++) {
-            int ns = open(argv[8 + 3 * i], O_RDONLY);
+            int ns = open(argv[9 + 3 * i], O_RDONLY);
             if (ns < 0 || setns(ns, CLONE_NEWNET) < 0)
-                die(argv[8 + 3 * i]);
-            cl_fd[i] = packet_socket(argv[9 + 3 * i]);
+                die(argv[9 + 3 * i]);
+            cl_fd[i] = packet_socket(argv[10 + 3 * i]);
             close(ns);
             if (setns(home, CLONE_NEWNET) < 0)
                 die("setns home");
-            sw_fd[i] = packet_socket(argv[10 + 3 * i]);
+            sw_fd[i] = packet_socket(argv[11 + 3 * i]);
             args[i].idx = i;
         }
     } else {

@@ -284,6 +284,11 @@ class UdpEndpoint:
         """The bound local (host, port)."""
         return self.sock.getsockname()
 
+    @staticmethod
+    def default_gso() -> int:
+        """Datagrams per UDP_SEGMENT message a new endpoint uses (0: GSO/GRO off here)."""
+        return _gso_default()
+
     def native(self, size: int) -> tuple | None:
         """What the C slot loop needs to drive this socket itself (``slots._slotloop``):
         (fd, raw=0, destination sockaddr, -, -, THC port, batch, gso); None without sendmmsg or when
