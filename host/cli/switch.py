@@ -46,6 +46,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--echo", action="store_true",
                         help="benchmark baseline: send every message back where it came from, "
                              "untouched (no pipeline)")
+    parser.add_argument("--send-thread", action=argparse.BooleanOptionalAction, default=True,
+                        help="send each batch's outputs from a second thread while the next "
+                             "batch is received and processed (default on; --no-send-thread: "
+                             "one thread)")
     parser.add_argument("--json", action="store_true", help="print final statistics as JSON on exit")
     parser.add_argument("--ready-file", default=None, metavar="PATH",
                         help="write the P4Runtime address here once serving (for scripts)")
@@ -82,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
             except OSError as exc:
                 raise UsageError(f"--port {n}: cannot open {kind} port {opts}: {exc.strerror}") from None
         sw = SoftSwitch(ports, device_id=args.device_id, pool_slots=args.slots, batch=args.batch)
+        sw.send_thread = args.send_thread
         if args.p4info:
             from pathlib import Path
             info = netco_p4info() if args.p4info == "default" else load_p4info(Path(args.p4info))

@@ -25,8 +25,10 @@ pytestmark = [
 ]
 
 
-@pytest.mark.parametrize("n", [2, 4])
-def test_gso_workers_give_exact_sums_identical_to_plain_ones(n, tmp_path, monkeypatch):
+@pytest.mark.parametrize(("n", "threads"), [(2, "--send-thread"), (4, "--send-thread"),
+                                             (2, "--no-send-thread")])
+def test_gso_workers_give_exact_sums_identical_to_plain_ones(n, threads, tmp_path, monkeypatch):
+    """Also the switch's two-thread data plane (send thread) against its one-thread one."""
     monkeypatch.setenv("NETCO_UDP_GSO", "1")     # the switch process: GRO/GSO ports
     codec = THCCodec()
     numel = 300 * 256 + 77                       # partial last packet; more than the window
@@ -37,7 +39,7 @@ def test_gso_workers_give_exact_sums_identical_to_plain_ones(n, tmp_path, monkey
     encs = [codec.encode(x, norms, worker=r, round=0) for r, x in enumerate(xs)]
     want = aggregate_packed([e.payload for e in encs], codec.table, 30, 4,
                             encs[0].layout.padded).astype(np.int64)
-    net = EmbeddedNetwork(n, num_slots=128, workdir=tmp_path, switch_args=("--json",))
+    net = EmbeddedNetwork(n, num_slots=128, workdir=tmp_path, switch_args=("--json", threads))
     results = {}
     with net:
         base = 1
