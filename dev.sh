@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The README's quick start: ./dev.sh demo | ./dev.sh test [pytest args] | ./dev.sh <netco args>
 #
-# Creates .venv (once), installs netco with its test extras into it (again only when
-# pyproject.toml, setup.py or the C kernels changed) and runs the command.
+# Creates .venv (once), installs netco with its test extras into it (again whenever
+# pyproject.toml, setup.py or any C source or header under host/ changed) and runs the command.
 # torch: a torch already in the venv is kept. Otherwise NETCO_TORCH is installed, by default
 # torch==2.13.0 (a CPU wheel on the reference machines' local disk; elsewhere pip picks the
 # build for your platform). Any torch >= 2.1 works: NETCO_TORCH='torch>=2.1' ./dev.sh demo
@@ -10,22 +10,35 @@ set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
 VENV=${NETCO_VENV:-.venv}
+say() { echo "dev.sh: $*" >&2; }
 if [ ! -x "$VENV/bin/python" ]; then
-  "$PY" -m venv "$VENV" || { echo "dev.sh: '$PY -m venv' failed; on Debian: apt-get install python3-venv" >&2; exit 2; }
+  say "creating $VENV ($PY -m venv)"
+  "$PY" -m venv "$VENV" || { say "'$PY -m venv' failed; on Debian: apt-get install python3-venv"; exit 2; }
 fi
 if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
+  say "installing ${NETCO_TORCH:-torch==2.13.0} (needs the package index; a few minutes)"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${NETCO_TORCH:-torch==2.13.0}"
 fi
 stamp="$VENV/.netco-installed"
-if [ ! -f "$stamp" ] || [ -n "$(find pyproject.toml setup.py host/thc/_fused.c -newer "$stamp" 2>/dev/null)" ]; then
+# Reinstall (rebuilding the C extensions) when the packaging or any C source or header changed.
+changed() {
+  find pyproject.toml setup.py host \( -name pyproject.toml -o -name setup.py -o -name '*.c' -o -name '*.h' \) \
+    -newer "$stamp" -print -quit 2>/dev/null
+}
+if [ ! -f "$stamp" ] || [ -n "$(changed)" ]; then
+  say "installing netco + test extras into $VENV (pip install -e '.[dev]'; builds the C extensions)"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[dev]"
-  # Mininet comes from Debian (apt-get install mininet); let the venv import it.
-  for d in /usr/lib/python3/dist-packages; do
-    if [ -d "$d/mininet" ]; then
-      echo "$d" > "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/debian-mininet.pth"
-    fi
-  done
   touch "$stamp"
+fi
+# Mininet comes from Debian (apt-get install mininet); let the venv import it, also when it was
+# installed after the venv.
+debian=/usr/lib/python3/dist-packages
+if [ -d "$debian/mininet" ]; then
+  pth="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/debian-mininet.pth"
+  if [ ! -f "$pth" ]; then
+    say "letting $VENV import Debian's Mininet ($pth)"
+    echo "$debian" > "$pth"
+  fi
 fi
 cmd=${1:-demo}
 [ $# -gt 0 ] && shift

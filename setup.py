@@ -12,6 +12,10 @@ import sys
 
 from setuptools import Extension, setup
 
+#: The generated C header of frame offsets and data-plane constants (p4/gen.py).
+LAYOUT_INCLUDE = ["host/protocol"]
+LAYOUT_HEADER = ["host/protocol/netco_layout.h"]
+
 compile_args = ["-O3", "-ffp-contract=off", "-fno-math-errno"]
 link_args: list[str] = []
 if sys.platform.startswith("linux"):
@@ -33,6 +37,8 @@ setup(
         Extension(
             "host.transport._slotloop",
             sources=["host/transport/_slotloop.c"],
+            include_dirs=LAYOUT_INCLUDE,
+            depends=LAYOUT_HEADER,
             extra_compile_args=["-O2"],
             optional=True,
         ),
@@ -40,6 +46,8 @@ setup(
         Extension(
             "host.softswitch._fastpath",
             sources=["host/softswitch/_fastpath.c"],
+            include_dirs=LAYOUT_INCLUDE,
+            depends=LAYOUT_HEADER,
             extra_compile_args=["-O2"],
             optional=True,
         ),

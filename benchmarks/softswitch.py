@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 
 from host.protocol import layout as lay  # noqa: E402
 from host.softswitch import loadgen  # noqa: E402
-from host.softswitch.testnet import (  # noqa: E402
+from host.softswitch.launch import (  # noqa: E402
     AsyncLoop,
     connect,
     free_tcp_port,
@@ -111,6 +111,7 @@ def _job_entities(topo: Topology, window: int) -> list:
     import finsy as fy
     n = topo.n
     ents = [
+        fy.P4MulticastGroupEntry(1, replicas=[p for _, p, _, _ in topo.workers]),  # before the job
         fy.P4TableEntry("ingress.thc_validate.jobs", match=fy.P4TableMatch(job_id=JOB),
                         action=fy.P4TableAction(
                             "ingress.thc_validate.set_job", index=0, slot_base=0, num_slots=window,
@@ -120,7 +121,6 @@ def _job_entities(topo: Topology, window: int) -> list:
         fy.P4TableEntry("ingress.thc_load.tables", match=fy.P4TableMatch(job_id=JOB),
                         action=fy.P4TableAction("ingress.thc_load.load_table",
                                                 **{f"v{i}": v for i, v in enumerate(TABLE)})),
-        fy.P4MulticastGroupEntry(1, replicas=[p for _, p, _, _ in topo.workers]),
     ]
     for r, p, ip, mac in topo.workers:
         ents.append(fy.P4TableEntry(

@@ -1,1 +1,2 @@
-"""netco control plane: P4Runtime controller, ScaleAcross Explorer, FIELDING."""
+"""netco control plane: P4Runtime controller, testbeds, ScaleAcross Explorer, FIELDING, and the
+``netco`` command line (:mod:`control_plane.cli`)."""

@@ -10,7 +10,8 @@ All I/O lives here (finsy, asyncio). For every switch of the config the controll
    matches, so a restarted (empty) switch gets its program back;
 3. reads what is installed (all table entries, all multicast groups), computes the
    difference with the desired state (:func:`control_plane.reconcile.diff`) and writes only
-   that, in one WriteRequest; then reads again and checks the switch is in sync.
+   that, in WriteRequests of at most 150 updates; then reads again and checks the switch is
+   in sync.
 
 Read-only operations (:meth:`Controller.diff`, :meth:`Controller.status`) never push a
 pipeline or write, and connect with a low election id so they never pre-empt a running
@@ -35,6 +36,7 @@ from control_plane.desired import desired_state, load_p4info
 from control_plane.p4names import program_view
 from control_plane.placement import Placement, limits_from_p4info, place
 from control_plane.reconcile import Diff, describe, diff
+from host.softswitch.server import MAX_WRITE_UPDATES
 
 log = logging.getLogger(__name__)
 
@@ -112,10 +114,13 @@ class Controller:
         Overrides ``controller.election_id`` of the config.
     timeout : float
         Seconds to wait for a switch to accept the connection and arbitration.
+    tls : finsy.GRPCCredentialsTLS, optional
+        Connect over TLS with these credentials (:func:`control_plane.options.tls_credentials`).
     """
 
     def __init__(self, cfg: NetworkConfig, p4info: p4i.P4Info | None = None,
-                 election_id: int | None = None, timeout: float = 15.0) -> None:
+                 election_id: int | None = None, timeout: float = 15.0,
+                 tls: fy.GRPCCredentialsTLS | None = None) -> None:
         self.cfg = cfg
         if p4info is None:
             p4info, self.p4info_source = load_p4info(cfg)
@@ -131,6 +136,7 @@ class Controller:
         self.desired: dict[str, list] = desired_state(cfg, view, self.placement)
         self.election_id = election_id if election_id is not None else cfg.controller.election_id
         self.timeout = timeout
+        self.tls = tls
         #: updates sent by this object over its lifetime (all switches)
         self.writes = 0
 
@@ -156,6 +162,7 @@ class Controller:
             p4blob=self._blob(sw) if write else None,
             device_id=sw.device_id,
             initial_election_id=self.election_id if write else READ_ONLY_ELECTION_ID,
+            channel_credentials=self.tls,
         )
         client = fy.Switch(sw.name, sw.address, opts)
         try:
@@ -231,7 +238,10 @@ class Controller:
             updates = res.diff.updates(self.schema)
             if updates:
                 try:
-                    await client.write(updates)
+                    # in order, at most MAX_WRITE_UPDATES per WriteRequest: targets refuse larger
+                    # Writes rather than lose the per-update errors (host.softswitch.server)
+                    for i in range(0, len(updates), MAX_WRITE_UPDATES):
+                        await client.write(updates[i : i + MAX_WRITE_UPDATES])
                 except Exception as exc:
                     raise ControllerError(f"{sw.name}: write of {len(updates)} updates failed: "
                                           f"{_short(exc)}") from exc

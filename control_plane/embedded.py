@@ -20,16 +20,17 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from control_plane.config import NetworkConfig, parse_config
 from control_plane.controller import Controller, run_sync
+from host.paths import REPO
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def free_port(kind: int = socket.SOCK_DGRAM) -> int:
@@ -65,14 +66,19 @@ class EmbeddedNetwork:
     echo : bool
         Run the switch as a plain receive-and-send loop (every datagram goes back to where it
         came from): the socket-path limit benchmarks compare with. No controller then.
+    in_process : bool
+        Run the switch in a thread of this process instead of a ``python -m host.softswitch``
+        process: :attr:`switch` is then the :class:`~host.softswitch.switch.SoftSwitch`
+        itself (its counters, e.g. for :func:`host.softswitch.metrics.start_switch_metrics`).
+        It shares this process's interpreter, so it is slower under load.
     switch_args : sequence of str
         More options for ``python -m host.softswitch`` (e.g. ``--json``: final statistics in
-        the switch log on exit).
+        the switch log on exit); not for ``in_process``.
     """
 
     def __init__(self, workers: int, job_id: int = 1, num_slots: int = 64,
                  thc: dict | None = None, workdir: Path | None = None, echo: bool = False,
-                 switch_args: tuple[str, ...] = ()) -> None:
+                 in_process: bool = False, switch_args: tuple[str, ...] = ()) -> None:
         if not 1 <= workers <= 32:
             raise ValueError(f"workers={workers}: need 1..32 (the switch's bitmap)")
         self.workers = workers
@@ -81,6 +87,10 @@ class EmbeddedNetwork:
         self.thc = thc
         self.echo = echo
         self.switch_args = tuple(switch_args)
+        self.in_process = in_process
+        #: the in-process switch (``in_process=True``), else None
+        self.switch = None
+        self._thread: threading.Thread | None = None
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="netco-embedded-")
         self.workdir = Path(workdir or self._tmp.name)
         self.proc: subprocess.Popen | None = None
@@ -119,6 +129,9 @@ class EmbeddedNetwork:
         """Start the switch, wait for its P4Runtime server, apply the controller file."""
         self.grpc_port = free_port(socket.SOCK_STREAM)
         self.ports = [free_port() for _ in range(self.workers)]
+        if self.in_process:
+            self._start_in_process()
+            return self._configure()
         cmd = [sys.executable, "-m", "host.softswitch", "--grpc", f"127.0.0.1:{self.grpc_port}",
                "--slots", str(max(256, self.num_slots))]
         for r, p in enumerate(self.ports):
@@ -142,6 +155,21 @@ class EmbeddedNetwork:
                 self.stop()
                 raise RuntimeError(f"software switch did not open 127.0.0.1:{self.grpc_port} in {timeout} s")
             time.sleep(0.05)
+        return self._configure()
+
+    def _start_in_process(self) -> None:
+        from host.softswitch.netio import UdpPort
+        from host.softswitch.switch import SoftSwitch
+
+        ports = [UdpPort(r + 1, ("127.0.0.1", p)) for r, p in enumerate(self.ports)]
+        self.switch = SoftSwitch(ports, pool_slots=max(256, self.num_slots))
+        self.switch.serve(f"127.0.0.1:{self.grpc_port}")
+        self._thread = threading.Thread(target=self.switch.run, kwargs={"echo": self.echo},
+                                        daemon=True, name="netco-embedded-switch")
+        self._thread.start()
+
+    def _configure(self) -> EmbeddedNetwork:
+        """Apply the controller file (not for an echo switch)."""
         if self.echo:
             return self
         raw = self.config_dict()
@@ -156,8 +184,9 @@ class EmbeddedNetwork:
             self.stop()
             raise RuntimeError(f"controller apply failed: {[r.to_json() for r in bad]}")
         self.updates = self.controller.writes
-        log.info("embedded network: switch pid %s, %d workers, %d P4Runtime updates",
-                 self.proc.pid, self.workers, self.updates)
+        log.info("embedded network: switch %s, %d workers, %d P4Runtime updates",
+                 "in process" if self.proc is None else f"pid {self.proc.pid}", self.workers,
+                 self.updates)
         return self
 
     def status(self) -> list:
@@ -166,7 +195,14 @@ class EmbeddedNetwork:
         return run_sync(self.controller.status())
 
     def stop(self) -> None:
-        """Stop the switch process (by PID) and remove the temporary folder."""
+        """Stop the switch process (by PID) or thread and remove the temporary folder."""
+        if self.switch is not None:
+            self.switch.stop()
+            if self._thread is not None:
+                self._thread.join(10)
+            self.switch.close()
+            self.switch = None
+            self._thread = None
         if self.proc is not None and self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGTERM)
             try:

@@ -28,9 +28,10 @@ from finsy.proto import p4i
 
 from control_plane.config import ConfigError, JobSpec, NetworkConfig
 from control_plane.p4names import program_view
+from host.protocol import generated_dataplane as dp
 
 #: Slot pool when the P4Info does not reveal it (p4/v1model/include/size.p4: THC_SLOTS).
-DEFAULT_SLOT_POOL = 256
+DEFAULT_SLOT_POOL = dp.THC_SLOTS
 #: Register cells per slot: 2 copies (round parity) x 2 kinds (data, norms) (thc_slot.p4).
 CELLS_PER_SLOT = 4
 #: Register that holds one entry per cell in thc_slot.p4; its size / CELLS_PER_SLOT = pool.
@@ -46,11 +47,11 @@ ROUTES_TABLE = "ingress.routing.routes"
 class Limits:
     """Capacities of the switch program (from its P4Info)."""
 
-    max_jobs: int = 16
+    max_jobs: int = dp.MAX_JOBS
     slot_pool: int = DEFAULT_SLOT_POOL
-    senders: int = 1024
-    members: int = 1024
-    routes: int = 1024
+    senders: int = dp.SENDERS_TABLE_SIZE
+    members: int = dp.MEMBERS_TABLE_SIZE
+    routes: int = dp.ROUTES_TABLE_SIZE
 
 
 def limits_from_p4info(info: p4i.P4Info | None) -> Limits:

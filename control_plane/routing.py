@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import finsy as fy
 
-from control_plane.config import NetworkConfig, shortest_paths
+from control_plane.config import NetworkConfig
+from control_plane.config.topology import shortest_paths
 from control_plane.placement import ROUTES_TABLE
 from control_plane.reconcile import OWNER_TAG
 

@@ -11,15 +11,28 @@ from __future__ import annotations
 
 import finsy as fy
 
+from control_plane.config import ConfigError
 from control_plane.placement import JOBS_TABLE, SENDERS_TABLE, JobAtSwitch
 from control_plane.reconcile import OWNER_TAG
+from host.protocol.jobs import job_problems
 
 SET_JOB = "ingress.thc_validate.set_job"
 SENDER = "ingress.thc_validate.sender"
 
 
 def job_entry(j: JobAtSwitch) -> fy.P4TableEntry:
-    """The ``jobs`` entry of ``j`` at its switch."""
+    """The ``jobs`` entry of ``j`` at its switch.
+
+    Raises
+    ------
+    ConfigError
+        If the parameters break a rule the switch enforces (:func:`host.protocol.jobs.job_problems`,
+        the same function the software target checks writes with).
+    """
+    problems = job_problems({"slot_base": j.slot_base, "num_slots": j.num_slots,
+                             "expected": j.expected, "lane_bits": j.lane_bits})
+    if problems:
+        raise ConfigError([f"job {j.job.name} at switch {j.switch}: {f}: {m}" for f, m in problems])
     return fy.P4TableEntry(
         JOBS_TABLE,
         match=fy.P4TableMatch(job_id=j.job.id),

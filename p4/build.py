@@ -14,7 +14,9 @@ Steps: run ``p4/gen.py``; then, per target:
 
 ``--target all`` builds every target whose compiler is present and says which were skipped.
 ``--check`` compiles nothing: it exits 1 when committed outputs are stale (a stamp's source
-hash differs from the current sources), 0 when fresh.
+hash differs from the current sources), 0 when fresh. A stamp hashes exactly the ``.p4``
+files the compiler reads. ``--restamp`` is the one-time migration from the older stamps, which
+also hashed ``p4/gen.py`` and ``host/protocol/layout.py``.
 
 Used by ``make -C p4`` (all targets) and ``netco p4 build``.
 """
@@ -51,19 +53,28 @@ OK, STALE, FAILED, NO_P4C = 0, 1, 2, 3
 
 
 def source_files() -> list[Path]:
-    """Every file whose change makes the compiled v1model outputs stale."""
-    files = sorted((HERE / "v1model").rglob("*.p4")) + sorted((HERE / "shared").rglob("*.p4"))
-    files += [HERE / "gen.py", REPO / "host" / "protocol" / "layout.py"]
-    return files
+    """The files the compiler reads for v1model: every ``.p4`` under ``p4/v1model`` and
+    ``p4/shared`` (the generated ones included).
+
+    ``p4/gen.py`` and ``host/protocol/layout.py`` are not listed: the compiled outputs depend
+    on them only through the generated ``.p4`` files, and a change to the generator that would
+    change those shows up as "generated files stale" (``gen.py --check``).
+    """
+    return sorted((HERE / "v1model").rglob("*.p4")) + sorted((HERE / "shared").rglob("*.p4"))
+
+
+def _sha(files: list[Path]) -> str:
+    """Hash over the relative paths (to the repository) and contents of ``files``."""
+    h = hashlib.sha256()
+    for f in files:
+        h.update(str(f.relative_to(REPO)).encode() + b"\0")
+        h.update(f.read_bytes() + b"\0")
+    return h.hexdigest()
 
 
 def sources_sha256() -> str:
     """Hash over the relative paths and contents of :func:`source_files`."""
-    h = hashlib.sha256()
-    for f in source_files():
-        h.update(str(f.relative_to(REPO)).encode() + b"\0")
-        h.update(f.read_bytes() + b"\0")
-    return h.hexdigest()
+    return _sha(source_files())
 
 
 def outputs_sha256() -> str:
@@ -174,23 +185,14 @@ def build(p4c: str | None = None, check: bool = False) -> tuple[int, dict]:
 
 # -- TNA (Tofino, Tofino2) ----------------------------------------------------------------
 def tna_source_files() -> list[Path]:
-    """Every file whose change makes the compiled TNA outputs stale."""
-    files = sorted((HERE / "tna").rglob("*.p4")) + sorted((HERE / "shared").rglob("*.p4"))
-    files += [HERE / "gen.py", REPO / "host" / "protocol" / "layout.py"]
-    return files
+    """The files the compiler reads for TNA / T2NA: every ``.p4`` under ``p4/tna`` and
+    ``p4/shared`` (see :func:`source_files`)."""
+    return sorted((HERE / "tna").rglob("*.p4")) + sorted((HERE / "shared").rglob("*.p4"))
 
 
 def tna_dir(target: str) -> Path:
     """Where the committed outputs of a Tofino target live."""
     return BUILD / target
-
-
-def _sha(files: list[Path]) -> str:
-    h = hashlib.sha256()
-    for f in files:
-        h.update(str(f.relative_to(REPO)).encode() + b"\0")
-        h.update(f.read_bytes() + b"\0")
-    return h.hexdigest()
 
 
 def tna_outputs(target: str) -> list[Path]:
@@ -343,6 +345,43 @@ def build_tna(target: str, p4c: str | None = None, check: bool = False) -> tuple
     return OK, report
 
 
+# -- one-time migration of the stamps' source set ------------------------------------------
+#: The generator files the stamps hashed before they hashed only the ``.p4`` inputs.
+_OLD_EXTRA = ("p4/gen.py", "host/protocol/layout.py")
+
+
+def _old_source_files(target: str) -> list[Path]:
+    """The source set of the old stamps (the ``.p4`` inputs plus ``_OLD_EXTRA``)."""
+    files = source_files() if target == "v1model" else tna_source_files()
+    return files + [REPO / f for f in _OLD_EXTRA]
+
+
+def restamp(target: str) -> tuple[int, dict]:
+    """Rewrite ``target``'s stamp with the new source hash, if its old hash proves the ``.p4``
+    inputs are unchanged since the compile.
+
+    The old hash (``.p4`` files plus ``p4/gen.py`` and ``host/protocol/layout.py``) is
+    recomputed from the current files; only when it equals the committed stamp's
+    ``sources_sha256`` is that field replaced by :func:`_sha` of the ``.p4`` inputs alone
+    (every other field is kept). A stamp already carrying the new hash is left alone.
+    """
+    stamp_path = STAMP if target == "v1model" else tna_dir(target) / "stamp.json"
+    if not stamp_path.exists():
+        return STALE, {"target": target, "restamped": False, "reason": "no stamp.json"}
+    stamp = json.loads(stamp_path.read_text())
+    new = _sha(source_files() if target == "v1model" else tna_source_files())
+    if stamp.get("sources_sha256") == new:
+        return OK, {"target": target, "restamped": False, "reason": "stamp already current"}
+    if stamp.get("sources_sha256") != _sha(_old_source_files(target)):
+        return STALE, {"target": target, "restamped": False,
+                       "reason": "the old source hash does not match the stamp: the sources "
+                                 "changed since the compile; recompile instead"}
+    stamp["sources_sha256"] = new
+    stamp_path.write_text(json.dumps(stamp, indent=2) + "\n")
+    return OK, {"target": target, "restamped": True,
+                "reason": "stamp rewritten with the hash of the .p4 inputs"}
+
+
 def build_targets(targets: list[str], p4c: str | None = None, p4c_tofino: str | None = None,
                   check: bool = False) -> tuple[int, dict]:
     """Build several targets; a Tofino target without its compiler is skipped, not failed,
@@ -374,8 +413,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--p4c", help="p4c executable for v1model (default: p4c on PATH)")
     ap.add_argument("--p4c-tofino", help="Tofino backend driver (default: NETCO_TOFINO_P4C or "
                                          "p4c-tofino on PATH)")
+    ap.add_argument("--restamp", action="store_true",
+                    help="one-time migration: rewrite the stamp's source hash over the .p4 "
+                         "inputs only, if the old hash (which also covered gen.py and "
+                         "layout.py) still matches")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     args = ap.parse_args(argv)
+    if args.restamp:
+        targets = list(TARGETS) if args.target == "all" else [args.target]
+        results = [restamp(tg) for tg in targets]
+        reports = {tg: rep for tg, (_, rep) in zip(targets, results, strict=True)}
+        if args.json:
+            print(json.dumps(reports, indent=2))
+        else:
+            for tg, rep in reports.items():
+                print(f"{tg}: {rep['reason']}")
+        return max(code for code, _ in results)
     if args.target != "v1model":
         targets = list(TARGETS) if args.target == "all" else [args.target]
         code, reports = build_targets(targets, args.p4c, args.p4c_tofino, args.check)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib.machinery
 import importlib.util
 import os
 import shutil
@@ -21,6 +22,28 @@ def _tofino_compiler() -> str | None:
     return mod.tofino_compiler()
 
 
+MININET_HINT = "apt-get install mininet; ./dev.sh then links it into .venv"
+
+
+def mininet_missing(search_path: list[str] | None = None) -> str | None:
+    """Why real Mininet cannot be imported from ``search_path`` (default ``sys.path``), or None.
+
+    The repository's own ``mininet/`` folder (topology files, no ``__init__.py``) is found as
+    a namespace package whenever the repository root is on the path (``python -m pytest``), so
+    finding *a* ``mininet`` proves nothing: Mininet is a regular package with ``mininet.net``.
+    Nothing is imported (the check leaves ``sys.modules`` alone).
+    """
+    spec = importlib.machinery.PathFinder.find_spec("mininet", search_path)
+    if spec is None:
+        return f"Mininet not importable ({MININET_HINT})"
+    if spec.origin is None:  # only namespace portions: folders named mininet, not the package
+        where = ", ".join(spec.submodule_search_locations or [])
+        return f"Mininet not importable: only the folder {where} is named mininet ({MININET_HINT})"
+    if importlib.machinery.PathFinder.find_spec("net", list(spec.submodule_search_locations or [])) is None:
+        return f"Mininet not importable: {spec.origin} has no mininet.net ({MININET_HINT})"
+    return None
+
+
 def _missing(marker: str) -> str | None:
     if marker == "root":
         return None if os.geteuid() == 0 else "needs root (network namespaces, raw sockets)"
@@ -29,8 +52,12 @@ def _missing(marker: str) -> str | None:
     if marker == "p4c":
         return None if shutil.which("p4c") else "p4c not on PATH"
     if marker == "mininet":
-        ok = importlib.util.find_spec("mininet") is not None and shutil.which("brctl")
-        return None if ok else "Mininet (apt-get install mininet bridge-utils) not importable"
+        reason = mininet_missing()
+        if reason is None and not shutil.which("brctl"):
+            reason = "brctl not on PATH (apt-get install bridge-utils)"
+        return reason
+    if marker == "tshark":
+        return None if shutil.which("tshark") else "tshark not on PATH (apt-get install tshark)"
     if marker == "tofino":
         return None if _tofino_compiler() else (
             "open-source Tofino backend of p4c not found or not runnable "
@@ -41,7 +68,7 @@ def _missing(marker: str) -> str | None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        for marker in ("root", "bmv2", "p4c", "mininet", "tofino"):
+        for marker in ("root", "bmv2", "p4c", "mininet", "tofino", "tshark"):
             if item.get_closest_marker(marker):
                 reason = _missing(marker)
                 if reason:

@@ -22,7 +22,7 @@ DEFAULT_TARGETS = {"digits": 0.9, "synthetic": 0.7}
 
 
 def _usage(msg: str) -> Exception:
-    from host.cli.main import UsageError
+    from host.errors import UsageError
 
     return UsageError(msg)
 

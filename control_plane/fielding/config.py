@@ -2,8 +2,8 @@
 
 The public descriptions of FIELDING (Li et al., "Fielding: Clustered Federated Learning with
 Data Drift", AISTATS 2026, arXiv 2411.01580) fix the shape of the method but not every number.
-Each choice the paper leaves open is a field here, with the default the reference notes
-(``/work/shared/reference/fielding.md``) give, and :meth:`FieldingConfig.log` writes them all.
+Each choice the paper leaves open is a field here, with a stated default (no code of the
+authors is public), and :meth:`FieldingConfig.log` writes them all.
 """
 
 from __future__ import annotations

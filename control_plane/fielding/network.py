@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from control_plane import multicast, routing, thc_load, thc_members, thc_validate
-from control_plane.config import NetworkConfig, parse_config
+from control_plane.config import DEFAULT_NUM_SLOTS, NetworkConfig, parse_config
 from control_plane.controller import (
     JOB_COUNTERS,
     Controller,
@@ -58,8 +58,6 @@ log = logging.getLogger(__name__)
 
 #: Job id of cluster 0 (job id = base + cluster id).
 DEFAULT_JOB_ID_BASE = 100
-#: Slots per cluster job: the window of packets a worker keeps in flight.
-DEFAULT_NUM_SLOTS = 16
 #: Largest job id (16-bit ``job_id`` of the THC header, docs/protocol.md).
 MAX_JOB_ID = 0xFFFF
 CONTRIBUTIONS = JOB_COUNTERS[0]

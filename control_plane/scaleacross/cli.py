@@ -8,7 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
-from host.cli.main import UsageError
+from host.errors import UsageError
 
 log = logging.getLogger(__name__)
 

@@ -47,7 +47,8 @@ from typing import Any
 
 import yaml
 
-from control_plane.config import ConfigError, NetworkConfig, derive_tree, parse_config, shortest_paths
+from control_plane.config import ConfigError, NetworkConfig, parse_config
+from control_plane.config.topology import derive_tree, shortest_paths
 
 __all__ = ["PLAN_VERSION", "Installation", "PlanError", "install_files", "install_plan",
            "load_plan", "read_topology"]

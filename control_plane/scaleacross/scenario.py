@@ -12,6 +12,7 @@ is gigabytes per second; ``memory_gb`` is GiB (2**30 bytes); latencies are micro
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -201,6 +202,8 @@ def _num(sec: dict, prefix: str, key: str, kind: type, default: Any = ..., lo: f
     val = sec[key]
     if isinstance(val, bool) or not isinstance(val, int | float):
         raise ScenarioError(f"{path}: must be a number, got {val!r}")
+    if not math.isfinite(val):
+        raise ScenarioError(f"{path}: must be a finite number, got {val!r}")
     if kind is int:
         if float(val) != int(val):
             raise ScenarioError(f"{path}: must be a whole number, got {val!r}")

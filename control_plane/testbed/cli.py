@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from host.cli.main import UsageError
+from control_plane.testbed.impair.node import FORWARDER_MODULE
+from host.errors import UsageError
 
 STATE_DIR = Path(os.environ.get("NETCO_TESTBED_STATE_DIR", "/run/netco-testbed"))
 SUPERVISOR = "control_plane.testbed.supervise"
@@ -236,7 +237,7 @@ def _cleanup_leftovers(state: dict[str, Any]) -> dict[str, list]:
         pids.append((s["pid"], s["grpc"]))
     for ln in report.get("links", []):
         if ln.get("forwarder_pid"):
-            pids.append((ln["forwarder_pid"], "host.impair"))
+            pids.append((ln["forwarder_pid"], FORWARDER_MODULE))
     for pid, marker in pids:
         if _alive(pid, marker):
             with contextlib.suppress(ProcessLookupError):
@@ -308,7 +309,7 @@ def run_status(args: argparse.Namespace) -> int:
             continue
         d = {"link": ln["link"], "asked": ln["asked"], "mode": ln["mode"], "measured": ln.get("measured")}
         if ln.get("forwarder_pid"):
-            d["forwarder_alive"] = _alive(ln["forwarder_pid"], "host.impair")
+            d["forwarder_alive"] = _alive(ln["forwarder_pid"], FORWARDER_MODULE)
             stats = _read(Path(ln["forwarder_stats"]))
             if stats:
                 d["forwarder"] = {k: stats[k] for k in ("a->b", "b->a")}

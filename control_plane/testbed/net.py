@@ -1,6 +1,7 @@
-"""A Mininet testbed built from the controller's topology file: up, verify, use, down.
+"""A Mininet testbed built from the controller's topology file: up, verify, down.
 
-:class:`Testbed` is the Python API (the tests and ``netco testbed`` use it)::
+:class:`Testbed` is the Python API (the tests and ``netco testbed`` use it); the workloads it
+runs once up (all-reduces, worker processes) are in :mod:`control_plane.testbed.workload`::
 
     with Testbed("mininet/rack.yaml", workdir=tmp) as tb:     # up() ... down()
         tb.report["target"]                                     # "softswitch" or "bmv2"
@@ -12,7 +13,7 @@ free; build the Mininet network (switch nodes in the root namespace, hosts and i
 nodes in their own; no OpenFlow controller, no Open vSwitch, no ``TCLink``); address the
 hosts (``IP/32``, gateway = attachment switch's ``addr`` with a static ARP entry; IPv6 and
 checksum/segmentation offloads off, because the switches forward raw frames that must carry
-complete checksums); set up every impairment node (:mod:`host.impair.node`); **measure every
+complete checksums); set up every impairment node (:mod:`control_plane.testbed.impair.node`); **measure every
 impaired link in both directions with probe frames and raise if anything asked for is not in
 effect** (before any switch runs, so probes meet no program); start the switch processes and
 wait for their P4Runtime ports; apply the file with the controller
@@ -38,12 +39,13 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from control_plane.config import JobSpec as ConfigJob
 from control_plane.config import NetworkConfig, load_config
+from control_plane.testbed.impair import node as impnode
+from control_plane.testbed.impair.params import Impairment, ImpairmentError
+from control_plane.testbed.impair.probe import ProbeResult, check, measure, open_probe_socket
 from control_plane.testbed.plan import LinkPlan, TestbedPlan, make_plan
 from control_plane.testbed.targets import (
     TestbedError,
@@ -53,10 +55,7 @@ from control_plane.testbed.targets import (
     switch_class,
     switch_command,
 )
-from host.impair import node as impnode
-from host.impair.netns import in_netns
-from host.impair.params import Impairment, ImpairmentError
-from host.impair.probe import ProbeResult, check, measure, open_probe_socket
+from control_plane.testbed.workload import TestbedWorkloads
 from host.protocol.layout import THC_UDP_PORT
 
 log = logging.getLogger(__name__)
@@ -127,7 +126,7 @@ def _offloads_off(run, dev: str) -> None:
         run(["ethtool", "-K", dev, "tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off"])
 
 
-class Testbed:
+class Testbed(TestbedWorkloads):
     """A Mininet testbed of the topology file ``topo``.
 
     Parameters
@@ -452,7 +451,7 @@ class Testbed:
                     removed["left"].append(ifname)
         return removed
 
-    # -- use ---------------------------------------------------------------------------------
+    # -- nodes and switches ------------------------------------------------------------------
     def node_pid(self, name: str) -> int:
         """PID whose namespaces are node ``name``'s (hosts, impairment nodes)."""
         if self.net is None:
@@ -471,142 +470,6 @@ class Testbed:
         except RuntimeError:
             return False
         return f"{count} received" in out
-
-    def endpoint(self, host: str):
-        """A :class:`host.transport.ports.RawEndpoint` on ``host``'s interface, addressed to its
-        attachment switch (opened inside the host's namespace; closed by :meth:`down`)."""
-        from host.transport.ports import RawEndpoint
-
-        h = self.plan.host(host)
-        ep = in_netns(self.node_pid(host), lambda: RawEndpoint(h.ifname, h.mac, h.gateway_mac, h.ip,
-                                                               h.gateway_ip))
-        with self._lock:
-            self._endpoints.append(ep)
-        return ep
-
-    def job(self, name: str | None = None) -> ConfigJob:
-        """The file's job ``name`` (default: the only/first one)."""
-        if not self.cfg.jobs:
-            raise TestbedError("the topology file defines no jobs")
-        if name is None:
-            return self.cfg.jobs[0]
-        for j in self.cfg.jobs:
-            if j.name == name:
-                return j
-        raise TestbedError(f"no job {name!r}; jobs are {', '.join(j.name for j in self.cfg.jobs)}")
-
-    def _claim(self, jb: ConfigJob) -> None:
-        with self._lock:
-            if jb.name in self._used_jobs:
-                raise TestbedError(
-                    f"job {jb.name} already ran on this testbed: its slots hold that run's rounds "
-                    "and new workers restart at round 0 (docs/protocol.md), so they would get the old "
-                    "results; run several rounds in one call, or bring the testbed up again")
-            self._used_jobs.add(jb.name)
-
-    def path_rtt_ms(self) -> float:
-        """Largest round trip any impaired link adds (2 × delay + jitter), for timeouts."""
-        return max((2 * (ln.impairment.delay_ms + ln.impairment.jitter_ms)
-                    for ln in self.plan.impaired if ln.impairment), default=0.0)
-
-    def codec(self, job: ConfigJob):
-        """The THC codec every member of ``job`` uses (same table as the switches)."""
-        from host.thc.codec import THCCodec
-        from host.thc.config import THCConfig
-
-        return THCCodec(THCConfig(bits=job.thc.b, granularity=job.thc.g, clip_mass=job.thc.p))
-
-    def slot_config(self, job: ConfigJob, **kw):
-        """Slot timing for ``job`` on this testbed (timeouts above the impaired round trip)."""
-        from host.transport.slots import SlotConfig
-
-        rtt = self.path_rtt_ms() / 1000
-        kw.setdefault("rto", 0.02 + 2.5 * rtt)
-        kw.setdefault("max_rto", max(0.5, 4 * kw["rto"]))
-        kw.setdefault("deadline", 0.5 + 4 * rtt)
-        kw.setdefault("policy", job.policy)
-        return SlotConfig(**kw)
-
-    def allreduce(self, tensors: Sequence, job: str | None = None, rounds: int = 1,
-                  timeout: float = 60.0, **slot_kw) -> list[list]:
-        """Every member of ``job`` averages its tensor through the switches, ``rounds`` times.
-
-        ``tensors[r]`` is member ``r``'s tensor, or a callable ``(rank, round) -> tensor``.
-        The members run as threads of this process whose raw sockets live in the hosts'
-        namespaces, so every frame leaves and enters through the hosts' interfaces. Returns
-        ``out[rank][round]``.
-        """
-        from host.transport.job import JobSpec, NetworkAggregator
-
-        jb = self.job(job)
-        codec = self.codec(jb)
-        n = len(jb.members)
-        self._claim(jb)
-        if not callable(tensors) and len(tensors) != n:
-            raise TestbedError(f"job {jb.name} has {n} members; got {len(tensors)} tensors")
-        outs: list[list] = [[] for _ in range(n)]
-        errors: list[BaseException] = []
-        eps = [self.endpoint(h) for h in jb.members]
-        cfg = self.slot_config(jb, **slot_kw)
-
-        def work(rank: int) -> None:
-            try:
-                agg = NetworkAggregator(eps[rank], JobSpec(jb.id, rank, n, jb.num_slots, jb.thc.g), cfg)
-                for rnd in range(rounds):
-                    t = tensors(rank, rnd) if callable(tensors) else tensors[rank]
-                    outs[rank].append(agg.allreduce(t, codec))
-            except BaseException as exc:
-                errors.append(exc)
-
-        threads = [threading.Thread(target=work, args=(r,), daemon=True) for r in range(n)]
-        for t in threads:
-            t.start()
-        end = time.monotonic() + timeout
-        for t in threads:
-            t.join(max(0.0, end - time.monotonic()))
-        if any(t.is_alive() for t in threads):
-            raise TestbedError(f"job {jb.name}: all-reduce not done after {timeout:g} s")
-        if errors:
-            raise errors[0]
-        return outs
-
-    def run_workers(self, job: str | None = None, size: int = 4096, seed: int = 0, rounds: int = 1,
-                    timeout: float = 120.0) -> dict[str, dict[str, Any]]:
-        """Run each member as its own process inside its host (``python -m
-        control_plane.testbed.worker``) on tensors :func:`~control_plane.testbed.worker.tensor`
-        draws from ``seed``; returns host → its JSON summary with ``out`` (a .npy path)."""
-        jb = self.job(job)
-        self._claim(jb)
-        cfg = self.slot_config(jb)
-        procs = {}
-        for rank, name in enumerate(jb.members):
-            h = self.plan.host(name)
-            out = self.workdir / f"worker-{name}.npy"
-            cmd = [self.python, "-m", "control_plane.testbed.worker", "--ifname", h.ifname,
-                   "--src-mac", h.mac, "--dst-mac", h.gateway_mac, "--src-ip", h.ip,
-                   "--dst-ip", h.gateway_ip, "--job-id", str(jb.id), "--rank", str(rank),
-                   "--world", str(len(jb.members)), "--num-slots", str(jb.num_slots),
-                   "--b", str(jb.thc.b), "--g", str(jb.thc.g), "--p", repr(jb.thc.p),
-                   "--policy", cfg.policy, "--rto", f"{cfg.rto:g}", "--size", str(size),
-                   "--seed", str(seed), "--rounds", str(rounds), "--out", str(out)]
-            procs[name] = (spawn(cmd, self.workdir / f"worker-{name}.log", ns_pid=self.node_pid(name)), out)
-        end = time.monotonic() + timeout
-        results: dict[str, dict[str, Any]] = {}
-        try:
-            for name, (proc, out) in procs.items():
-                try:
-                    proc.wait(max(0.1, end - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    raise TestbedError(f"worker {name} not done after {timeout:g} s") from None
-                logp = self.workdir / f"worker-{name}.log"
-                if proc.returncode != 0:
-                    raise TestbedError(f"worker {name} exited {proc.returncode}: "
-                                       f"{logp.read_text()[-1500:]}")
-                results[name] = json.loads(out.with_suffix(".json").read_text())
-        finally:
-            for proc, _ in procs.values():
-                stop_process(proc)
-        return results
 
     def counters(self) -> dict[str, dict[str, dict[int, int]]]:
         """Per switch, the program's counters read over P4Runtime (drops, contributions, ...)."""

@@ -12,7 +12,7 @@ layout:
   Linux's limit); the tag keeps two testbeds on one machine apart;
 * one Mininet host per host, interface ``eth0`` (inside its namespace), address ``IP/32``, the
   attachment switch's ``addr`` as gateway with a static ARP entry for the switch's MAC;
-* for every link with an impairment, an impairment node (:mod:`host.impair`) in the middle:
+* for every link with an impairment, an impairment node (:mod:`control_plane.testbed.impair`) in the middle:
   ``switch a — eth0 [node] eth1 — switch b``; other links are plain veth pairs.
 
 Only the names that live in the root namespace (switch ports) can collide with anything else
@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 
 from control_plane.config import NetworkConfig
-from host.impair.params import Impairment
+from control_plane.testbed.impair.params import Impairment
 
 IFNAMSIZ = 15  # usable characters of a Linux interface name
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "0.0.0.0", "[::1]", "::1")

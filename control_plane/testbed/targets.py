@@ -78,7 +78,7 @@ def switch_command(target: str, sw: SwitchPlan, python: str = sys.executable,
     """Command line of ``sw``'s switch process."""
     if target == "softswitch":
         netco = Path(python).parent / "netco"
-        cmd = [str(netco)] if netco.exists() else [python, "-m", "host.cli.main"]
+        cmd = [str(netco)] if netco.exists() else [python, "-m", "control_plane.cli.main"]
         cmd += ["switch", "--grpc", sw.grpc, "--device-id", str(sw.device_id)]
         for port, ifname in sw.ports:
             cmd += ["--port", f"{port}=afpacket:{ifname}"]

@@ -4,7 +4,7 @@ Usage, one line after wrapping the model::
 
     ddp.register_comm_hook(THCHookState(THCConfig()), thc_hook)
 
-Per gradient bucket (THC reference ``shared/reference/thc.md`` steps 1-11; Li et al., NSDI 2024):
+Per gradient bucket (THC steps 1-11 as docs/thc.md lists them; Li et al., NSDI 2024):
 add the error-feedback memory, compute the per-chunk norms, agree on their maximum across workers
 (:meth:`Aggregator.max_floats`, which also carries one "non-finite" flag per rank so every rank
 stops together), encode with this rank's rounding randomness and the shared signs keyed by

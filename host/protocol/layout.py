@@ -8,9 +8,11 @@ This module is the single source of truth for the wire format described in
 * the P4 program's header types and constants are generated from it by ``p4/gen.py``
   (``p4/shared/generated_protocol.p4``, included by the v1model and TNA programs).
 
-Design follows the in-network aggregation systems summarised in
-``/work/shared/reference/in-network-aggregation.md`` (SwitchML's two copies per slot, ATP's
-32-bit contributor bitmap) carrying THC integers (Li et al., NSDI 2024, steps 8-10).
+Design follows the published in-network aggregation systems — SwitchML's two copies per slot
+(Sapio et al., "Scaling Distributed Machine Learning with In-Network Aggregation", NSDI 2021) and
+ATP's 32-bit contributor bitmap (Lao et al., "ATP: In-network Aggregation for Multi-tenant
+Learning", NSDI 2021) — carrying THC integers: packed table indices up, integer sums down
+(Li et al., NSDI 2024).
 """
 
 from __future__ import annotations

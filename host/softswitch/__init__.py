@@ -9,7 +9,7 @@ Modules: :mod:`~host.softswitch.pipeline` (data plane), :mod:`~host.softswitch.n
 batched I/O), :mod:`~host.softswitch.server` (P4Runtime), :mod:`~host.softswitch.entities`
 (entity store and validation), :mod:`~host.softswitch.config` (compiled tables),
 :mod:`~host.softswitch.p4info` (P4Info), :mod:`~host.softswitch.switch` (the process),
-:mod:`~host.softswitch.testnet` (the packet-suite target).
+:mod:`~host.softswitch.launch` (start one as a process and drive it over P4Runtime).
 """
 
 from host.softswitch.switch import SoftSwitch

@@ -6,7 +6,8 @@ import argparse
 import logging
 import sys
 
-from host.cli import switch as cli
+from host.errors import UsageError
+from host.softswitch import cli
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         return int(args.func(args) or 0)
-    except cli.UsageError as exc:
+    except UsageError as exc:
         print(f"softswitch: error: {exc}", file=sys.stderr)
         return 2
 

@@ -23,42 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Byte offsets in a frame (Ethernet 14, IPv4 20 without options, UDP 8, THC header 28);
- * pipeline.py checks them against its ROW_DTYPE before using this module. */
-#define ROW 2048
-#define O_ETYPE 12
-#define O_VERIHL 14
-#define O_IPLEN 16
-#define O_FRAG 20
-#define O_TTL 22
-#define O_PROTO 23
-#define O_IPCSUM 24
-#define O_SRC 26
-#define O_DST 30
-#define O_SPORT 34
-#define O_DPORT 36
-#define O_UDPLEN 38
-#define O_UDPCSUM 40
-#define THC 42
-#define O_VERSION (THC + 0)
-#define O_TYPE (THC + 1)
-#define O_FLAGS (THC + 2)
-#define O_LANE (THC + 3)
-#define O_JOB (THC + 4)
-#define O_RANK (THC + 6)
-#define O_SET (THC + 7)
-#define O_SLOT (THC + 8)
-#define O_ECNT (THC + 10)
-#define O_ROUND (THC + 12)
-#define O_BITMAP (THC + 20)
-#define O_COUNT (THC + 24)
-#define PAY (THC + 28)
-#define IN_PAY 128 /* DATA with 4-bit indices: 256 coordinates */
-#define COORDS 256
-
-#define ST_EMPTY 0
-#define ST_COLLECTING 1
-#define ST_FINAL 3
+/* Every frame offset, header length and protocol/data-plane constant (OFF_*, PAYLOAD_OFFSET,
+ * INDICES_BYTES, COORDS_PER_PACKET, ST_*, FLAG_*, ...) comes from the generated header
+ * (p4/gen.py); NETCO_LAYOUT_HASH is exported so that pipeline.py refuses a stale build. */
+#include "netco_layout.h"
 
 static inline uint32_t be16(const uint8_t *p) { return ((uint32_t)p[0] << 8) | p[1]; }
 static inline uint32_t be32(const uint8_t *p) {
@@ -105,7 +73,7 @@ static int grow_mark(size_t cells) {
 
 typedef struct {
     int64_t cell, reg[6];
-    uint32_t sums[COORDS];
+    uint32_t sums[COORDS_PER_PACKET];
 } undo_t;
 
 static const char *doc =
@@ -149,7 +117,7 @@ static PyObject *py_process(PyObject *self, PyObject *args) {
     memset(br, 0, sizeof(br));
     undo_t *undo = NULL;
     Py_ssize_t nu = 0;
-    if (take(obuf, &bb, 0, (Py_ssize_t)ROW * n, "buf") < 0) goto done;
+    if (take(obuf, &bb, 0, (Py_ssize_t)ROW_BYTES * n, "buf") < 0) goto done;
     if (take(olens, &bl, 0, 8 * n, "lens") < 0) goto done;
     if (take(oports, &bp, 0, 8 * n, "ports") < 0) goto done;
     if (oorder != Py_None && take(oorder, &bo, 0, 8 * n, "order") < 0) goto done;
@@ -159,7 +127,7 @@ static PyObject *py_process(PyObject *self, PyObject *args) {
     for (int k = 0; k < 6; k++)
         if (take(PyTuple_GET_ITEM(oregs, k), &br[k], 1, 8 * pool_slots * 4, "regs") < 0)
             goto done;
-    if (take(osums, &bsums, 1, 4 * COORDS * pool_slots * 4, "sums") < 0) goto done;
+    if (take(osums, &bsums, 1, 4 * COORDS_PER_PACKET * pool_slots * 4, "sums") < 0) goto done;
     if (take(ogports, &bg, 0, 0, "group") < 0) goto done;
     Py_ssize_t ng = bg.v.len / 8;
     if (take(omhit, &bmh, 0, ng, "member_hit") < 0) goto done;
@@ -167,7 +135,7 @@ static PyObject *py_process(PyObject *self, PyObject *args) {
     if (take(omaddr, &bma, 0, 4 * ng, "member_addr") < 0) goto done;
     if (take(ooutlens, &bol, 1, 0, "out_lens") < 0) goto done;
     Py_ssize_t cap = bol.v.len / 8;
-    if (take(ooutbuf, &bob, 1, (Py_ssize_t)ROW * cap, "out_buf") < 0) goto done;
+    if (take(ooutbuf, &bob, 1, (Py_ssize_t)ROW_BYTES * cap, "out_buf") < 0) goto done;
     if (take(ooutports, &bop, 1, 8 * cap, "out_ports") < 0) goto done;
     if (lane_bits != 8 && lane_bits != 16 && lane_bits != 32) {
         Py_INCREF(Py_None);
@@ -191,26 +159,28 @@ static PyObject *py_process(PyObject *self, PyObject *args) {
     const uint32_t *maddr = bma.v.buf;
     uint8_t *obuf_ = bob.v.buf;
     int64_t *olens_ = bol.v.buf, *oports_ = bop.v.buf;
-    const int plen = (int)(lane_bits * (COORDS / 8));
+    const int plen = (int)(lane_bits * (COORDS_PER_PACKET / 8));
     const int lb = (int)(lane_bits / 8);
 
     /* 1. stateless checks of every frame (ThcValidate for this case): any miss -> Python */
     for (Py_ssize_t j = 0; j < n; j++) {
-        const uint8_t *f = buf + (size_t)j * ROW;
+        const uint8_t *f = buf + (size_t)j * ROW_BYTES;
         int64_t L = lens[j];
-        if (L != PAY + IN_PAY || be16(f + O_ETYPE) != 0x0800 || (f[O_VERIHL] & 0x0F) != 5
-            || (be16(f + O_FRAG) & 0x1FFF) != 0 || f[O_PROTO] != 17
-            || be16(f + O_DPORT) != (uint32_t)thc_port || f[O_VERSION] != version
-            || f[O_TYPE] != t_data || f[O_LANE] != index_bits
-            || (int)be16(f + O_JOB) != job_id || f[O_RANK] >= max_workers
-            || be16(f + O_ECNT) > COORDS || f[O_SET] > 1 || f[O_SET] != (f[O_ROUND + 3] & 1)
-            || (f[O_FLAGS] & (0x04 | 0x08)))
+        if (L != PAYLOAD_OFFSET + INDICES_BYTES || be16(f + OFF_ETHERTYPE) != ETHERTYPE_IPV4
+            || (f[OFF_VERIHL] & 0x0F) != IPV4_HEADER_BYTES / 4
+            || (be16(f + OFF_FRAG) & 0x1FFF) != 0 || f[OFF_PROTO] != IP_PROTO_UDP
+            || be16(f + OFF_DPORT) != (uint32_t)thc_port || f[OFF_VERSION] != version
+            || f[OFF_MSG_TYPE] != t_data || f[OFF_LANE_BITS] != index_bits
+            || (int)be16(f + OFF_JOB_ID) != job_id || f[OFF_RANK] >= max_workers
+            || be16(f + OFF_ELEM_COUNT) > COORDS_PER_PACKET || f[OFF_SLOT_SET] > 1
+            || f[OFF_SLOT_SET] != (f[OFF_ROUND + 3] & 1)
+            || (f[OFF_FLAGS] & (FLAG_DEADLINE | FLAG_PEEK)))
             goto not_handled;
-        uint32_t slot = be16(f + O_SLOT);
+        uint32_t slot = be16(f + OFF_SLOT);
         if ((long long)slot >= num_slots || slot_base + (long long)slot >= pool_slots)
             goto not_handled;
-        uint64_t key = ((uint64_t)jn << 49) | ((uint64_t)f[O_RANK] << 41)
-                       | ((uint64_t)ports[j] << 32) | (uint64_t)be32(f + O_SRC);
+        uint64_t key = ((uint64_t)jn << 49) | ((uint64_t)f[OFF_RANK] << 41)
+                       | ((uint64_t)ports[j] << 32) | (uint64_t)be32(f + OFF_SRC);
         Py_ssize_t lo = 0, hi = nsk; /* searchsorted (left) */
         while (lo < hi) {
             Py_ssize_t mid = (lo + hi) / 2;
@@ -230,16 +200,16 @@ static PyObject *py_process(PyObject *self, PyObject *args) {
     for (Py_ssize_t q = 0; q < n; q++) {
         Py_ssize_t j = order ? order[q] : q;
         if (j < 0 || j >= n) goto rollback;
-        const uint8_t *f = buf + (size_t)j * ROW;
-        int64_t c = ((slot_base + be16(f + O_SLOT)) << 2) | f[O_SET];
-        int64_t r = be32(f + O_ROUND);
-        int64_t bit = (int64_t)1 << f[O_RANK];
+        const uint8_t *f = buf + (size_t)j * ROW_BYTES;
+        int64_t c = ((slot_base + be16(f + OFF_SLOT)) << 2) | f[OFF_SLOT_SET];
+        int64_t r = be32(f + OFF_ROUND);
+        int64_t bit = (int64_t)1 << f[OFF_RANK];
         /* remember the copy before its first change in this call */
         if (mark[c] < 0) {
             mark[c] = nu;
             undo[nu].cell = c;
             for (int k = 0; k < 6; k++) undo[nu].reg[k] = R[k][c];
-            memcpy(undo[nu].sums, sums + (size_t)c * COORDS, sizeof(undo[nu].sums));
+            memcpy(undo[nu].sums, sums + (size_t)c * COORDS_PER_PACKET, sizeof(undo[nu].sums));
             nu++;
         }
         int64_t st = st_state[c];
@@ -260,17 +230,17 @@ static PyObject *py_process(PyObject *self, PyObject *args) {
         wb |= bit;
         cb |= bit;
         nc += 1;
-        uint32_t *s = sums + (size_t)c * COORDS;
-        const uint8_t *p = f + PAY;
+        uint32_t *s = sums + (size_t)c * COORDS_PER_PACKET;
+        const uint8_t *p = f + PAYLOAD_OFFSET;
         if (fresh) {
-            for (int k = 0; k < IN_PAY; k++) {
+            for (int k = 0; k < INDICES_BYTES; k++) {
                 const uint32_t *pair = lut + 2 * p[k];
                 s[2 * k] = pair[0];
                 s[2 * k + 1] = pair[1];
             }
             st_round[c] = r;
         } else {
-            for (int k = 0; k < IN_PAY; k++) {
+            for (int k = 0; k < INDICES_BYTES; k++) {
                 const uint32_t *pair = lut + 2 * p[k];
                 s[2 * k] += pair[0];
                 s[2 * k + 1] += pair[1];
@@ -284,39 +254,40 @@ static PyObject *py_process(PyObject *self, PyObject *args) {
             /* the result, once per replica (Pipeline._emit, OUT_MULTICAST) */
             if (nout + ng > cap) goto rollback;
             for (Py_ssize_t g = 0; g < ng; g++) {
-                uint8_t *o = obuf_ + (size_t)nout * ROW;
-                memcpy(o, f, PAY);
-                o[O_COUNT] = (uint8_t)cnt;
-                put32(o + O_BITMAP, (uint32_t)wb);
-                put16(o + O_SPORT, (uint32_t)thc_port);
-                put16(o + O_UDPCSUM, 0);
-                o[O_LANE] = (uint8_t)lane_bits;
-                o[O_TTL] = (uint8_t)ttl;
-                o[O_TYPE] = (uint8_t)t_result;
-                o[O_FLAGS] = 0;
-                o[O_RANK] = (uint8_t)rank_all;
-                put32(o + O_SRC, (uint32_t)self_addr);
-                put16(o + O_UDPLEN, (uint32_t)(8 + 28 + plen));
-                put16(o + O_IPLEN, (uint32_t)(8 + 28 + plen + 20));
+                uint8_t *o = obuf_ + (size_t)nout * ROW_BYTES;
+                memcpy(o, f, PAYLOAD_OFFSET);
+                o[OFF_COUNT] = (uint8_t)cnt;
+                put32(o + OFF_BITMAP, (uint32_t)wb);
+                put16(o + OFF_SPORT, (uint32_t)thc_port);
+                put16(o + OFF_UDP_CSUM, 0);
+                o[OFF_LANE_BITS] = (uint8_t)lane_bits;
+                o[OFF_TTL] = (uint8_t)ttl;
+                o[OFF_MSG_TYPE] = (uint8_t)t_result;
+                o[OFF_FLAGS] = 0;
+                o[OFF_RANK] = (uint8_t)rank_all;
+                put32(o + OFF_SRC, (uint32_t)self_addr);
+                put16(o + OFF_UDP_LEN, (uint32_t)(UDP_HEADER_BYTES + THC_HEADER_BYTES + plen));
+                put16(o + OFF_IP_LEN, (uint32_t)(UDP_HEADER_BYTES + THC_HEADER_BYTES + plen
+                                                + IPV4_HEADER_BYTES));
                 if (mhit[g]) {
                     memcpy(o, mmac + 6 * g, 6);
-                    put32(o + O_DST, maddr[g]);
+                    put32(o + OFF_DST, maddr[g]);
                 }
-                put16(o + O_IPCSUM, 0);
+                put16(o + OFF_IP_CSUM, 0);
                 uint32_t cs = 0;
-                for (int w = 0; w < 10; w++) cs += be16(o + 14 + 2 * w);
+                for (int w = 0; w < IPV4_HEADER_BYTES / 2; w++) cs += be16(o + IPV4_OFFSET + 2 * w);
                 cs = (cs & 0xFFFF) + (cs >> 16);
                 cs = (cs & 0xFFFF) + (cs >> 16);
-                put16(o + O_IPCSUM, ~cs & 0xFFFF);
-                uint8_t *d = o + PAY;
+                put16(o + OFF_IP_CSUM, ~cs & 0xFFFF);
+                uint8_t *d = o + PAYLOAD_OFFSET;
                 if (lb == 1) {
-                    for (int k = 0; k < COORDS; k++) d[k] = (uint8_t)s[k];
+                    for (int k = 0; k < COORDS_PER_PACKET; k++) d[k] = (uint8_t)s[k];
                 } else if (lb == 2) {
-                    for (int k = 0; k < COORDS; k++) put16(d + 2 * k, s[k] & 0xFFFF);
+                    for (int k = 0; k < COORDS_PER_PACKET; k++) put16(d + 2 * k, s[k] & 0xFFFF);
                 } else {
-                    for (int k = 0; k < COORDS; k++) put32(d + 4 * k, s[k]);
+                    for (int k = 0; k < COORDS_PER_PACKET; k++) put32(d + 4 * k, s[k]);
                 }
-                olens_[nout] = PAY + plen;
+                olens_[nout] = PAYLOAD_OFFSET + plen;
                 oports_[nout] = gports[g];
                 nout++;
             }
@@ -333,7 +304,7 @@ rollback:
     for (Py_ssize_t u = nu - 1; u >= 0; u--) {
         int64_t c = undo[u].cell;
         for (int k = 0; k < 6; k++) R[k][c] = undo[u].reg[k];
-        memcpy(sums + (size_t)c * COORDS, undo[u].sums, sizeof(undo[u].sums));
+        memcpy(sums + (size_t)c * COORDS_PER_PACKET, undo[u].sums, sizeof(undo[u].sums));
     }
 not_handled:
     Py_INCREF(Py_None);
@@ -361,5 +332,10 @@ static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_fastpath",
 
 PyMODINIT_FUNC PyInit__fastpath(void) {
     methods[0].ml_doc = doc;
-    return PyModule_Create(&moddef);
+    PyObject *m = PyModule_Create(&moddef);
+    if (m && PyModule_AddStringConstant(m, "LAYOUT_HASH", NETCO_LAYOUT_HASH) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -10,12 +10,17 @@ write and swapped in atomically; the data plane reads one reference per batch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import grpc
 import numpy as np
+from finsy.proto import p4r
 
 from host.protocol import layout as lay
-from host.softswitch.entities import EntityStore
+from host.protocol.jobs import job_problems, overlaps
+from host.softswitch.entities import EntityStore, P4RuntimeError
+from host.softswitch.p4info import TableInfo
 
 JOBS = "ingress.thc_validate.jobs"
 SET_JOB = "ingress.thc_validate.set_job"
@@ -175,3 +180,72 @@ def check_program(store: EntityStore) -> list[str]:
         names = {n for n, _ in a.params.values()}
         missing += [f"{SET_JOB}({p})" for p in JOB_PARAMS if p not in names]
     return missing
+
+
+def _batch_jobs(store: EntityStore, me: int) -> dict[int, tuple[int, int] | None]:
+    """Slot ranges other jobs will have after the Write being applied (None: deleted)."""
+    t = store.index.table(JOBS)
+    set_job = store.index.action(SET_JOB).id
+    out: dict[int, tuple[int, int] | None] = {}
+    for u in store.batch:
+        te = u.entity.table_entry if u.entity.WhichOneof("entity") == "table_entry" else None
+        if te is None or te.table_id != t.id or te.is_default_action:
+            continue
+        try:
+            key, _ = store._decode_key(t, te)
+            jid = {t.fields[fid].name: v for fid, v in key}["job_id"][1]
+            if jid == me:
+                continue
+            if u.type == p4r.Update.DELETE:
+                out[jid] = None
+                continue
+            aid, params = store._decode_action(t, te.action, default=False)
+        except (P4RuntimeError, KeyError):
+            continue   # refused on its own turn
+        if aid == set_job:
+            named = _params(store, SET_JOB, params)
+            out[jid] = (named["slot_base"], named["num_slots"])
+    return out
+
+
+def job_entry_check(pool_slots: int) -> Callable[..., None]:
+    """The :attr:`EntityStore.entry_check` of a switch with ``pool_slots`` aggregation slots.
+
+    A ``set_job`` entry must obey :func:`host.protocol.jobs.job_problems` (the controller's
+    rules), name an installed multicast group, and keep its slot range apart from every other
+    job's as it will be after the current Write (so that one Write may move jobs past each
+    other). Violations are ``INVALID_ARGUMENT`` naming the field.
+    """
+
+    def check(store: EntityStore, t: TableInfo, op: int, key: tuple, aid: int,
+              params: dict[int, int]) -> None:
+        if t.name != JOBS or aid != store.index.action(SET_JOB).id:
+            return
+        jid = _field_values(store, JOBS, key)["job_id"][1]
+        p = _params(store, SET_JOB, params)
+
+        def refuse(fld: str, msg: str) -> P4RuntimeError:
+            return P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
+                                  f"table {JOBS} job {jid}: set_job.{fld}: {msg}")
+
+        problems = job_problems(p, pool_slots=pool_slots, max_jobs=t.size)
+        if problems:
+            raise refuse(*problems[0])
+        grp = p["mcast_grp"]
+        if grp not in store.groups:
+            raise refuse("mcast_grp", f"{grp}: no such multicast group; install the group first")
+        others = {}
+        for e in store.tables[t.id].entries.values():
+            other = _field_values(store, JOBS, e.key)["job_id"][1]
+            if other != jid and e.action_id == aid:
+                q = _params(store, SET_JOB, e.params)
+                others[other] = (q["slot_base"], q["num_slots"])
+        others.update(_batch_jobs(store, jid))
+        hit = overlaps(p["slot_base"], p["num_slots"],
+                       [(j, *r) for j, r in sorted(others.items()) if r is not None])
+        if hit is not None:
+            b, n = others[hit]
+            raise refuse("slot_base", f"slots {p['slot_base']}..{p['slot_base'] + p['num_slots'] - 1}"
+                                      f" overlap job {hit}'s {b}..{b + n - 1}")
+
+    return check

@@ -15,6 +15,7 @@ of the netco program from it into the arrays the data plane reads.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -86,6 +87,12 @@ class EntityStore:
         self.counters: dict[int, np.ndarray] = {
             cid: np.zeros(c.size, dtype=np.int64) for cid, c in index.counters.items()}
         self.generation = 0
+        #: Program-level check of an entry before it is stored, called with
+        #: ``(store, table, op, key, action_id, params)``; raises :class:`P4RuntimeError`.
+        self.entry_check: Callable[[EntityStore, TableInfo, int, tuple, int, dict[int, int]],
+                                   None] | None = None
+        #: The updates of the Write being applied (checks may look ahead at the batch).
+        self.batch: Sequence[p4r.Update] = ()
 
     # -- tables ---------------------------------------------------------------------------
     def _decode_key(self, t: TableInfo, te: p4r.TableEntry) -> tuple[tuple, list[p4r.FieldMatch]]:
@@ -225,6 +232,8 @@ class EntityStore:
                 raise _err(grpc.StatusCode.NOT_FOUND, f"table {t.name}: no such entry")
         else:
             raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"unknown update type {op}")
+        if self.entry_check is not None:
+            self.entry_check(self, t, op, key, aid, params)
         msg = p4r.TableEntry(table_id=t.id, priority=te.priority, metadata=te.metadata)
         msg.match.extend(canon)
         act = msg.action.action

@@ -268,7 +268,12 @@ def _hostport(text: str, what: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit():
         raise ValueError(f"{what}: expected IP:PORT, got {text!r}")
-    ipaddress.IPv4Address(host)
+    if int(port) > 65535:
+        raise ValueError(f"{what}: UDP port {port} is not in 0..65535")
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        raise ValueError(f"{what}: {host!r} is not an IPv4 address") from None
     return host, int(port)
 
 

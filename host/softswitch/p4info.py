@@ -21,11 +21,12 @@ from pathlib import Path
 from finsy.proto import p4i
 from google.protobuf import text_format
 
+from host.paths import V1MODEL_P4INFO
+from host.protocol import generated_dataplane as dp
 from host.protocol import layout as lay
 
-REPO = Path(__file__).resolve().parents[2]
 #: the P4Info written by ``p4/build.py`` (p4c) for the v1model program.
-COMPILED_P4INFO = REPO / "p4" / "build" / "netco.p4info.txtpb"
+COMPILED_P4INFO = V1MODEL_P4INFO
 
 # P4Runtime id prefixes (p4runtime/proto/p4/config/v1/p4types.proto, P4Ids.Prefix).
 _PREFIX = {"action": 0x01, "table": 0x02, "counter": 0x12}
@@ -175,19 +176,20 @@ _EXACT, _LPM = p4i.MatchField.EXACT, p4i.MatchField.LPM
 _PROGRAM_TABLES = {
     "ingress.thc_validate.jobs": (
         [("job_id", 16, _EXACT)], ["ingress.thc_validate.set_job"],
-        "ingress.thc_validate.unknown_job", 16),
+        "ingress.thc_validate.unknown_job", dp.MAX_JOBS),
     "ingress.thc_validate.senders": (
         [("job_id", 16, _EXACT), ("rank", 8, _EXACT), ("ingress_port", 9, _EXACT),
          ("src_addr", 32, _EXACT)], ["ingress.thc_validate.sender"],
-        "ingress.thc_validate.bad_sender", 1024),
+        "ingress.thc_validate.bad_sender", dp.SENDERS_TABLE_SIZE),
     "ingress.thc_load.tables": (
         [("job_id", 16, _EXACT)], ["ingress.thc_load.load_table"],
-        "ingress.thc_load.missing_table", 16),
+        "ingress.thc_load.missing_table", dp.MAX_JOBS),
     "egress.thc_members.members": (
         [("job_id", 16, _EXACT), ("egress_port", 9, _EXACT)], ["egress.thc_members.set_member"],
-        "NoAction", 1024),
+        "NoAction", dp.MEMBERS_TABLE_SIZE),
     "ingress.routing.routes": (
-        [("dst_addr", 32, _LPM)], ["ingress.routing.route"], "ingress.routing.no_route", 1024),
+        [("dst_addr", 32, _LPM)], ["ingress.routing.route"], "ingress.routing.no_route",
+        dp.ROUTES_TABLE_SIZE),
 }
 _PROGRAM_ACTIONS = {
     "NoAction": [],
@@ -206,9 +208,9 @@ _PROGRAM_ACTIONS = {
 }
 _PROGRAM_COUNTERS = {
     "ingress.drops": lay.DROP_REASONS,
-    "ingress.thc_slot.contributions": 16,
-    "ingress.thc_output.results": 16,
-    "ingress.thc_output.resent": 16,
+    "ingress.thc_slot.contributions": dp.MAX_JOBS,
+    "ingress.thc_output.results": dp.MAX_JOBS,
+    "ingress.thc_output.resent": dp.MAX_JOBS,
 }
 
 

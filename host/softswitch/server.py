@@ -16,16 +16,26 @@ Implements what the netco controller uses, with the status codes of a real targe
   (BMv2 does not serve register access either, PI issue 376).
 
 A controller disconnect changes nothing in the installed state.
+
+Bounded: at most ``max_streams`` StreamChannels at once (the excess is answered
+``RESOURCE_EXHAUSTED``), a stream that has not arbitrated within
+:data:`ARBITRATION_TIMEOUT_S` is closed, and the worker pool keeps :data:`UNARY_HEADROOM`
+threads beyond the streams so that Read, Write and pipeline RPCs always find one (idle streams
+cannot starve the controller). With TLS (:class:`TLSFiles`) and a client CA, only holders of a
+client certificate signed by that CA can connect at all (docs/security.md).
 """
 
 from __future__ import annotations
 
 import logging
 import queue
+import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 from finsy.proto import p4r, p4r_grpc, rpc_status
@@ -39,6 +49,18 @@ log = logging.getLogger(__name__)
 API_VERSION = "1.3.0"
 NO_PIPELINE = "No forwarding pipeline config set for this device."
 ELECTION_USED = "Election id already exists"
+#: StreamChannels served at once by default; one more is answered RESOURCE_EXHAUSTED.
+MAX_STREAMS = 32
+#: Worker threads beyond ``max_streams``: unary RPCs always find one.
+UNARY_HEADROOM = 8
+#: Seconds a new stream may stay silent before its first MasterArbitrationUpdate.
+ARBITRATION_TIMEOUT_S = 10.0
+#: Updates per WriteRequest. The per-update errors travel in the status trailer, and gRPC
+#: clients refuse trailers beyond 8-16 KiB (answering RESOURCE_EXHAUSTED themselves, so the
+#: caller never learns which update failed); a larger Write is refused whole, nothing applied.
+MAX_WRITE_UPDATES = 150
+#: Failed updates whose messages are kept in one Write error (the others keep their codes).
+MAX_ERROR_MESSAGES = 10
 
 
 def _u128(v: int) -> p4r.Uint128:
@@ -54,6 +76,7 @@ class _Stream:
     role: str
     election_id: int | None
     out: queue.Queue
+    arbitrated: bool = False
 
 
 class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
@@ -70,10 +93,15 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
     """
 
     def __init__(self, device_id: int, on_commit: Callable[[EntityStore], None],
-                 on_write: Callable[[EntityStore], None]) -> None:
+                 on_write: Callable[[EntityStore], None],
+                 entry_check: Callable[..., None] | None = None,
+                 max_streams: int = MAX_STREAMS) -> None:
         self.device_id = device_id
+        self.max_streams = max_streams
+        self.arbitration_timeout = ARBITRATION_TIMEOUT_S
         self.on_commit = on_commit
         self.on_write = on_write
+        self.entry_check = entry_check
         self.lock = threading.RLock()
         self.store: EntityStore | None = None
         self.config: p4r.ForwardingPipelineConfig | None = None
@@ -119,6 +147,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                     return grpc.StatusCode.INVALID_ARGUMENT, ELECTION_USED
             old_role = s.role
             s.role, s.election_id = role, eid
+            s.arbitrated = True
             if eid is not None and eid >= self.highest.get(role, 0):
                 self.highest[role] = eid
             self._announce(role)
@@ -151,14 +180,28 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             s.out.put(done)
 
         with self.lock:
-            self.streams.append(s)
+            full = len(self.streams) >= self.max_streams
+            if not full:
+                self.streams.append(s)
+        if full:
+            log.warning("P4Runtime stream from %s refused: %d streams open", context.peer(),
+                        self.max_streams)
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"this target serves {self.max_streams} P4Runtime streams at once; "
+                          "close idle ones")
         t = threading.Thread(target=reader, daemon=True, name="p4rt-stream")
         t.start()
+        opened = time.monotonic()
         try:
             while context.is_active():
                 try:
                     msg = s.out.get(timeout=0.5)
                 except queue.Empty:
+                    if not s.arbitrated and time.monotonic() - opened > self.arbitration_timeout:
+                        failure.append((grpc.StatusCode.DEADLINE_EXCEEDED,
+                                        f"no MasterArbitrationUpdate within "
+                                        f"{self.arbitration_timeout:g} s"))
+                        break
                     continue
                 if msg is done:
                     break
@@ -204,6 +247,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         try:
             index = P4InfoIndex(request.config.p4info)
             store = EntityStore(index)
+            store.entry_check = self.entry_check
         except Exception as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad P4Info: {exc}")
         from host.softswitch.config import check_program
@@ -267,27 +311,38 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         self._check_primary(request, context)
         if request.atomicity != p4r.WriteRequest.CONTINUE_ON_ERROR:
             context.abort(grpc.StatusCode.UNIMPLEMENTED, "only CONTINUE_ON_ERROR atomicity is supported")
+        if len(request.updates) > MAX_WRITE_UPDATES:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"{len(request.updates)} updates in one Write; send at most "
+                          f"{MAX_WRITE_UPDATES} per Write (nothing was applied)")
         errors: list[P4RuntimeError | None] = []
         with self.lock:
             store = self.store
             if store is None:
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION, NO_PIPELINE)
             before = store.generation
-            for u in request.updates:
-                try:
-                    self._apply(store, u)
-                    errors.append(None)
-                except P4RuntimeError as exc:
-                    errors.append(exc)
+            store.batch = request.updates
+            try:
+                for u in request.updates:
+                    try:
+                        self._apply(store, u)
+                        errors.append(None)
+                    except P4RuntimeError as exc:
+                        errors.append(exc)
+            finally:
+                store.batch = ()
             if store.generation != before:
                 self.on_write(store)
         failed = [e for e in errors if e is not None]
         if failed:
             status = rpc_status.Status(code=grpc.StatusCode.UNKNOWN.value[0],
                                        message=f"{len(failed)} of {len(errors)} updates failed")
+            kept = 0
             for e in errors:
+                keep = e is not None and kept < MAX_ERROR_MESSAGES
+                kept += keep
                 err = p4r.Error(canonical_code=(e.code.value[0] if e else 0),
-                                message=(e.message if e else ""))
+                                message=(e.message if keep else ""))
                 a = any_pb2.Any()
                 a.Pack(err)
                 status.details.append(a)
@@ -328,14 +383,71 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             yield p4r.ReadResponse()
 
 
-def start_server(service: P4RuntimeService, address: str, workers: int = 8) -> grpc.Server:
-    """Serve ``service`` on ``address`` (``host:port``); returns the started server."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="p4rt"))
+@dataclass(frozen=True)
+class TLSFiles:
+    """PEM files of a TLS P4Runtime server.
+
+    Attributes
+    ----------
+    cert, key : Path
+        The server's certificate (chain) and private key.
+    client_ca : Path or None
+        CA that signs client certificates; when given, every client must present one
+        (mutual TLS), otherwise any client that trusts ``cert`` may connect.
+    """
+
+    cert: Path
+    key: Path
+    client_ca: Path | None = None
+
+    def credentials(self) -> grpc.ServerCredentials:
+        """gRPC server credentials of these files."""
+        ca = self.client_ca.read_bytes() if self.client_ca else None
+        return grpc.ssl_server_credentials([(self.key.read_bytes(), self.cert.read_bytes())],
+                                           root_certificates=ca, require_client_auth=ca is not None)
+
+
+def start_server(service: P4RuntimeService, address: str,
+                 tls: TLSFiles | None = None) -> tuple[grpc.Server, str]:
+    """Serve ``service`` on ``address`` (``host:port``, port 0: any free one).
+
+    Returns the started server and the address it listens on. Another process already
+    listening on ``address`` is an error (port sharing is switched off).
+    """
+    host, _, want = address.rpartition(":")
+    if want.isdigit() and int(want):
+        _check_free(host, int(want))
+    workers = service.max_streams + UNARY_HEADROOM
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="p4rt"),
+                         options=[("grpc.so_reuseport", 0)])
     p4r_grpc.add_P4RuntimeServicer_to_server(service, server)
-    if server.add_insecure_port(address) == 0:
-        raise OSError(f"cannot listen on {address}")
+    try:
+        port = (server.add_secure_port(address, tls.credentials()) if tls
+                else server.add_insecure_port(address))
+    except RuntimeError as exc:   # grpc raises instead of returning 0 in newer releases
+        raise OSError("address in use or not available") from exc
+    if port == 0:
+        raise OSError("address in use or not available")
     server.start()
-    return server
+    return server, f"{host}:{port}"
 
 
-__all__ = ["P4RuntimeService", "parse_p4info", "start_server"]
+def _check_free(host: str, port: int) -> None:
+    """Refuse a TCP address another process listens on (before gRPC logs its own error)."""
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise OSError(f"cannot resolve {host!r}") from exc
+    fam, typ, proto, _, sa = infos[0]
+    with socket.socket(fam, typ, proto) as s:
+        # as gRPC does: connections of a previous server in TIME_WAIT do not block a restart,
+        # a socket listening on the address does
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(sa)
+            s.listen(1)
+        except OSError as exc:
+            raise OSError("address in use or not available") from exc
+
+
+__all__ = ["P4RuntimeService", "TLSFiles", "parse_p4info", "start_server"]

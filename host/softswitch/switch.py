@@ -25,15 +25,23 @@ import grpc
 import numpy as np
 from finsy.proto import p4r
 
+from host.protocol import framing as fr
+from host.protocol import generated_dataplane as dp
 from host.protocol import layout as lay
 from host.softswitch import config as cfgmod
 from host.softswitch.entities import EntityStore
 from host.softswitch.netio import SOCKADDR_IN, MsgBatch, Port, UdpPort
 from host.softswitch.p4info import P4InfoIndex
 from host.softswitch.pipeline import ROW, THC_OFF, Counters, Outputs, Pipeline
-from host.softswitch.server import P4RuntimeService, start_server
+from host.softswitch.server import P4RuntimeService, TLSFiles, start_server
 
 log = logging.getLogger(__name__)
+
+
+def _at(field: str) -> slice:
+    """The bytes of header ``field`` in a frame (:data:`host.protocol.framing.FIELDS`)."""
+    off, bits = fr.FIELDS[field]
+    return slice(off, off + bits // 8)
 
 
 class SoftSwitch:
@@ -51,13 +59,14 @@ class SoftSwitch:
         Frames received per batch at most.
     """
 
-    def __init__(self, ports: Iterable[Port] = (), device_id: int = 1, pool_slots: int = 256,
+    def __init__(self, ports: Iterable[Port] = (), device_id: int = 1, pool_slots: int = dp.THC_SLOTS,
                  batch: int = 1024) -> None:
         self.ports: dict[int, Port] = {p.number: p for p in ports}
         self.pool_slots = pool_slots
         self.batch = batch
         self.pipeline = Pipeline(pool_slots)
-        self.service = P4RuntimeService(device_id, self._on_commit, self._on_write)
+        self.service = P4RuntimeService(device_id, self._on_commit, self._on_write,
+                                        cfgmod.job_entry_check(pool_slots))
         self.server: grpc.Server | None = None
         self.rxb = MsgBatch(batch)
         self.lens = np.zeros(batch, dtype=np.int64)
@@ -94,6 +103,7 @@ class SoftSwitch:
     def load_pipeline(self, p4info) -> None:
         """Commit a P4Info locally (as a controller's SetForwardingPipelineConfig would)."""
         store = EntityStore(P4InfoIndex(p4info))
+        store.entry_check = self.service.entry_check
         missing = cfgmod.check_program(store)
         if missing:
             raise ValueError(f"P4Info lacks {', '.join(missing)}")
@@ -102,10 +112,11 @@ class SoftSwitch:
             self.service.store = store
             self._on_commit(store)
 
-    def serve(self, address: str) -> str:
-        """Start the P4Runtime server on ``address``; returns the bound address."""
-        self.server = start_server(self.service, address)
-        return address
+    def serve(self, address: str, tls: TLSFiles | None = None) -> str:
+        """Start the P4Runtime server on ``address`` (TLS with ``tls``); returns the bound
+        address (``host:port`` with the port actually listened on)."""
+        self.server, bound = start_server(self.service, address, tls)
+        return bound
 
     # -- data plane -----------------------------------------------------------------------
     def process_frames(self, frames: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
@@ -149,11 +160,12 @@ class SoftSwitch:
         #: UDP peers learned from received datagrams: IPv4 address -> UDP port
         self.learned: dict[int, int] = {}
         t = np.zeros(THC_OFF, dtype=np.uint8)
-        t[0:6] = (0x02, 0, 0, 0, 0xFF, 0xFE)
-        t[6:12] = (0x02, 0, 0, 0, 0xFF, 0x00)
-        t[12:14] = (0x08, 0x00)
-        t[14], t[22], t[23] = 0x45, 64, 17
-        t[36:38] = (lay.THC_UDP_PORT >> 8, lay.THC_UDP_PORT & 0xFF)
+        t[_at("dst_mac")] = list(fr.mac_bytes("02:00:00:00:ff:fe"))
+        t[_at("src_mac")] = list(fr.mac_bytes("02:00:00:00:ff:00"))
+        t[_at("ethertype")] = (fr.ETHERTYPE_IPV4 >> 8, fr.ETHERTYPE_IPV4 & 0xFF)
+        t[_at("verihl")], t[_at("ttl")], t[_at("proto")] = (fr.IPV4_VER_IHL, fr.DEFAULT_TTL,
+                                                            fr.IP_PROTO_UDP)
+        t[_at("dport")] = (lay.THC_UDP_PORT >> 8, lay.THC_UDP_PORT & 0xFF)
         self.udp_template = t
 
     def _udp_rx(self, n: int) -> None:
@@ -168,12 +180,13 @@ class SoftSwitch:
         if k == 0:
             return
         rows[:, :THC_OFF] = self.udp_template
-        rows[:, 26:30] = names["addr"].astype(">u4").view(np.uint8).reshape(k, 4)
-        rows[:, 30:34] = self.p_bind[self.inports[idx]].astype(">u4").view(np.uint8).reshape(k, 4)
-        rows[:, 34:36] = names["port"].astype(">u2").view(np.uint8).reshape(k, 2)
+        rows[:, _at("src")] = names["addr"].astype(">u4").view(np.uint8).reshape(k, 4)
+        rows[:, _at("dst")] = self.p_bind[self.inports[idx]].astype(">u4").view(np.uint8).reshape(k, 4)
+        rows[:, _at("sport")] = names["port"].astype(">u2").view(np.uint8).reshape(k, 2)
         ln = self.lens[idx]
-        rows[:, 16:18] = (ln + 28).astype(">u2").view(np.uint8).reshape(k, 2)
-        rows[:, 38:40] = (ln + 8).astype(">u2").view(np.uint8).reshape(k, 2)
+        udp_len = ln + fr.UDP_HEADER_BYTES
+        rows[:, _at("ip_len")] = (udp_len + fr.IPV4_HEADER_BYTES).astype(">u2").view(np.uint8).reshape(k, 2)
+        rows[:, _at("udp_len")] = udp_len.astype(">u2").view(np.uint8).reshape(k, 2)
         self.lens[idx] = ln + THC_OFF
         if not allrows:
             self.rxb.buf[idx] = rows

@@ -1,4 +1,4 @@
-"""THC: Tensor Homomorphic Compression (Li et al., NSDI 2024). See ``shared/reference/thc.md``.
+"""THC: Tensor Homomorphic Compression (Li et al., NSDI 2024, arXiv 2302.08545); docs/thc.md.
 
 Names are imported on first use (PEP 562), so ``host.thc.table`` — tables, no torch — loads in
 a tool that never encodes (the controller) without importing torch.

@@ -116,6 +116,9 @@ static PyObject *py_encode(PyObject *self, PyObject *args) {
     /* Blocks share a byte only with odd block lengths or odd offsets: then run serially. */
     if (nibbles && ((B & 1) || (offset & 1))) nthreads = 1;
     int fail = 0;
+    /* First chunk whose transform (or residual) overflowed float32, or -1: the caller raises.
+     * An overflowed coordinate is encoded as 0 so that no index leaves the tables. */
+    Py_ssize_t bad_chunk = -1;
     Py_BEGIN_ALLOW_THREADS
 #pragma omp parallel num_threads(nthreads)
     {
@@ -142,9 +145,12 @@ static PyObject *py_encode(PyObject *self, PyObject *args) {
                 for (Py_ssize_t j = 0; j < valid; j++) buf[j] = x[xi + j] * sb[j];
                 for (Py_ssize_t j = valid; j < B; j++) buf[j] = 0.0f * sb[j];
                 fwht(buf, B);
+                int overflow = 0;
                 for (Py_ssize_t j = 0; j < B; j++) {
                     float y = buf[j] * rs;
                     float z = y * sc;
+                    overflow |= !isfinite(y);
+                    if (isnan(z)) z = 0.0f;
                     z = z < -T ? -T : (z > T ? T : z);
                     float u = (z + T) * inv_delta;
                     float k0 = floorf(u);
@@ -171,7 +177,14 @@ static PyObject *py_encode(PyObject *self, PyObject *args) {
                 }
                 if (rbuf) {
                     fwht(rbuf, B);
-                    for (Py_ssize_t j = 0; j < valid; j++) res[xi + j] = rbuf[j] * rs * sb[j];
+                    for (Py_ssize_t j = 0; j < valid; j++) {
+                        res[xi + j] = rbuf[j] * rs * sb[j];
+                        overflow |= !isfinite(res[xi + j]);
+                    }
+                }
+                if (overflow) {
+#pragma omp critical(thc_overflow)
+                    if (bad_chunk < 0 || c < bad_chunk) bad_chunk = c;
                 }
             }
         }
@@ -186,7 +199,7 @@ static PyObject *py_encode(PyObject *self, PyObject *args) {
     PyBuffer_Release(&bsc); PyBuffer_Release(&ba1); PyBuffer_Release(&bb1);
     PyBuffer_Release(&blo); PyBuffer_Release(&bp); PyBuffer_Release(&blev);
     if (fail) return PyErr_NoMemory();
-    Py_RETURN_NONE;
+    return PyLong_FromSsize_t(bad_chunk);
 }
 
 /* buf[j] = float(S[p0 + j]), j < B, for each lane type (kept apart so each loop vectorizes). */

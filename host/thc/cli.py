@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from host.cli.main import UsageError
-from host.thc.codec import NonFiniteError, THCCodec
+from host.errors import UsageError
+from host.thc.codec import F32_MAX, InputRangeError, NonFiniteError, THCCodec
 from host.thc.config import THCConfig, THCConfigError, parse_fraction
 from host.thc.lanes import LaneOverflowError
 from host.thc.simulate import allreduce
@@ -71,33 +72,85 @@ def _load(path: str) -> np.ndarray:
         raise UsageError(f"{path}: dtype {getattr(arr, 'dtype', '?')} is not a float array")
     if arr.size == 0:
         raise UsageError(f"{path}: empty array")
+    _check_values(path, arr)
     return arr
+
+
+#: Elements per step of the passes over whole inputs (bounded temporaries).
+STEP = 1 << 20
+
+
+def _check_values(path: str, arr: np.ndarray) -> None:
+    """Refuse NaN, Inf and values beyond float32's range (the codec works in float32)."""
+    flat = arr.reshape(-1)
+    for i in range(0, flat.size, STEP):
+        part = flat[i : i + STEP]
+        if arr.dtype.itemsize > 4:
+            with np.errstate(invalid="ignore"):
+                bad = ~(np.abs(part) <= F32_MAX)
+        else:
+            bad = ~np.isfinite(part)
+        if bad.any():
+            j = i + int(np.flatnonzero(bad)[0])
+            raise UsageError(f"{path}: element {j} is {float(flat[j])!r}; THC needs finite float32 "
+                             f"values (no NaN or Inf, |x| <= {F32_MAX:.4g})")
+
+
+def check_output(path: str) -> None:
+    """Refuse an ``--output`` that cannot be written, before any work is done."""
+    out = Path(path)
+    parent = out.parent if str(out.parent) else Path(".")
+    if out.is_dir():
+        raise UsageError(f"--output {path}: is a directory; give a file name such as AVG.npy")
+    if not parent.is_dir():
+        raise UsageError(f"--output {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise UsageError(f"--output {path}: directory {parent} is not writable")
+
+
+def nmse(out: np.ndarray, arrays: list[np.ndarray]) -> float:
+    """NMSE of ``out`` against the float64 mean of ``arrays``, in steps of :data:`STEP`."""
+    o = out.reshape(-1)
+    flats = [a.reshape(-1) for a in arrays]
+    err = denom = 0.0
+    for i in range(0, o.size, STEP):
+        true = flats[0][i : i + STEP].astype(np.float64)
+        for f in flats[1:]:
+            true += f[i : i + STEP]
+        true /= len(flats)
+        denom += float(np.dot(true, true))
+        true -= o[i : i + STEP]
+        err += float(np.dot(true, true))
+    return err / denom if denom > 0 else err
 
 
 def run_roundtrip(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
+    check_output(args.output)
     arrays = [_load(p) for p in args.inputs]
     for path, a in zip(args.inputs[1:], arrays[1:], strict=True):
         if a.shape != arrays[0].shape:
             raise UsageError(f"{path}: shape {a.shape} differs from {args.inputs[0]}'s {arrays[0].shape}")
     tensors = [torch.from_numpy(np.ascontiguousarray(a)) for a in arrays]
     codec = THCCodec(cfg)
+    for path, t in zip(args.inputs, tensors, strict=True):
+        try:
+            codec.chunk_norms(t)
+        except (NonFiniteError, InputRangeError) as exc:
+            raise UsageError(f"{path}: {exc}") from exc
     try:
         res = allreduce(codec, tensors, round=args.round)
-    except NonFiniteError as exc:
-        raise UsageError(str(exc)) from exc
+    except (NonFiniteError, InputRangeError) as exc:
+        raise UsageError(f"--inputs: {exc}") from exc
     except LaneOverflowError as exc:
         raise UsageError(str(exc)) from exc
     out = res.average.numpy()
     np.save(args.output, out)
-    true = np.mean([a.astype(np.float64) for a in arrays], axis=0)
-    denom = float(np.sum(true * true))
-    err = float(np.sum((out.astype(np.float64) - true) ** 2))
     report = {
         "workers": len(arrays),
         "shape": list(arrays[0].shape),
         "dtype": str(arrays[0].dtype),
-        "nmse": err / denom if denom > 0 else err,
+        "nmse": nmse(out, arrays),
         "bytes_up_per_worker": res.bytes_up,
         "bytes_down_per_worker": res.bytes_down,
         "fp32_bytes": int(arrays[0].size) * 4,

@@ -1,11 +1,12 @@
 """The THC codec: encode a worker's tensor to table indices, decode an integer sum.
 
-Implements steps 1-11 of the THC reference (``shared/reference/thc.md``; Li et al., "THC:
-Accelerating Distributed Deep Learning Using Tensor Homomorphic Compression", NSDI 2024):
-chunking and zero padding, randomized block Hadamard transform with shared signs, per-chunk
-norms agreed as a global maximum, scaling and clipping at ±T, two-stage stochastic rounding to
-table indices with per-worker randomness, error feedback, 4-bit packing, and the decode of an
-integer sum of ``m`` contributions (unbiased also for partial sums).
+Implements steps 1-11 of THC (listed in docs/thc.md; Li et al., "THC: Accelerating
+Distributed Deep Learning Using Tensor Homomorphic Compression", NSDI 2024, arXiv 2302.08545;
+artifact SophiaLi06/BytePS_THC): chunking and zero padding, randomized block Hadamard
+transform with shared signs, per-chunk norms agreed as a global maximum, scaling and clipping at
+±T, two-stage stochastic rounding to table indices with per-worker randomness, error feedback,
+4-bit packing, and the decode of an integer sum of ``m`` contributions (unbiased also for
+partial sums).
 
 Two interchangeable backends compute the same numbers bit for bit: a vectorized torch path that
 runs on any device (the reference) and fused C kernels for the CPU (``_fused.c``).
@@ -35,6 +36,34 @@ FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 class NonFiniteError(ValueError):
     """The input holds NaN or Inf; the message names the chunk and the element range."""
+
+
+class InputRangeError(ValueError):
+    """A finite input too large for the float32 transform; the message names the chunk."""
+
+
+#: Largest finite float32.
+F32_MAX = float(np.finfo(np.float32).max)
+#: Headroom between a chunk norm times √block and float32's maximum. One butterfly pass is at
+#: most √B·‖x‖ per coordinate; the residual and the decode add at most ~4x on top (the
+#: reconstruction is at most T·M·√(padded/length) per block), so 8 keeps every intermediate
+#: of the encode, the residual and the decode finite.
+NORM_HEADROOM = 8.0
+
+
+def max_norm(block: int) -> float:
+    """Largest chunk norm a chunk of Hadamard block ``block`` can be encoded with."""
+    return F32_MAX / (NORM_HEADROOM * math.sqrt(block))
+
+
+def _chunk_text(lay: Layout, index: int) -> str:
+    c = lay.chunks[index]
+    return f"chunk {c.index} (elements {c.start}..{c.start + c.length - 1})"
+
+
+def _too_large(lay: Layout, index: int, why: str) -> InputRangeError:
+    return InputRangeError(f"{_chunk_text(lay, index)} is too large to encode in float32: {why}; "
+                           f"scale the tensor down")
 
 
 @dataclass
@@ -131,6 +160,21 @@ class THCCodec:
             )
         return self._dev_cache[device]
 
+    def _check_norms(self, lay: Layout, norms: torch.Tensor) -> None:
+        """Refuse norms that are not finite, negative, or too large for the transform."""
+        arr = norms.numpy()
+        bad = ~(np.isfinite(arr) & (arr >= 0))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"norm of chunk {i} is {arr[i]}: norms must be finite and >= 0")
+        for seg in lay.segments:
+            seg_norms = arr[seg.first : seg.first + seg.count]
+            limit = max_norm(seg.block)
+            over = np.flatnonzero(seg_norms > limit)
+            if over.size:
+                i = seg.first + int(over[0])
+                raise _too_large(lay, i, f"norm {float(arr[i]):.3g} > {limit:.3g}")
+
     def _consts(self, seg: Segment, norms: torch.Tensor) -> _SegConsts:
         """Scale constants of the chunks of ``seg`` from their global norms (float64 → f32)."""
         cfg = self.cfg
@@ -165,6 +209,8 @@ class THCCodec:
         ------
         NonFiniteError
             If a chunk holds NaN or Inf.
+        InputRangeError
+            If a chunk's norm is too large for the float32 transform (:func:`max_norm`).
         """
         flat = x.reshape(-1)
         lay = self.layout(flat.numel())
@@ -189,7 +235,15 @@ class THCCodec:
                 f"chunk {c.index} (elements {c.start}..{c.start + c.length - 1}) holds a "
                 f"NaN or Inf value ({where})"
             )
-        return sumsq.sqrt().to(torch.float32)
+        norms = sumsq.sqrt()
+        for seg in lay.segments:
+            seg_norms = norms[seg.first : seg.first + seg.count]
+            limit = max_norm(seg.block)
+            over = (seg_norms > limit).nonzero()
+            if over.numel():
+                i = seg.first + int(over[0])
+                raise _too_large(lay, i, f"norm {float(norms[i]):.3g} > {limit:.3g}")
+        return norms.to(torch.float32)
 
     # ------------------------------------------------------------------ encode
     def encode(
@@ -215,12 +269,21 @@ class THCCodec:
             signs (all workers must use the same round and stream for one aggregation).
         residual : bool
             Also return ``x − own decode`` (error-feedback memory for the next round).
+
+        Raises
+        ------
+        ValueError
+            If a norm is negative or not finite.
+        InputRangeError
+            If a norm exceeds :func:`max_norm` or a chunk's transform (or residual) overflows
+            float32 (``x`` far above the norms it is scaled with); both backends alike.
         """
         flat = self._flat32(x)
         lay = self.layout(flat.numel())
         norms = torch.as_tensor(norms, dtype=torch.float32).reshape(-1).cpu()
         if norms.numel() != lay.n_chunks:
             raise ValueError(f"got {norms.numel()} norms for {lay.n_chunks} chunks")
+        self._check_norms(lay, norms)
         nb = packed_size(lay.padded, self.cfg.bits)
         res = torch.empty_like(flat) if residual else None
         payload = torch.empty(nb, dtype=torch.uint8, device=flat.device)
@@ -243,15 +306,19 @@ class THCCodec:
         """
         skey = signs_key(self.cfg.seed, stream, round)
         rkey = rounding_key(self.cfg.seed, stream, worker, round)
+        lay = self.layout(flat.numel())
         if self._use_fused(flat):
             for seg in segments:
-                fused.encode_segment(self, flat, seg, self._consts(seg, norms), skey, rkey,
-                                     payload, residual)
+                bad = fused.encode_segment(self, flat, seg, self._consts(seg, norms), skey, rkey,
+                                           payload, residual)
+                if bad >= 0:
+                    raise _too_large(lay, seg.first + bad, "its transform overflows")
             return
         bits = self.cfg.bits
         for seg in segments:
             k = self._consts(seg, norms)
-            qs, rs = self._encode_segment_torch(flat, seg, k, skey, rkey, residual is not None)
+            qs, rs = self._encode_segment_torch(lay, flat, seg, k, skey, rkey,
+                                                residual is not None)
             packed = pack_indices(qs, bits)
             b0 = seg.offset // 2 if bits <= 4 else seg.offset
             payload[b0 : b0 + packed.numel()] = packed
@@ -268,7 +335,8 @@ class THCCodec:
         return out
 
     def _encode_segment_torch(
-        self, flat: torch.Tensor, seg: Segment, k: _SegConsts, skey: int, rkey: int, residual: bool
+        self, lay: Layout, flat: torch.Tensor, seg: Segment, k: _SegConsts, skey: int, rkey: int,
+        residual: bool,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         dev = flat.device
         lo, p_up, levels = self._tables_on(dev)
@@ -276,6 +344,7 @@ class THCCodec:
         x = self._pad(flat, seg).reshape(-1)
         D = sign_tensor(skey, seg.offset, n, dev)
         y = fwht_(x * D, seg.block) * k.rs
+        self._check_overflow(lay, seg, y)
         scale = torch.from_numpy(k.scale).to(dev)[:, None]
         z = torch.clamp(y.view(seg.count, seg.padded) * scale, -self._T, self._T).reshape(-1)
         u = (z + self._T) * self._inv_delta
@@ -290,8 +359,16 @@ class THCCodec:
             b1 = torch.from_numpy(k.b1).to(dev)[:, None]
             yhat = (levels[q].view(seg.count, seg.padded) * a1 - b1).reshape(-1)
             back = (fwht_(y - yhat, seg.block) * k.rs * D).view(seg.count, seg.padded)
+            self._check_overflow(lay, seg, back[:, : seg.length])
             rs = back[:, : seg.length].reshape(-1)
         return q.to(torch.uint8), rs
+
+    @staticmethod
+    def _check_overflow(lay: Layout, seg: Segment, v: torch.Tensor) -> None:
+        """Refuse a segment whose transform overflowed float32 (as the fused kernel does)."""
+        bad = ~torch.isfinite(v.reshape(seg.count, -1)).all(dim=1)
+        if bool(bad.any()):
+            raise _too_large(lay, seg.first + int(bad.nonzero()[0]), "its transform overflows")
 
     # ------------------------------------------------------------------ decode
     def decode(

@@ -56,13 +56,16 @@ def encode_segment(
     rkey: int,
     payload: torch.Tensor,
     residual: torch.Tensor | None,
-) -> None:
-    """Encode one segment of chunks into its slice of ``payload`` (and ``residual``)."""
+) -> int:
+    """Encode one segment of chunks into its slice of ``payload`` (and ``residual``).
+
+    Returns the first chunk (of the segment) whose transform overflowed float32, or -1.
+    """
     cfg = codec.cfg
     end = seg.offset + seg.padded_total
     nb0 = seg.offset // 2 if cfg.bits <= 4 else seg.offset
     nb1 = (end + 1) // 2 if cfg.bits <= 4 else end
-    _fused.encode(
+    return _fused.encode(
         _np(flat[seg.start : seg.start + seg.numel]),
         _np(payload[nb0:nb1]),
         None if residual is None else _np(residual[seg.start : seg.start + seg.numel]),

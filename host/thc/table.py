@@ -3,8 +3,8 @@
 The table maps a b-bit index to an integer value in ``0..g``. It is the choice of ``2**b`` points
 of the grid ``{0..g}`` (always including 0 and g) that minimises the expected variance of
 stochastic rounding, ``E[(hi - x)(x - lo)]``, for a standard normal truncated at ``±T`` and
-expressed in table units ``x = (z + T) / inc`` with ``inc = 2T/g`` (THC reference,
-``shared/reference/thc.md``; Li et al., NSDI 2024, §4).
+expressed in table units ``x = (z + T) / inc`` with ``inc = 2T/g`` (Li et al., "THC:
+Accelerating Distributed Deep Learning Using Tensor Homomorphic Compression", NSDI 2024, §4).
 """
 
 from __future__ import annotations

@@ -77,6 +77,12 @@ class TrainConfig:
         bytes are then the datagrams each worker really sent and received (headers included).
     timeout_s : float
         Kill the workers after this long; also the collectives' timeout.
+    metrics_port : int, optional
+        With ``network``: each worker serves its aggregation statistics in the Prometheus
+        text format at ``http://metrics_address:metrics_port+rank/metrics``
+        (:mod:`host.transport.metrics`) while it trains.
+    metrics_address : str
+        Address the workers' metrics servers bind (default loopback).
     """
 
     task: str
@@ -93,6 +99,8 @@ class TrainConfig:
     inject_nan: tuple[int, int] | None = None
     timeout_s: float = 900.0
     network: NetworkSpec | RawNetworkSpec | None = None
+    metrics_port: int | None = None
+    metrics_address: str = "127.0.0.1"
 
 
 def _train(rank: int, cfg: TrainConfig) -> dict:
@@ -104,6 +112,12 @@ def _train(rank: int, cfg: TrainConfig) -> dict:
     n_params = sum(p.numel() for p in model.parameters())
     ddp = DistributedDataParallel(model, bucket_cap_mb=cfg.bucket_cap_mb)
     agg = cfg.network.connect(rank, n) if cfg.network is not None else None
+    exporter = None
+    if agg is not None and cfg.metrics_port is not None:
+        from host.transport.metrics import start_worker_metrics
+
+        exporter = start_worker_metrics([agg], cfg.metrics_port + rank if cfg.metrics_port else 0,
+                                        cfg.metrics_address)
     state, hook = make_hook(cfg.spec, seed=cfg.seed, thc_config=cfg.thc, aggregator=agg)
     wire = (0, 0)
     ddp.register_comm_hook(state, hook)
@@ -162,6 +176,8 @@ def _train(rank: int, cfg: TrainConfig) -> dict:
             bar.close()
         if agg is not None:
             agg.ep.close()
+        if exporter is not None:
+            exporter.close()
     return {"task": cfg.task, "compressor": cfg.spec.label, "workers": n, "steps": steps,
             "aggregator": "network" if agg is not None else "torch.distributed",
             "network_stats": agg.window.stats.as_dict() if agg is not None else None,

@@ -3,7 +3,7 @@
 :class:`FaultyEndpoint` wraps any :class:`~host.transport.ports.Endpoint` and applies seeded
 random faults to what it sends and what it receives, so the slot window's reliability can be
 exercised against a real switch on loopback (the kernel here has no netem). Link-level
-impairments between real interfaces are the impairment node's job (:mod:`host.impair`).
+impairments between real interfaces are the impairment node's job (:mod:`control_plane.testbed.impair`).
 """
 
 from __future__ import annotations

@@ -161,6 +161,8 @@ class NetworkAggregator:
         self.last_count: int = spec.world
         self.bytes_sent = 0
         self.bytes_received = 0
+        #: tensor elements summed through the switch (the goodput's numerator)
+        self.coordinates = 0
 
     # -- Aggregator interface ------------------------------------------------------------
     @property
@@ -234,6 +236,7 @@ class NetworkAggregator:
                                   offsets, MsgType.RESULT, sums, lb // 8, cnt)
         self.bytes_sent += n_pk * (THC_HEADER_BYTES + nb)
         self.bytes_received += n_pk * (THC_HEADER_BYTES + COORDS_PER_PACKET * lb // 8)
+        self.coordinates += enc.layout.numel
         total = torch.from_numpy(sums[:P])
         if int(cnt.min()) < 1:
             raise RuntimeError("the switch returned a sum without contributions")
@@ -450,7 +453,7 @@ class RawNetworkSpec:
 
     def connect(self, rank: int, world: int) -> NetworkAggregator:
         """The aggregator of worker ``rank`` (opens its raw socket in the host's namespace)."""
-        from host.impair.netns import in_netns
+        from host.netns import in_netns
         from host.transport.ports import RawEndpoint
         from host.transport.slots import SlotConfig
 

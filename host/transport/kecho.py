@@ -33,7 +33,8 @@ def build() -> Path | None:
     tmp = tempfile.mkdtemp(prefix="netco-kecho-")
     atexit.register(shutil.rmtree, tmp, True)
     out = Path(tmp) / "kecho"
-    r = subprocess.run([cc, "-O2", "-pthread", "-o", str(out), str(SOURCE)],
+    include = Path(__file__).resolve().parents[1] / "protocol"   # netco_layout.h
+    r = subprocess.run([cc, "-O2", "-pthread", f"-I{include}", "-o", str(out), str(SOURCE)],
                        capture_output=True, text=True, check=False)
     if r.returncode != 0:
         log.warning("kecho.c did not compile: %s", r.stderr.strip()[-500:])

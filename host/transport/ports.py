@@ -26,10 +26,14 @@ from typing import Protocol
 
 import numpy as np
 
+from host.protocol import framing as fr
 from host.protocol.layout import THC_UDP_PORT
 
-#: Largest THC datagram (header + 256 32-bit lanes) with room to spare.
-MAX_DATAGRAM = 2048
+MAX_DATAGRAM = fr.MAX_DATAGRAM
+ETH_P_IP = fr.ETHERTYPE_IPV4
+SOL_PACKET = 263  # linux/socket.h (not exported by Python's socket module)
+PACKET_IGNORE_OUTGOING = 23  # linux/if_packet.h (Linux >= 4.20)
+UDP_SEGMENT, UDP_GRO = 103, 104  # linux/udp.h (Linux >= 4.18 / 5.0)
 
 #: Datagrams per UDP_SEGMENT message of the C slot loop over UDP (``UdpEndpoint.gso``): the
 #: kernel segments one send into up to this many datagrams and, on loopback or a veth whose
@@ -44,8 +48,8 @@ def udp_gso_supported() -> bool:
         return False
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
-            s.setsockopt(socket.IPPROTO_UDP, 103, 1400)   # UDP_SEGMENT
-            s.setsockopt(socket.IPPROTO_UDP, 104, 1)      # UDP_GRO
+            s.setsockopt(socket.IPPROTO_UDP, UDP_SEGMENT, 1400)
+            s.setsockopt(socket.IPPROTO_UDP, UDP_GRO, 1)
         except OSError:
             return False
     return True
@@ -61,15 +65,11 @@ def _gso_default() -> int:
     if _GSO_OK is None:
         _GSO_OK = udp_gso_supported()
     return UDP_GSO_SEGMENTS if _GSO_OK else 0
-ETH_P_IP = 0x0800
-SOL_PACKET = 263  # linux/socket.h (not exported by Python's socket module)
-PACKET_IGNORE_OUTGOING = 23  # linux/if_packet.h (Linux >= 4.20)
-_ETH = 14
-_IP = 20
-_UDP = 8
+
+
 #: Ethernet type, IPv4 version/IHL, protocol, destination address, UDP destination port and
 #: length of an Ethernet/IPv4/UDP frame (the fields a received frame is filtered on).
-_FRAME = struct.Struct("!12xHB8xB6x4s2xHH")
+_FRAME = fr.frame_struct(("ethertype", "verihl", "proto", "dst", "dport", "udp_len"))
 
 
 class Endpoint(Protocol):
@@ -333,21 +333,6 @@ class UdpEndpoint:
         self.sock.close()
 
 
-def _ip_checksum(hdr: bytes) -> int:
-    s = sum(struct.unpack("!10H", hdr))
-    s = (s & 0xFFFF) + (s >> 16)
-    s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
-
-
-def mac_bytes(mac: str) -> bytes:
-    """``"02:00:00:00:00:01"`` → 6 bytes."""
-    parts = mac.split(":")
-    if len(parts) != 6:
-        raise ValueError(f"bad MAC address {mac!r}")
-    return bytes(int(p, 16) for p in parts)
-
-
 class RawEndpoint:
     """THC in raw Ethernet/IPv4/UDP frames on interface ``ifname`` (AF_PACKET; needs root).
 
@@ -368,7 +353,7 @@ class RawEndpoint:
             self.sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
         self.sock.bind((ifname, ETH_P_IP))
         self.sock.setblocking(False)
-        self._eth = mac_bytes(dst_mac) + mac_bytes(src_mac) + struct.pack("!H", ETH_P_IP)
+        self._eth = fr.ethernet_header(dst_mac, src_mac)
         self._src = socket.inet_aton(src_ip)
         self._dst = socket.inet_aton(dst_ip)
         self._templates: dict[int, bytes] = {}
@@ -377,19 +362,17 @@ class RawEndpoint:
         self._tx = self._rx = None
         self._b = None
         if mmsg and HAVE_MMSG:
-            self._tx = _MsgRing(batch, MAX_DATAGRAM + _ETH + _IP + _UDP)
-            self._rx = _MsgRing(batch, MAX_DATAGRAM + _ETH + _IP + _UDP)
+            self._tx = _MsgRing(batch, MAX_DATAGRAM + fr.THC_OFFSET)
+            self._rx = _MsgRing(batch, MAX_DATAGRAM + fr.THC_OFFSET)
         else:
             self._b = _Batcher(batch)
 
     def _prefix(self, n: int) -> bytes:
         t = self._templates.get(n)
         if t is None:
-            ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, _IP + _UDP + n, 0, 0x4000, 64, 17, 0,
-                             self._src, self._dst)
-            ip = ip[:10] + struct.pack("!H", _ip_checksum(ip)) + ip[12:]
-            udp = struct.pack("!HHHH", THC_UDP_PORT, THC_UDP_PORT, _UDP + n, 0)
-            t = self._eth + ip + udp
+            ip = fr.ipv4_header(self._src, self._dst, fr.UDP_HEADER_BYTES + n,
+                                frag=fr.IPV4_DONT_FRAGMENT)
+            t = self._eth + ip + fr.udp_header(THC_UDP_PORT, THC_UDP_PORT, n)
             self._templates[n] = t
         return t
 
@@ -435,13 +418,13 @@ class RawEndpoint:
         out = []
         unpack_from, me = _FRAME.unpack_from, self._src
         for f in frames:
-            if len(f) < _ETH + _IP + _UDP:
+            if len(f) < fr.THC_OFFSET:
                 continue
             etype, vihl, proto, dst, dport, udp_len = unpack_from(f)
-            if (etype != ETH_P_IP or vihl != 0x45 or proto != 17 or dport != THC_UDP_PORT
-                    or dst != me):
+            if (etype != ETH_P_IP or vihl != fr.IPV4_VER_IHL or proto != fr.IP_PROTO_UDP
+                    or dport != THC_UDP_PORT or dst != me):
                 continue
-            out.append(f[_ETH + _IP + _UDP : _ETH + _IP + udp_len])
+            out.append(f[fr.THC_OFFSET : fr.UDP_OFFSET + udp_len])
         return out
 
     def close(self) -> None:

@@ -37,6 +37,7 @@ from heapq import heappop, heappush
 import numpy as np
 
 from host.protocol import codec as wire
+from host.protocol.generated_dataplane import LAYOUT_HASH
 from host.protocol.layout import THC_HEADER, THC_HEADER_BYTES, Flag, MsgType
 from host.transport.ports import Endpoint
 
@@ -50,13 +51,17 @@ log = logging.getLogger(__name__)
 #: Whether :meth:`SlotWindow.exchange_into` may use the C loop (extension built and not
 #: switched off with ``NETCO_TRANSPORT_C=0``).
 NATIVE = _slotloop is not None and os.environ.get("NETCO_TRANSPORT_C", "1") != "0"
+if NATIVE and getattr(_slotloop, "LAYOUT_HASH", None) != LAYOUT_HASH:
+    # Built against another host/protocol/netco_layout.h (offsets, flag bits): never run it.
+    raise ImportError(f"host/transport/_slotloop was built against another frame layout "
+                      f"({getattr(_slotloop, 'LAYOUT_HASH', None)} != {LAYOUT_HASH}): rebuild it "
+                      f"with `.venv/bin/pip install -e .` (or set NETCO_TRANSPORT_C=0)")
 
 _FIELDS = [f.name for f in THC_HEADER]
 _IDX = {name: i for i, name in enumerate(_FIELDS)}
 _HEADER = wire.HEADER_STRUCT
 # Plain ints: IntFlag arithmetic costs an enum call per packet.
 _RETX, _DEADLINE, _PEEK = int(Flag.RETX), int(Flag.DEADLINE), int(Flag.PEEK)
-assert (_RETX, _DEADLINE, _PEEK) == (0x01, 0x04, 0x08), "_slotloop.c hard-codes the flag bits"
 
 
 def _field_spec() -> tuple[int, ...]:

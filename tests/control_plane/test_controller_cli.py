@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from host.cli.main import main as netco_main
+from control_plane.cli.main import main as netco_main
 
 GOOD = """\
 switches:
@@ -67,3 +67,27 @@ def test_unknown_switch_option_and_slot_overflow(good: Path, tmp_path: Path, cap
 def test_watch_arguments_are_checked(good: Path, capsys) -> None:
     assert netco_main(["controller", "apply", str(good), "--watch", "-1"]) == 2
     assert "--watch and --rounds must not be negative" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["apply", "--election-id", "-5"], "--election-id -5: P4Runtime election ids are 1..2^128-1"),
+    (["apply", "--election-id", str(1 << 128)], "--election-id"),
+    (["apply", "--timeout", "-1"], "--timeout -1.0: give a number of seconds > 0"),
+    (["status", "--timeout", "nan"], "--timeout nan"),
+    (["diff", "--timeout", "0"], "--timeout 0.0"),
+    (["apply", "--tls-cert", "c.pem", "--tls-key", "k.pem"], "--tls-ca"),
+    (["apply", "--tls-ca", "/nonexistent/ca.pem"], "--tls-ca /nonexistent/ca.pem: no such file"),
+])
+def test_bad_options_exit_2_with_one_line(good: Path, capsys, argv, message) -> None:
+    assert netco_main(["controller", argv[0], str(good), *argv[1:]]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_binary_file_is_one_line(tmp_path: Path, capsys) -> None:
+    p = tmp_path / "net.yaml"
+    p.write_bytes(bytes(range(256)) * 4)
+    for action in ("show", "diff"):
+        assert netco_main(["controller", action, str(p)]) == 2
+        err = capsys.readouterr().err
+        assert "not a text file" in err and len(err.strip().splitlines()) == 1, err

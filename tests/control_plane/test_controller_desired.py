@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
-import sys
-from pathlib import Path
 
 import finsy as fy
 import pytest
@@ -16,8 +13,8 @@ from control_plane.config import ConfigError, parse_config
 from control_plane.desired import desired_state
 from control_plane.placement import Limits, limits_from_p4info, place
 from control_plane.reconcile import OWNER_TAG, diff
+from tests.support import aggnet
 
-REPO = Path(__file__).resolve().parents[2]
 TREE = {
     "switches": [
         {"name": "root", "address": "127.0.0.1:1", "addr": "10.0.255.1", "mac": "02:aa:00:00:00:01"},
@@ -236,27 +233,17 @@ def test_conflicting_paths_to_one_host_are_refused() -> None:
         parse_config(raw)
 
 
-# -- cross-check with the packet tests' fixture -----------------------------------------------
-
-
-def _fixture():
-    path = REPO / "tests" / "p4" / "switch_fixture.py"
-    spec = importlib.util.spec_from_file_location("netco_switch_fixture", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+# -- cross-check with the packet tests' harness -----------------------------------------------
 
 
 def test_entries_match_the_packet_tests_fixture() -> None:
-    """The fixture's job_entries (what the P4 packet tests install) equals ours for a job."""
-    fx = _fixture()
+    """The harness's job_entries (what the P4 packet tests install) equals ours for a job."""
     cfg = parse_config(TREE)
     d = desired_state(cfg, p4info())
     root = cfg.switch("root")
-    children = [fx.Worker(0, 1, "10.0.255.2", "02:aa:00:00:00:02", is_switch=True),
-                fx.Worker(2, 2, "10.0.255.3", "02:aa:00:00:00:03", is_switch=True)]
-    theirs = fx.job_entries(fx.SwitchJob(
+    children = [aggnet.Worker(0, 1, "10.0.255.2", "02:aa:00:00:00:02", is_switch=True),
+                aggnet.Worker(2, 2, "10.0.255.3", "02:aa:00:00:00:03", is_switch=True)]
+    theirs = aggnet.job_entries(aggnet.SwitchJob(
         job_id=7, index=1, table=[0, 3, 5, 7, 9, 11, 13, 14, 16, 17, 19, 21, 23, 25, 27, 30],
         lane_bits=8, self_ip=root.addr, contributors=children, slot_base=8, num_slots=40, mcast_grp=2))
     ours = [e for e in d["root"] if (isinstance(e, fy.P4MulticastGroupEntry) and e.multicast_group_id == 2)
@@ -265,3 +252,19 @@ def test_entries_match_the_packet_tests_fixture() -> None:
     assert (result.to_insert, result.to_modify, result.to_delete, result.foreign) == ([], [], [], [])
     assert result.unchanged == len(theirs) == len(ours) == 7
     assert all(e.metadata == OWNER_TAG for e in ours)
+
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"lane_bits": 7}, "lane_bits"), ({"num_slots": 0}, "num_slots")])
+def test_job_entry_refuses_what_the_switch_refuses(change, field) -> None:
+    """The controller checks its set_job parameters with the software target's own rules
+    (host.protocol.jobs), so neither side accepts what the other refuses."""
+    import dataclasses
+
+    from control_plane.thc_validate import job_entry
+
+    j = place(parse_config(TREE)).per_switch["root"][0]
+    job_entry(j)
+    with pytest.raises(ConfigError, match=field):
+        job_entry(dataclasses.replace(j, **change))

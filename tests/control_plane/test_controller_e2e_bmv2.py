@@ -1,6 +1,6 @@
 """End to end on BMv2: the controller alone programs a two-level tree that then aggregates.
 
-Uses the packet tests' :class:`Bmv2Network` (tests/p4/switch_fixture.py) only for what is not
+Uses the packet tests' :class:`~tests.support.aggnet.Bmv2Network` only for what is not
 the controller's job — processes, namespaces, veth pairs and raw frames at the hosts. The
 config is written from that topology; the controller (election id 20, above the fixture's
 own session) pushes nothing by hand-made entries: everything comes from ``apply``. Needs root,
@@ -10,10 +10,7 @@ own session) pushes nothing by hand-made entries: everything comes from ``apply`
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,31 +21,19 @@ from control_plane.config import parse_config
 from control_plane.controller import Controller
 from host.protocol import codec
 from host.protocol import layout as lay
+from tests.support.aggnet import P4_INFO, P4_JSON, Bmv2Network
+from tests.support.frames import thc_frame, thc_only
 
-REPO = Path(__file__).resolve().parents[2]
-P4BUILD = Path(os.environ.get("NETCO_TEST_P4BUILD", REPO / "p4" / "build"))
 LEAF = {"a0": "leaf0", "a1": "leaf0", "b0": "leaf1", "b1": "leaf1"}
 
 pytestmark = [pytest.mark.root, pytest.mark.bmv2]
 
 
-def _load(name: str):
-    path = REPO / "tests" / "p4" / f"{name}.py"
-    sys.path.insert(0, str(path.parent))  # thc_frames imports switch_fixture by name
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory):
-    if not (P4BUILD / "netco.json").exists():
-        pytest.skip(f"{P4BUILD}/netco.json missing (compile the P4 program)")
-    fx = _load("switch_fixture")
-    fx.P4_JSON, fx.P4_INFO = P4BUILD / "netco.json", P4BUILD / "netco.p4info.txtpb"
-    net = fx.Bmv2Network(tmp_path_factory.mktemp("ctl-bmv2"), prefix=f"ncc{os.getpid() % 10000}")
+    if not P4_JSON.exists():
+        pytest.skip(f"{P4_JSON} missing (compile the P4 program)")
+    net = Bmv2Network(tmp_path_factory.mktemp("ctl-bmv2"), prefix=f"ncc{os.getpid() % 10000}")
     for s in ("root", "leaf0", "leaf1"):
         net.add_switch(s)
     for h, leaf in LEAF.items():
@@ -63,8 +48,7 @@ def tree(tmp_path_factory):
 
 def config(net, links) -> dict:
     return {
-        "controller": {"election_id": 20, "p4info": str(P4BUILD / "netco.p4info.txtpb"),
-                       "bmv2_json": str(P4BUILD / "netco.json")},
+        "controller": {"election_id": 20, "p4info": str(P4_INFO), "bmv2_json": str(P4_JSON)},
         "switches": [{"name": s, "address": f"127.0.0.1:{net.switches[s].grpc_port}",
                       "addr": net.switch_ip(s), "mac": f"02:00:00:00:ff:0{i}"}
                      for i, s in enumerate(("root", "leaf0", "leaf1"), start=1)],
@@ -77,7 +61,6 @@ def config(net, links) -> dict:
 
 def test_controller_programs_a_working_tree(tree) -> None:
     net, links = tree
-    frames = _load("thc_frames")
     cfg = parse_config(config(net, links))
     ctl = Controller(cfg)
     res = asyncio.run(ctl.apply())
@@ -91,10 +74,10 @@ def test_controller_programs_a_working_tree(tree) -> None:
         idx = {h: rng.integers(0, 16, lay.COORDS_PER_PACKET) for h in LEAF}
         for rank, h in enumerate(LEAF):
             hd = codec.Header(msg_type=lay.MsgType.DATA, job_id=9, slot=0, round=rnd, rank=rank)
-            net.send(h, frames.thc_frame(net.hosts[h], net.switch_ip(LEAF[h]), hd, idx[h]))
+            net.send(h, thc_frame(net.hosts[h], net.switch_ip(LEAF[h]), hd, idx[h]))
         want = np.sum([table[i] for i in idx.values()], axis=0)
         for h in LEAF:
-            got = frames.thc_only(net.recv(h, count=1, timeout=3.0))
+            got = thc_only(net.recv(h, count=1, timeout=3.0))
             assert len(got) == 1, f"{h}: no result in round {rnd}"
             r = got[0]
             assert r.msg.msg_type is lay.MsgType.RESULT and r.msg.header.round == rnd

@@ -26,9 +26,9 @@ from pathlib import Path
 import finsy as fy
 import pytest
 
+from control_plane.cli.main import main as netco_main
 from control_plane.config import parse_config
 from control_plane.controller import Controller, NotPrimaryError
-from host.cli.main import main as netco_main
 
 REPO = Path(__file__).resolve().parents[2]
 #: the compiled program; NETCO_TEST_P4BUILD names another build folder (e.g. a local p4c run)
@@ -298,7 +298,7 @@ def test_watch_mode_heals_a_restarted_switch(clean, tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(config(targets, kind)))
     cfg = parse_config(config(targets, kind))
     full = len(Controller(cfg).desired["s2"])
-    cmd = [sys.executable, "-m", "host.cli.main", "controller", "apply", str(path),
+    cmd = [sys.executable, "-m", "control_plane.cli.main", "controller", "apply", str(path),
            "--watch", "0.3", "--json", "--timeout", "5"]
     errf = open(tmp_path / "watch.err", "w")  # noqa: SIM115 (the child writes it)
     watcher = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, text=True,

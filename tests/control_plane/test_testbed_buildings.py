@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from control_plane.config import DEFAULT_BMV2_JSON, load_config
+from control_plane.testbed.impair import ImpairmentError
 from control_plane.testbed.net import Testbed, with_free_ports
 from control_plane.testbed.worker import tensor
-from host.impair import ImpairmentError
 from host.protocol.layout import COORDS_PER_PACKET, NORMS_PER_PACKET, DropReason
 from host.thc.simulate import allreduce as simulate
 

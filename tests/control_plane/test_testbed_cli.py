@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from control_plane.cli.main import main as netco
 from control_plane.config import load_config
 from control_plane.testbed.net import with_free_ports
-from host.cli.main import main as netco
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet]
 REPO = Path(__file__).resolve().parents[2]

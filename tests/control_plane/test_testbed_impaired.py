@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from control_plane.config import load_config
+from control_plane.testbed.impair import Impairment
 from control_plane.testbed.net import Testbed, with_free_ports
 from control_plane.testbed.worker import tensor
-from host.impair import Impairment
 from host.thc.simulate import allreduce as simulate
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet]

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from control_plane.cli.main import main as netco
 from control_plane.config import load_config, parse_config
 from control_plane.testbed import targets
+from control_plane.testbed.impair import Impairment
 from control_plane.testbed.plan import IFNAMSIZ, PlanError, make_plan
 from control_plane.testbed.targets import TestbedError, choose_target, switch_command
-from host.cli.main import main as netco
-from host.impair import Impairment
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOS = sorted((REPO / "mininet").glob("*.yaml"))
@@ -112,7 +112,7 @@ def test_switch_commands():
     plan = make_plan(load_config(REPO / "mininet" / "rack.yaml"), "nt1")
     sw = plan.switches[0]
     soft = switch_command("softswitch", sw, python="/nonexistent/python")
-    assert soft[:3] == ["/nonexistent/python", "-m", "host.cli.main"]
+    assert soft[:3] == ["/nonexistent/python", "-m", "control_plane.cli.main"]
     assert soft[3:] == ["switch", "--grpc", "127.0.0.1:50101", "--device-id", "1",
                         "--port", "1=afpacket:nt1-tor-1", "--port", "2=afpacket:nt1-tor-2",
                         "--port", "3=afpacket:nt1-tor-3", "--port", "4=afpacket:nt1-tor-4"]

@@ -31,6 +31,7 @@ import pytest
 import torch
 import yaml
 
+from control_plane.cli.main import main as netco_main
 from control_plane.config import DEFAULT_BMV2_JSON
 from control_plane.scaleacross.install import install_files, install_plan, read_topology
 from control_plane.scaleacross.netplan import build_network_plan
@@ -38,7 +39,6 @@ from control_plane.scaleacross.plan import resolve_plan
 from control_plane.scaleacross.scenario import load_scenario
 from control_plane.testbed.net import Testbed, with_free_ports
 from control_plane.testbed.worker import tensor
-from host.cli.main import main as netco_main
 from host.protocol.layout import COORDS_PER_PACKET, NORMS_PER_PACKET, DropReason
 from host.thc.simulate import allreduce as simulate
 

@@ -1,25 +1,26 @@
 """Fixtures of the packet tests: one aggregation target per parameter.
 
-``TARGETS`` lists the targets; each test runs once per target. BMv2 needs root (namespaces,
-veth), ``simple_switch_grpc`` and ``p4c`` (markers; tests/conftest.py skips with the reason).
-The software aggregation target joins by adding a ``pytest.param`` here whose factory returns
-an :class:`switch_fixture.AggregationNetwork`.
+``TARGETS`` lists the targets (:mod:`tests.support.aggnet`); each test of ``tests/p4`` that
+uses ``single_switch`` or ``tree`` runs once per target:
+
+``bmv2``
+    BMv2 on veth pairs; needs root, ``simple_switch_grpc`` and the compiled program (markers;
+    tests/conftest.py skips with the reason).
+``softswitch``
+    the software target over UDP tunnels on 127.0.0.1; runs everywhere.
+``softswitch-afpacket``
+    the software target on veth pairs read with AF_PACKET, wired like BMv2; needs root.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-# The suite runs with --import-mode=importlib: make the helper modules next to this file
-# (switch_fixture, thc_frames) importable by their plain names.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from switch_fixture import INTRUDER, WORKERS, AggregationNetwork, Bmv2Network, job_entries
+from tests.support.aggnet import INTRUDER, WORKERS, AggregationNetwork, Bmv2Network, SoftswitchNetwork
 
 
 def _bmv2(workdir: Path, tag: str) -> AggregationNetwork:
@@ -27,14 +28,17 @@ def _bmv2(workdir: Path, tag: str) -> AggregationNetwork:
 
 
 def _softswitch(workdir: Path, tag: str) -> AggregationNetwork:
-    from host.softswitch.testnet import SoftswitchNetwork
+    return SoftswitchNetwork(workdir, wiring="tunnel")
 
-    return SoftswitchNetwork(workdir, entries=job_entries, wiring="tunnel")
+
+def _softswitch_afpacket(workdir: Path, tag: str) -> AggregationNetwork:
+    return SoftswitchNetwork(workdir, wiring="afpacket", prefix=f"ncs{os.getpid() % 10000}{tag}")
 
 
 TARGETS = [
     pytest.param(_bmv2, id="bmv2", marks=[pytest.mark.root, pytest.mark.bmv2, pytest.mark.p4c]),
     pytest.param(_softswitch, id="softswitch"),
+    pytest.param(_softswitch_afpacket, id="softswitch-afpacket", marks=[pytest.mark.root]),
 ]
 
 

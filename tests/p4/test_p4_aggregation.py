@@ -1,6 +1,6 @@
 """Packet tests of THC aggregation on one switch (PTF style: frames in, frames out).
 
-Runs against every target in ``tests/p4/conftest.py`` (BMv2 today). Each test installs its own
+Runs against every target in ``tests/p4/conftest.py`` (BMv2, the software target). Each test installs its own
 job (own job id, counter index and slot range), so tests share one started switch.
 """
 
@@ -10,12 +10,12 @@ import itertools
 
 import numpy as np
 import pytest
-from switch_fixture import INTRUDER, WORKERS, AggregationNetwork, SwitchJob, Worker
-from thc_frames import thc_frame, thc_only, wait_count
 
 from host.protocol import codec
 from host.protocol import layout as lay
 from host.protocol.layout import DropReason, Flag, MsgType
+from tests.support.aggnet import INTRUDER, WORKERS, AggregationNetwork, SwitchJob, Worker
+from tests.support.frames import thc_frame, thc_only, wait_count
 
 #: THC default table, b = 4, g = 30 (docs/protocol.md; THC paper defaults)
 TABLE = [0, 3, 5, 7, 9, 11, 13, 14, 16, 17, 19, 21, 23, 25, 27, 30]

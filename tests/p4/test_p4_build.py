@@ -26,16 +26,20 @@ def _netco(*args: str, path: str | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     if path is not None:
         env["PATH"] = path
-    return subprocess.run([sys.executable, "-m", "host.cli.main", *args], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-m", "control_plane.cli.main", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, check=False)
 
 
-def test_source_hash_tracks_every_p4_source_and_the_layout(tmp_path, monkeypatch):
+def test_source_hash_covers_exactly_the_p4_files_the_compiler_reads(tmp_path, monkeypatch):
     build = _build_module()
     names = {p.relative_to(REPO).as_posix() for p in build.source_files()}
-    assert "host/protocol/layout.py" in names and "p4/gen.py" in names
+    assert all(n.endswith(".p4") for n in names), names
     assert "p4/v1model/main.p4" in names
     assert "p4/v1model/include/control/thc_slot.p4" in names
+    assert "p4/shared/generated_protocol.p4" in names
+    tna = {p.relative_to(REPO).as_posix() for p in build.tna_source_files()}
+    assert all(n.endswith(".p4") for n in tna) and "p4/tna/main.p4" in tna
+    assert "p4/shared/generated_protocol.p4" in tna and not any("v1model" in n for n in tna)
     fake = tmp_path / "x.p4"
     fake.write_text("a")
     monkeypatch.setattr(build, "REPO", tmp_path)
@@ -43,6 +47,29 @@ def test_source_hash_tracks_every_p4_source_and_the_layout(tmp_path, monkeypatch
     h1 = build.sources_sha256()
     fake.write_text("b")
     assert build.sources_sha256() != h1
+
+
+def test_restamp_only_when_the_old_hash_matches(tmp_path, monkeypatch):
+    build = _build_module()
+    (tmp_path / "p4").mkdir()
+    src, extra = tmp_path / "p4" / "a.p4", tmp_path / "p4" / "gen.py"
+    src.write_text("control C() {}")
+    extra.write_text("# generator")
+    monkeypatch.setattr(build, "REPO", tmp_path)
+    monkeypatch.setattr(build, "STAMP", tmp_path / "stamp.json")
+    monkeypatch.setattr(build, "source_files", lambda: [src])
+    monkeypatch.setattr(build, "_OLD_EXTRA", ("p4/gen.py",))
+    old = build._sha([src, extra])
+    (tmp_path / "stamp.json").write_text(json.dumps({"sources_sha256": old, "p4c_version": "x"}))
+    src.write_text("control C() { /* edited */ }")
+    code, rep = build.restamp("v1model")
+    assert code == build.STALE and not rep["restamped"]
+    assert json.loads((tmp_path / "stamp.json").read_text())["sources_sha256"] == old
+    src.write_text("control C() {}")
+    code, rep = build.restamp("v1model")
+    assert code == build.OK and rep["restamped"]
+    assert json.loads((tmp_path / "stamp.json").read_text()) == {
+        "sources_sha256": build._sha([src]), "p4c_version": "x"}
 
 
 def test_stamp_detects_edited_outputs(tmp_path, monkeypatch):
@@ -73,10 +100,44 @@ def test_build_without_p4c_says_so_and_changes_nothing(tmp_path):
     assert {p: p.read_bytes() for p in (REPO / "p4" / "build").rglob("*") if p.is_file()} == before
 
 
-@pytest.mark.p4c
-def test_committed_outputs_are_fresh():
+@pytest.mark.parametrize("target", ("v1model", "tofino", "tofino2"))
+def test_committed_outputs_are_fresh(target):
+    """The stamp's hash of the .p4 inputs matches the sources: needs no compiler, so CI runs it
+    (appending a comment to any .p4 file the target reads fails it)."""
     build = _build_module()
-    stale, why = build.is_stale()
-    assert not stale, f"{why}: run `make -C p4` (or `netco p4 build`) and commit p4/build"
-    proc = _netco("p4", "build", "--check")
+    stale, why = build.is_stale() if target == "v1model" else build.tna_is_stale(target)
+    make = "make -C p4" + ("" if target == "v1model" else f" {target}")
+    assert not stale, f"{why}: run `{make}` and commit p4/build"
+
+
+def test_build_check_says_fresh():
+    proc = subprocess.run([sys.executable, str(REPO / "p4" / "build.py"), "--check", "--target",
+                           "all"], cwd=REPO, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.p4c
+def test_v1model_compiles_to_the_committed_p4info(tmp_path):
+    from control_plane.desired import parse_p4info_text
+
+    build = _build_module()
+    out = build.compile_p4(shutil.which("p4c"), tmp_path)
+    assert out["returncode"] == 0, out["output"][-3000:]
+    assert (parse_p4info_text((tmp_path / "netco.p4info.txtpb").read_text())
+            == parse_p4info_text(build.P4INFO_OUT.read_text()))
+
+
+def test_generated_files_are_fresh_p4_c_header_and_python():
+    """gen.py's outputs (the P4 files, the C header of the extensions and the Python data-plane
+    constants) equal the committed files: a change to layout.py/framing.py/gen.py or to
+    define.p4/size.p4 that is not regenerated fails here, without a compiler."""
+    spec = importlib.util.spec_from_file_location("netco_p4_gen_t", REPO / "p4" / "gen.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    outs = gen.outputs()
+    names = {p.relative_to(REPO).as_posix() for p in outs}
+    assert {"host/protocol/netco_layout.h", "host/protocol/generated_dataplane.py",
+            "p4/shared/generated_protocol.p4"} <= names
+    stale = [n for p, text in outs.items() if not p.exists() or p.read_text() != text
+             for n in [p.relative_to(REPO).as_posix()]]
+    assert not stale, f"generated files stale: {stale}; run `python p4/gen.py` and commit"

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from switch_fixture import AggregationNetwork, SwitchJob, Worker
-from thc_frames import thc_frame, thc_only, wait_count
 
 from host.protocol import codec
 from host.protocol import layout as lay
 from host.protocol.layout import DropReason, Flag, MsgType
+from tests.support.aggnet import AggregationNetwork, SwitchJob, Worker
+from tests.support.frames import thc_frame, thc_only, wait_count
 
 TABLE = [0, 3, 5, 7, 9, 11, 13, 14, 16, 17, 19, 21, 23, 25, 27, 30]
 C = lay.COORDS_PER_PACKET

@@ -1,4 +1,4 @@
-"""The values uplink on the switch targets of tests/p4 (BMv2): DATA with 8-bit table values.
+"""The values uplink on every target of tests/p4: DATA with 8-bit table values.
 
 The v1model program parses DATA with ``lane_bits = 8`` as the values L[q] and adds them like
 lanes (docs/protocol.md, "Values uplink"); sums must equal the indices uplink's, for 8- and
@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from switch_fixture import WORKERS
-from test_p4_aggregation import TABLE, collect, new_job
-from thc_frames import thc_frame
 
 from host.protocol import codec
 from host.protocol import layout as lay
 from host.protocol.layout import MsgType
+from tests.p4.test_p4_aggregation import TABLE, collect, new_job
+from tests.support.aggnet import WORKERS
+from tests.support.frames import thc_frame
 
 C = lay.COORDS_PER_PACKET
 

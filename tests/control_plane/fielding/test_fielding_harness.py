@@ -93,7 +93,7 @@ def test_compare_small_concept():
 
 
 def test_cli_run_json_and_plot(tmp_path, capsys):
-    from host.cli.main import main
+    from control_plane.cli.main import main
 
     png = tmp_path / "acc.png"
     rc = main(["fielding", "run", "--scenario", "label", "--dataset", "synthetic",
@@ -106,7 +106,7 @@ def test_cli_run_json_and_plot(tmp_path, capsys):
 
 
 def test_cli_bad_input_is_usage_error(capsys):
-    from host.cli.main import main
+    from control_plane.cli.main import main
 
     assert main(["fielding", "run", "--scenario", "label", "--methods", "nope"]) == 2
     assert "--methods" in capsys.readouterr().err

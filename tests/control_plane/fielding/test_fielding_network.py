@@ -37,6 +37,8 @@ from host.thc import THCCodec
 from host.thc.simulate import allreduce as simulated_allreduce
 from host.transport.job import NetworkAggregator, session_round_base
 from host.transport.ports import UdpEndpoint
+from tests.support.aggnet import P4_INFO, P4_JSON, Bmv2Network
+from tests.support.frames import thc_frame, thc_only
 
 REPO = Path(__file__).resolve().parents[3]
 CLIENTS = [f"c{i}" for i in range(8)]
@@ -455,33 +457,14 @@ def test_a_cluster_spanning_the_tree_loses_its_root_after_a_migration(tree_switc
 
 
 # -- on BMv2 ---------------------------------------------------------------------------------
-P4BUILD = Path(os.environ.get("NETCO_TEST_P4BUILD", REPO / "p4" / "build"))
 BMV2_CLIENTS = CLIENTS[:6]
-
-
-def _load_p4_helper(name: str):
-    """tests/p4's BMv2 fixture and frame helpers (processes, namespaces, veth, raw frames)."""
-    import importlib.util
-
-    path = REPO / "tests" / "p4" / f"{name}.py"
-    if str(path.parent) not in sys.path:
-        sys.path.insert(0, str(path.parent))  # thc_frames imports switch_fixture by name
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
 def bmv2(tmp_path_factory):
-    if not (P4BUILD / "netco.json").exists():
-        pytest.skip(f"{P4BUILD}/netco.json missing (compile the P4 program)")
-    fx = _load_p4_helper("switch_fixture")
-    fx.P4_JSON, fx.P4_INFO = P4BUILD / "netco.json", P4BUILD / "netco.p4info.txtpb"
-    net = fx.Bmv2Network(tmp_path_factory.mktemp("fielding-bmv2"), prefix=f"nfn{os.getpid() % 10000}")
+    if not P4_JSON.exists():
+        pytest.skip(f"{P4_JSON} missing (compile the P4 program)")
+    net = Bmv2Network(tmp_path_factory.mktemp("fielding-bmv2"), prefix=f"nfn{os.getpid() % 10000}")
     net.add_switch("s1")
     for c in BMV2_CLIENTS:
         net.add_host(c, "s1")
@@ -490,9 +473,7 @@ def bmv2(tmp_path_factory):
     # leaves, BMv2 hands primary to that backup, which finsy then bids with the departed
     # writer's election id, so every later writer with the same id would be refused. The
     # cluster network is the only controller here: close the fixture's session.
-    for sw in net.switches.values():
-        net._loop.run(sw.client.__aexit__(None, None, None), timeout=10)
-        sw.client = None
+    net.close_sessions()
     try:
         yield net
     finally:
@@ -502,8 +483,7 @@ def bmv2(tmp_path_factory):
 def bmv2_base(net) -> dict:
     sw = net.switches["s1"]
     return {
-        "controller": {"election_id": 20, "p4info": str(P4BUILD / "netco.p4info.txtpb"),
-                       "bmv2_json": str(P4BUILD / "netco.json")},
+        "controller": {"election_id": 20, "p4info": str(P4_INFO), "bmv2_json": str(P4_JSON)},
         "switches": [{"name": "s1", "address": f"127.0.0.1:{sw.grpc_port}",
                       "addr": net.switch_ip("s1"), "mac": "02:00:00:00:ff:01"}],
         "hosts": [{"name": c, "mac": net.hosts[c].mac, "ip": net.hosts[c].ip,
@@ -517,7 +497,6 @@ def bmv2_round(net, plan, cfg, rnd: int, seed: int) -> None:
     from host.protocol import codec
     from host.protocol import layout as lay
 
-    frames = _load_p4_helper("thc_frames")
     rng = np.random.default_rng(seed)
     idx = {c: rng.integers(0, 16, lay.COORDS_PER_PACKET) for c in BMV2_CLIENTS}
     for c in BMV2_CLIENTS:
@@ -525,12 +504,12 @@ def bmv2_round(net, plan, cfg, rnd: int, seed: int) -> None:
     for job in plan.jobs.values():
         for rank, c in enumerate(job.clients):
             hd = codec.Header(msg_type=lay.MsgType.DATA, job_id=job.id, slot=0, round=rnd, rank=rank)
-            net.send(c, frames.thc_frame(net.hosts[c], net.switch_ip("s1"), hd, idx[c]))
+            net.send(c, thc_frame(net.hosts[c], net.switch_ip("s1"), hd, idx[c]))
     for job in plan.jobs.values():
         table = np.asarray(next(j for j in cfg.jobs if j.id == job.id).thc.table)
         want = np.sum([table[idx[c]] for c in job.clients], axis=0)
         for c in job.clients:
-            got = frames.thc_only(net.recv(c, count=1, timeout=3.0))
+            got = thc_only(net.recv(c, count=1, timeout=3.0))
             assert len(got) == 1, f"{c}: no result for job {job.name} round {rnd}"
             m = got[0].msg
             assert m.msg_type is lay.MsgType.RESULT and m.header.job_id == job.id

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,9 +11,7 @@ from control_plane.scaleacross import formulas as fm
 from control_plane.scaleacross.cost import Efficiency, evaluate
 from control_plane.scaleacross.plan import Plan, resolve_plan
 from control_plane.scaleacross.validate import calibrate, run_validation
-
-sys.path.insert(0, str(Path(__file__).parent))
-from scaleacross_testutil import scenario
+from tests.support.scaleacross import scenario
 
 EFF = Efficiency(eta_max=0.5, h0=1000.0, eta_net=0.8)
 

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from control_plane import routing
+from control_plane.cli.main import main as netco_main
 from control_plane.config import ConfigError
 from control_plane.scaleacross.install import (
     PlanError,
@@ -22,7 +23,6 @@ from control_plane.scaleacross.install import (
 from control_plane.scaleacross.netplan import build_network_plan
 from control_plane.scaleacross.plan import resolve_plan
 from control_plane.scaleacross.scenario import parse_scenario
-from host.cli.main import main as netco_main
 
 REPO = Path(__file__).resolve().parents[3]
 DATA = Path(__file__).resolve().parent / "data"

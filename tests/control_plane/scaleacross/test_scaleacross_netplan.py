@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
+from control_plane.cli.main import main
 from control_plane.scaleacross.netplan import build_network_plan
 from control_plane.scaleacross.plan import resolve_plan
-from host.cli.main import main
-
-sys.path.insert(0, str(Path(__file__).parent))
-from scaleacross_testutil import raw, scenario
+from tests.support.scaleacross import raw, scenario
 
 INA = {"cross_building": {"ina": True, "thc": True, "parallel_links": 2, "gbps": 400}}
 
@@ -92,6 +88,17 @@ def test_cli_bad_scenario_names_the_field(tmp_path, capsys):
     bad["model"]["heads"] = 0
     assert main(["explore", "predict", _write(tmp_path, bad)]) == 2
     assert "model.heads" in capsys.readouterr().err
+
+
+def test_cli_nan_in_yaml_scenario_is_one_line(tmp_path, capsys):
+    """YAML's .nan is a float: predict must refuse it, not print NaN (invalid JSON)."""
+    path = tmp_path / "nan.yaml"
+    text = json.dumps(raw())
+    path.write_text(text.replace('"peak_tflops": 312', '"peak_tflops": .nan'))
+    assert main(["explore", "predict", str(path), "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "hardware.peak_tflops" in err and "finite" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_cli_search_plot_and_plan(tmp_path, capsys):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,9 +10,7 @@ import yaml
 
 from control_plane.scaleacross.plan import resolve_plan
 from control_plane.scaleacross.scenario import ScenarioError, load_scenario, parse_scenario
-
-sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: helpers by file name
-from scaleacross_testutil import SMALL, raw, scenario
+from tests.support.scaleacross import SMALL, raw, scenario
 
 SCENARIOS = sorted((Path(__file__).parents[3] / "control_plane/scaleacross/scenarios").glob("*"))
 
@@ -51,6 +48,11 @@ def test_shipped_scenarios_load(path):
     (lambda r: r.update(training={}), "parallel.global_batch"),
     (lambda r: r.update(parallel={"recompute": "some"}), "parallel.recompute"),
     (lambda r: r.update(parallel={"zero": 4}), "parallel.zero"),
+    (lambda r: r["hardware"].update(peak_tflops=float("nan")), "hardware.peak_tflops"),
+    (lambda r: r["hardware"].update(nic_gbps=float("inf")), "hardware.nic_gbps"),
+    (lambda r: r["model"].update(layers=float("inf")), "model.layers"),
+    (lambda r: r["cluster"]["cross_building"].update(latency_us=float("nan")),
+     "cluster.cross_building.latency_us"),
 ])
 def test_errors_name_the_field(mutate, field):
     r = raw()

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 from control_plane.scaleacross.cost import evaluate
 from control_plane.scaleacross.plan import check_plan
 from control_plane.scaleacross.search import megatron_default, ranked, search
-
-sys.path.insert(0, str(Path(__file__).parent))
-from scaleacross_testutil import scenario
+from tests.support.scaleacross import scenario
 
 
 def test_search_ranks_feasible_plans_and_beats_the_default():

@@ -3,10 +3,8 @@ cases (no communication, total overlap, zero overlap), and link contention."""
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,9 +12,7 @@ import pytest
 from control_plane.scaleacross.cost import evaluate
 from control_plane.scaleacross.plan import Plan
 from control_plane.scaleacross.simulate import schedule_order, simulate
-
-sys.path.insert(0, str(Path(__file__).parent))
-from scaleacross_testutil import scenario
+from tests.support.scaleacross import scenario
 
 #: links so fast and latencies zero that communication takes no time
 FREE_NET = {"nvlink_gbps": 1e12, "nic_gbps": 1e12, "nvlink_latency_us": 0,

@@ -1,24 +1,19 @@
 """The THC DDP hook and the torch.distributed aggregator, with 2 and 4 real gloo ranks.
 
 Each world size starts its processes once (module fixture); every test asserts on what the
-ranks returned. The ranks' code is in ``ddp_hook_workers.py``.
+ranks returned. The ranks' code is in :mod:`tests.support.ddp_workers`.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
-
-sys.path.insert(0, str(Path(__file__).parent))  # spawned ranks import the helper by name
-import ddp_hook_workers as W  # noqa: N812
 
 from host.thc.codec import THCCodec
 from host.thc.config import THCConfig
 from host.thc.simulate import allreduce
 from host.training.launch import run_workers
+from tests.support import ddp_workers as W  # noqa: N812
 
 # 4 ranks start four torch processes on the 2-core CI machine (~35 s): marked slow.
 WORLDS = [2, pytest.param(4, marks=pytest.mark.slow)]

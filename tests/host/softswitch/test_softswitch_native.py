@@ -8,21 +8,16 @@ changed (its undo log), which the mixed batches below exercise.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from softswitch_helpers import TABLE, Bench, C, Peer, data, worker
-
 from host.protocol.layout import Flag
 from host.softswitch import pipeline as pl_mod
 from host.softswitch.frames import ipv4_checksum
 from host.softswitch.pipeline import ROW
+from tests.support.softswitch import TABLE, Bench, C, Peer, data, worker
 
 pytestmark = pytest.mark.skipif(pl_mod._fastpath is None,
                                 reason="the C fast path (host/softswitch/_fastpath) is not built")

@@ -6,23 +6,19 @@ from __future__ import annotations
 
 import contextlib
 import queue
-import sys
 import threading
-from pathlib import Path
 
 import finsy as fy
 import grpc
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from finsy.proto import p4r, p4r_grpc, rpc_status
-from softswitch_helpers import SELF_IP, C, data, job_entities, sums, worker
 
 from host.softswitch.entities import canonical
+from host.softswitch.launch import AsyncLoop, free_tcp_port
 from host.softswitch.p4info import netco_p4info, write_p4info
 from host.softswitch.switch import SoftSwitch
-from host.softswitch.testnet import AsyncLoop, free_tcp_port
+from tests.support.softswitch import SELF_IP, C, data, job_entities, sums, worker
 
 W = [worker(r) for r in range(3)]
 SC = fy.GRPCStatusCode
@@ -99,10 +95,10 @@ def test_finsy_sees_entry_errors_with_their_codes(server):
     ents = job_entities(8, W[:1])
     loop.run(c.insert(ents))
     with pytest.raises(fy.P4ClientError) as e:
-        loop.run(c.insert(ents[:1]))
+        loop.run(c.insert(ents[1:2]))
     assert e.value.code == SC.UNKNOWN and _codes(e.value) == [SC.ALREADY_EXISTS]
     missing = fy.P4TableEntry("ingress.thc_validate.jobs", match=fy.P4TableMatch(job_id=999),
-                              action=ents[0].action)
+                              action=ents[1].action)
     for op in (c.modify, c.delete):
         with pytest.raises(fy.P4ClientError) as e:
             loop.run(op([missing]))
@@ -197,8 +193,9 @@ def test_arbitration_highest_election_id_is_primary(server):
 
 
 def test_invalid_entities_get_the_spec_codes(server):
-    sw, port, _loop, client = server
-    client()                     # finsy pushes the pipeline, then we take over with a raw stream
+    sw, port, loop, client = server
+    c = client()                 # finsy pushes the pipeline, then we take over with a raw stream
+    loop.run(c.insert([fy.P4MulticastGroupEntry(1, replicas=[1])]))   # named by the jobs below
     idx = sw.service.store.index
     jobs = idx.table("ingress.thc_validate.jobs")
     set_job = idx.action("ingress.thc_validate.set_job")
@@ -209,7 +206,8 @@ def test_invalid_entities_get_the_spec_codes(server):
         te.match.add(field_id=1).exact.value = job_id
         a = set_job if action is None else action
         te.action.action.action_id = a.id
-        vals = {name: 1 for name, _ in a.params.values()} if params is None else params
+        vals = {**{name: 1 for name, _ in a.params.values()}, "lane_bits": 8} \
+            if params is None else params
         for pid, (name, _bits) in a.params.items():
             if name in vals:
                 te.action.action.params.add(param_id=pid, value=canonical(vals[name]))
@@ -259,3 +257,102 @@ def test_invalid_entities_get_the_spec_codes(server):
         s.close()
         ch.close()
     assert SELF_IP
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"lane_bits": 7}, "lane_bits"),
+    ({"expected": 0}, "expected"),
+    ({"expected": 200}, "expected"),
+    ({"num_slots": 0}, "num_slots"),
+    ({"slot_base": 65535}, "slot_base"),
+    ({"mcast_grp": 9}, "mcast_grp"),
+    ({"mcast_grp": 0}, "mcast_grp"),
+    ({"index": 100}, "index"),
+])
+def test_nonsensical_job_entries_are_refused_naming_the_field(server, change, field):
+    _sw, _port, loop, client = server
+    c = client()
+    ents = job_entities(5, W, **change)
+    if "mcast_grp" in change:   # the job names a group nobody installed
+        ents = [e for e in ents if not isinstance(e, fy.P4MulticastGroupEntry)]
+    with pytest.raises(fy.P4ClientError) as e:
+        loop.run(c.insert(ents))
+    bad = [d for d in e.value.details.values() if d.canonical_code != SC.OK]
+    assert [d.canonical_code for d in bad] == [SC.INVALID_ARGUMENT]
+    assert field in bad[0].message
+    assert sw_jobs(loop, c) == []
+
+
+def sw_jobs(loop, c) -> list:
+    return loop.run(_collect(c.read(fy.P4TableEntry("ingress.thc_validate.jobs"))))
+
+
+def test_overlapping_slot_ranges_are_refused(server):
+    _sw, _port, loop, client = server
+    c = client()
+    loop.run(c.insert(job_entities(5, W, index=0, slot_base=0, num_slots=8)))
+    with pytest.raises(fy.P4ClientError) as e:
+        loop.run(c.insert(job_entities(6, W[:2], index=1, slot_base=4, num_slots=8)))
+    bad = [d for d in e.value.details.values() if d.canonical_code != SC.OK]
+    assert [d.canonical_code for d in bad] == [SC.INVALID_ARGUMENT]
+    assert "slot_base" in bad[0].message and "job 5" in bad[0].message
+    assert [j.match["job_id"] for j in sw_jobs(loop, c)] == [5]
+    loop.run(c.insert(job_entities(7, W[:2], index=2, slot_base=8, num_slots=8)))
+
+
+def test_one_write_may_move_jobs_past_each_other(server):
+    """The controller inserts a new job into a range another job leaves in the same Write."""
+    _sw, _port, loop, client = server
+    c = client()
+    loop.run(c.insert(job_entities(5, W, index=0, slot_base=0, num_slots=8)))
+    new = job_entities(4, W[:2], index=1, slot_base=0, num_slots=8)
+    moved = job_entities(5, W, index=0, slot_base=8, num_slots=8)[1]
+    loop.run(c.write([+e for e in new] + [~moved]))
+    got = {j.match["job_id"]: j.action.args["slot_base"] for j in sw_jobs(loop, c)}
+    assert got == {4: 0, 5: 8}
+
+
+def _read_jobs(stub, timeout: float = 10.0) -> list:
+    return list(stub.Read(p4r.ReadRequest(device_id=1, entities=[p4r.Entity(
+        table_entry=p4r.TableEntry(table_id=0))]), timeout=timeout))
+
+
+def test_idle_streams_do_not_starve_reads_or_a_new_controller(server):
+    """16 streams that never arbitrate: a Read and a controller session still get through."""
+    _sw, port, loop, client = server
+    client(election_id=20)                          # pushes the pipeline
+    ch = grpc.insecure_channel(f"127.0.0.1:{port}")
+    stub = p4r_grpc.P4RuntimeStub(ch)
+    idle = [Stream(stub) for _ in range(16)]
+    try:
+        assert _read_jobs(stub) is not None          # before the fix: DEADLINE_EXCEEDED
+        c = client(election_id=30)                   # arbitrates and pushes the pipeline
+        assert c.is_primary
+        loop.run(c.insert(job_entities(3, W[:1])))
+    finally:
+        for s in idle:
+            s.close()
+        ch.close()
+
+
+def test_streams_beyond_the_limit_are_refused_and_silent_ones_closed():
+    sw = SoftSwitch()
+    sw.service.max_streams = 4
+    sw.service.arbitration_timeout = 1.0
+    addr = sw.serve("127.0.0.1:0")
+    ch = grpc.insecure_channel(addr)
+    stub = p4r_grpc.P4RuntimeStub(ch)
+    streams = [Stream(stub) for _ in range(6)]
+    try:
+        outcomes = [s.next(timeout=10) for s in streams]
+        codes = sorted(o.code().name for o in outcomes)
+        # two are refused at once; the four admitted never arbitrate and are closed after 1 s
+        assert codes == ["DEADLINE_EXCEEDED"] * 4 + ["RESOURCE_EXHAUSTED"] * 2
+        a = Stream(stub)
+        assert a.arbitrate(7).arbitration.status.code == grpc.StatusCode.OK.value[0]
+        a.close()
+    finally:
+        for s in streams:
+            s.close()
+        ch.close()
+        sw.stop()

@@ -7,19 +7,14 @@ from __future__ import annotations
 import json
 import signal
 import socket
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from softswitch_helpers import C, Peer, job_entities, sums
-
 from host.protocol import codec
 from host.protocol.layout import Flag, MsgType
 from host.softswitch.frames import read_frame, thc_frame
-from host.softswitch.testnet import (
+from host.softswitch.launch import (
     AsyncLoop,
     connect,
     free_tcp_port,
@@ -28,6 +23,7 @@ from host.softswitch.testnet import (
     start_switch_process,
     stop_process,
 )
+from tests.support.softswitch import C, Peer, job_entities, sums
 
 PARENT_IP, SELF_IP = "10.0.9.254", "10.0.1.254"
 

@@ -20,14 +20,11 @@ import numpy as np
 import pytest
 from scapy.packet import fuzz
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from softswitch_helpers import C, Peer, job_entities, sums
-
 from host.protocol import codec
 from host.protocol import layout as lay
 from host.protocol.layout import MsgType
 from host.protocol.scapy_layers import THC
-from host.softswitch.testnet import (
+from host.softswitch.launch import (
     AsyncLoop,
     connect,
     free_tcp_port,
@@ -36,6 +33,7 @@ from host.softswitch.testnet import (
     start_switch_process,
     stop_process,
 )
+from tests.support.softswitch import C, Peer, job_entities, sums
 
 N = 3
 JOB = 42

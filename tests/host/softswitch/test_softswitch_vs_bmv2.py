@@ -6,22 +6,17 @@ the software target "behaves exactly like the P4 program"."""
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from softswitch_suite import P4_TESTS  # noqa: F401  (puts tests/p4 on sys.path)
-from switch_fixture import Bmv2Network, SwitchJob, Worker, job_entries
-
 from host.protocol import codec
 from host.protocol import layout as lay
 from host.protocol.layout import Flag, MsgType
 from host.softswitch.frames import udp_frame
-from host.softswitch.testnet import SoftswitchNetwork
+from tests.support.aggnet import Bmv2Network, SoftswitchNetwork, SwitchJob, Worker
 
 pytestmark = [pytest.mark.root, pytest.mark.bmv2, pytest.mark.p4c]
 
@@ -35,7 +30,7 @@ def _net(kind: str, workdir: Path):
     if kind == "bmv2":
         net = Bmv2Network(workdir, prefix=f"ncd{kind[0]}{Path(workdir).name[-3:]}")
     else:
-        net = SoftswitchNetwork(workdir, job_entries, wiring="tunnel")
+        net = SoftswitchNetwork(workdir, wiring="tunnel")
     net.add_switch("s0")
     for h in HOSTS:
         net.add_host(h, "s0")

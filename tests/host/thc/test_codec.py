@@ -15,6 +15,8 @@ from host.thc.rng import sign_tensor, signs_key
 from host.thc.simulate import allreduce
 from host.thc.table import DEFAULT_TABLE, predicted_nmse
 
+BACKENDS = ["torch"] + (["fused"] if fused.available() else [])
+
 
 def roundtrip(codec, x, worker=0, rnd=0, norms=None):
     norms = codec.chunk_norms(x) if norms is None else norms
@@ -252,3 +254,40 @@ def test_subnormal_norm_chunk_encodes_as_zero(codec):
     assert torch.isfinite(out).all() and torch.isfinite(enc.residual).all()
     assert float(out[1024:2048].abs().max()) == 0.0
     assert nmse(torch.cat([out[:1024], out[2048:]]), torch.cat([x[:1024], x[2048:]])) < 0.05
+
+
+def test_huge_finite_input_refused_by_both_backends_alike():
+    """A chunk norm near the float32 limit overflows the transform: one clear ValueError."""
+    x = torch.full((1024,), 1e37)
+    msgs = []
+    for backend in BACKENDS:
+        c = THCCodec(backend=backend)
+        with pytest.raises(ValueError, match=r"chunk 0 .*too large") as err:
+            c.chunk_norms(x)
+        msgs.append(str(err.value))
+        # A caller that brings its own norms (finite in float32) must not crash the kernels.
+        with pytest.raises(ValueError, match=r"chunk 0 .*too large") as err:
+            c.encode(x, torch.tensor([3.2e38]), worker=0, round=0, residual=True)
+        msgs.append(str(err.value))
+        with pytest.raises(ValueError, match="norm"):
+            c.encode(torch.ones(1024), torch.tensor([float("inf")]), worker=0, round=0)
+    assert len(set(msgs[0::2])) == 1 and len(set(msgs[1::2])) == 1
+
+
+def test_norms_smaller_than_input_do_not_crash_the_kernels():
+    """x far above the norms it is scaled with: the transform overflows, both paths refuse."""
+    x = torch.full((1024,), 3e37)
+    for backend in BACKENDS:
+        with pytest.raises(ValueError, match=r"chunk 0 .*too large"):
+            THCCodec(backend=backend).encode(x, torch.ones(1), worker=0, round=0)
+
+
+def test_largest_accepted_input_encodes_finite():
+    x = torch.randn(4096, generator=torch.Generator().manual_seed(15)) * 1e34
+    for backend in BACKENDS:
+        c = THCCodec(backend=backend)
+        norms = c.chunk_norms(x)
+        enc = c.encode(x, norms, worker=0, round=0, residual=True)
+        out = c.decode(c.values(enc), 1, norms, x.numel(), round=0)
+        assert torch.isfinite(out).all() and torch.isfinite(enc.residual).all()
+        assert nmse(out, x) < 0.05

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 
-from host.cli.main import main
+from control_plane.cli.main import main
+from control_plane.cli.train import network_for, session
 from host.ddp.baselines import CompressorSpec
-from host.training.cli import network_for, session
 from host.training.harness import TrainConfig, train
 
 

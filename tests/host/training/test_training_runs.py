@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from host.cli.main import main
+from control_plane.cli.main import main
 from host.ddp.baselines import CompressorSpec
 from host.ddp.hook import THCHookState
 from host.training.harness import TrainConfig, TrainingError, train

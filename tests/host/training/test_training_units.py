@@ -8,11 +8,11 @@ import math
 import pytest
 import torch
 
+from control_plane.cli import train as cli
 from host.aggregation import _Clock, lane_dtype
-from host.cli.main import UsageError
 from host.ddp.baselines import CompressorSpec, compare_set
+from host.errors import UsageError
 from host.thc.lanes import LaneOverflowError
-from host.training import cli
 from host.training.report import gaps, link_seconds, plot_comparison, summarize
 from host.training.tasks import make_task, stdlib_corpus
 

@@ -5,13 +5,17 @@ datagram with and without GSO trains. No root (the veth part is skipped)."""
 
 from __future__ import annotations
 
-import argparse
+import json
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from host.bench import transport as bench
 from host.transport import kecho
+
+REPO = Path(__file__).resolve().parents[3]
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler for kecho.c")
 
@@ -28,12 +32,14 @@ def test_kernel_echo_rejects_bad_arguments():
 
 
 def test_benchmark_rows_carry_kernel_fractions_and_allreduce_split():
-    p = argparse.ArgumentParser()
-    bench.add_arguments(p)
-    args = p.parse_args(["--workers", "2", "--coords", "8192", "--limit-packets", "2000",
-                         "--slots", "16", "--allreduce-elements", "40000", "--repeats", "1",
-                         "--no-veth", "--pipeline-coords", "8192"])
-    out = bench.run(args)
+    p = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "transport.py"), "--json", "--workers", "2",
+         "--coords", "8192", "--limit-packets", "2000", "--slots", "16",
+         "--allreduce-elements", "40000", "--repeats", "1", "--no-veth",
+         "--pipeline-coords", "8192"],
+        capture_output=True, text=True, timeout=600, check=False)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout)
     (row,) = out["udp"]
     assert row["kernel_limit_packets_per_s"] > 0
     assert row["fraction_of_kernel_limit"] == pytest.approx(

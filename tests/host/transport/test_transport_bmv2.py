@@ -1,7 +1,7 @@
 """In-network THC all-reduce through BMv2 over raw sockets in network namespaces (root).
 
 The switch is ``simple_switch_grpc`` running ``p4/build/netco.json``, started and programmed
-over P4Runtime by the packet suite's helper (``tests/p4/switch_fixture.py``: one BMv2 with
+over P4Runtime by the packet suite's helper (``tests/support/aggnet.py``: one BMv2 with
 hosts w0..w7 in their own network namespaces behind veth pairs, shared by the module). Workers
 are the real host transport: :class:`~host.transport.job.NetworkAggregator` over
 :class:`~host.transport.ports.RawEndpoint` (AF_PACKET) opened inside each host's namespace, one
@@ -21,13 +21,12 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from host.impair.netns import in_netns
+from host.netns import in_netns
 from host.protocol.layout import COORDS_PER_PACKET, lane_bits_for
 from host.thc import THCCodec
 from host.thc.lanes import aggregate_packed
@@ -36,9 +35,7 @@ from host.transport.faults import FaultyEndpoint
 from host.transport.job import JobSpec, NetworkAggregator, RawNetworkSpec
 from host.transport.ports import RawEndpoint
 from host.transport.slots import SlotConfig, SlotTimeoutError
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "p4"))
-from switch_fixture import P4_JSON, WORKERS, Bmv2Network, SwitchJob, Worker
+from tests.support.aggnet import P4_JSON, WORKERS, Bmv2Network, SwitchJob, Worker
 
 from .test_transport_udp import FAULT_IDS, FAULTS, run_workers, worker_data
 

@@ -1,0 +1,76 @@
+"""Entry point of the ``netco`` command.
+
+Each subcommand lives in its own module, imported only when it is run, so ``netco --help``
+stays fast and a subcommand's heavy dependencies (torch, flwr, grpc) load only when needed.
+A subcommand module defines ``configure(parser)``, which adds its arguments (and nested
+subcommands) and sets ``parser.set_defaults(func=...)``; ``func(args)`` returns the exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from host import __version__
+from host.errors import UsageError
+
+__all__ = ["SUBCOMMANDS", "UsageError", "build_parser", "main"]
+
+#: (name, module, one-line help). Add a line here to add a subcommand.
+SUBCOMMANDS: list[tuple[str, str, str]] = [
+    ("demo", "control_plane.cli.demo", "run the main job on the embedded default (no switch hardware)"),
+    ("thc", "host.thc.cli", "THC codec tools: round-trip your own tensors, show tables"),
+    ("bench", "control_plane.cli.bench", "benchmarks that print one JSON object"),
+    ("train", "control_plane.cli.train", "train a task with N workers and a gradient compressor (THC, ...)"),
+    ("p4", "control_plane.cli.p4", "build the P4 programs (runs p4c when present)"),
+    ("switch", "host.softswitch.cli", "run the software aggregation target (same protocol as the P4 switch)"),
+    ("controller", "control_plane.cli.controller",
+     "P4Runtime controller: apply, diff and show desired state"),
+    ("testbed", "control_plane.testbed.cli", "Mininet testbeds from a topology file: up, down, status"),
+    ("explore", "control_plane.scaleacross.cli", "ScaleAcross Explorer: plan training across buildings"),
+    ("fielding", "control_plane.fielding.cli", "FIELDING: clustered federated learning under drift"),
+]
+
+
+def build_parser(selected: str | None) -> argparse.ArgumentParser:
+    """Build the parser, configuring only the subcommand ``selected`` in full."""
+    parser = argparse.ArgumentParser(
+        prog="netco",
+        description="THC-compressed in-network aggregation for distributed ML.",
+    )
+    parser.add_argument("--version", action="version", version=f"netco {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv: debug)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module, help_text in SUBCOMMANDS:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == selected:
+            importlib.import_module(module).configure(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``netco`` with ``argv`` (default: ``sys.argv[1:]``) and return the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    names = {name for name, _, _ in SUBCOMMANDS}
+    selected = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(selected if selected in names else None)
+    args = parser.parse_args(argv)
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    func = getattr(args, "func", None)
+    if func is None:
+        if args.command is not None:
+            parser.parse_args([args.command, "--help"])
+        parser.print_help()
+        return 2
+    try:
+        return int(func(args) or 0)
+    except UsageError as exc:
+        print(f"netco {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

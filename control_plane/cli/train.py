@@ -1,0 +1,199 @@
+"""``netco train``: train a task with N workers and a gradient compressor; compare compressors."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from host.ddp.baselines import COMPRESSORS, CompressorSpec, compare_set
+from host.errors import UsageError
+from host.thc.config import THCConfig, THCConfigError
+from host.thc.lanes import LaneOverflowError, lane_bits
+from host.training.harness import TrainConfig, TrainingError, train
+from host.training.report import gaps, plot_comparison, summarize
+from host.training.tasks import TASKS, make_task
+from host.transport.job import NetworkSpec, session_round_base
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Train TASK with N worker processes on this machine (gloo over loopback), averaging "
+        "gradients through a DDP communication hook: THC, PyTorch's fp16 or PowerSGD hooks, or "
+        "plain all-reduce. Writes a JSON report with per-step loss, held-out metric, bytes per "
+        "worker and compute/communication time; --compare runs every compressor and plots them."
+    )
+    parser.add_argument("--task", choices=sorted(TASKS), required=True,
+                        help="digits (CNN, held-out accuracy) or charlm (transformer, bits/char)")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    parser.add_argument("--compressor", choices=COMPRESSORS, default="thc",
+                        help="gradient compressor (default thc); ignored with --compare")
+    parser.add_argument("--compare", action="store_true",
+                        help="run none, fp16, powersgd rank 1 and 4, thc with and without error "
+                        "feedback; write the comparison plot")
+    parser.add_argument("--steps", type=int, help="training steps (default: the task's)")
+    parser.add_argument("--eval-every", type=int, help="held-out evaluation period in steps")
+    parser.add_argument("--seed", type=int, default=0, help="model, batches and compressor seed")
+    parser.add_argument("--lr", type=float, help="learning rate (default: the task's)")
+    parser.add_argument("--powersgd-rank", type=int, default=4, help="PowerSGD rank (default 4)")
+    parser.add_argument("--no-error-feedback", action="store_true", help="THC without error feedback")
+    parser.add_argument("--start-iter", type=int, default=0,
+                        help="THC: uncompressed warm-up steps before compressing (default 0)")
+    parser.add_argument("--granularity", type=int, default=30, help="THC g (default 30)")
+    parser.add_argument("--link-mbps", type=float,
+                        help="emulate a per-worker link of this many Mbit/s: each step costs its "
+                        "measured compute plus its bytes' transfer time (an emulation)")
+    parser.add_argument("--target", type=float,
+                        help="held-out metric that counts as reached for time-to-target "
+                        "(default: the task's, digits 0.95 accuracy, charlm 3.15 bits/char)")
+    parser.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP bucket size")
+    net = parser.add_argument_group("in-network aggregation (THC runs only)")
+    net.add_argument("--aggregator", choices=["torch", "network"], default="torch",
+                     help="sum THC with torch.distributed (default) or through a switch")
+    net.add_argument("--switch", default="embedded", metavar="embedded|IP:PORT[,IP:PORT...]",
+                     help="'embedded' (default): start the software target on loopback and "
+                          "configure it over P4Runtime; else the switch's UDP address, one per "
+                          "rank or one for all")
+    net.add_argument("--worker-ips", metavar="IP[,IP...]",
+                     help="address each rank binds, as in the controller's file "
+                          "(default 127.0.0.11, .12, ...)")
+    net.add_argument("--job-id", type=int, default=1, help="THC job id at the switch (default 1)")
+    net.add_argument("--slots", type=int, default=64, help="the job's slots (window; default 64)")
+    net.add_argument("--policy", choices=["exact", "partial"], default="exact",
+                     help="straggler policy (default exact)")
+    net.add_argument("--uplink", choices=["indices", "values"], default="indices",
+                     help="what DATA carries: 4-bit THC indices (default) or 8-bit table values "
+                          "(needed by the Tofino program; docs/protocol.md)")
+    parser.add_argument("--out", help="JSON report path (default netco-train-TASK.json)")
+    parser.add_argument("--plot", help="PNG path with --compare (default netco-train-TASK.png)")
+    parser.add_argument("--json", action="store_true", help="print the JSON report to stdout")
+    parser.set_defaults(func=run)
+
+
+def _validate(args: argparse.Namespace) -> THCConfig:
+    for name in ("workers", "steps", "eval_every", "powersgd_rank"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            raise UsageError(f"--{name.replace('_', '-')}={v}: must be >= 1")
+    if args.start_iter < 0:
+        raise UsageError(f"--start-iter={args.start_iter}: must be >= 0")
+    if args.link_mbps is not None and not args.link_mbps > 0:
+        raise UsageError(f"--link-mbps={args.link_mbps}: must be > 0 (Mbit/s per worker)")
+    if args.lr is not None and not args.lr > 0:
+        raise UsageError(f"--lr={args.lr}: must be > 0")
+    try:
+        cfg = THCConfig(granularity=args.granularity)
+        lane_bits(args.workers, cfg.granularity)
+    except (THCConfigError, LaneOverflowError) as exc:
+        raise UsageError(str(exc)) from exc
+    return cfg
+
+
+def _print_table(summaries: dict[str, dict], gap: dict[str, dict], metric: str, link: float | None
+                 ) -> None:
+    head = f"{'compressor':<13}{metric:>14}{'gap':>9}{'up/fp32':>9}{'down/fp32':>10}{'to target':>11}"
+    if link:
+        head += f"{'emul. s':>9}"
+    print(head)
+    for name, s in summaries.items():
+        g = gap.get(name, {}).get("metric_gap")
+        line = (f"{name:<13}{s['final_metric']:>14.4f}{(f'{g + 0.0:+.4f}' if g is not None else '-'):>9}"
+                f"{s['uplink_vs_fp32']:>9.3f}{s['downlink_vs_fp32']:>10.3f}"
+                f"{(str(s['steps_to_target']) if s['steps_to_target'] else '-'):>11}")
+        if link:
+            t = s["emulated_to_target_s"]
+            line += f"{(f'{t:.2f}' if t is not None else '-'):>9}"
+        print(line)
+
+
+@contextlib.contextmanager
+def network_for(args: argparse.Namespace, thc: THCConfig) -> Iterator[NetworkSpec | None]:
+    """The THC runs' :class:`NetworkSpec` (starting the embedded target when asked), or None."""
+    if args.aggregator != "network":
+        yield None
+        return
+    if args.switch == "embedded":
+        from control_plane.embedded import EmbeddedNetwork
+
+        with EmbeddedNetwork(args.workers, job_id=args.job_id, num_slots=args.slots,
+                             thc={"g": thc.granularity}) as emb:
+            addrs = [emb.address(r) for r in range(args.workers)]
+            yield NetworkSpec(tuple(a.switch for a in addrs), tuple(a.ip for a in addrs),
+                              job_id=args.job_id, num_slots=args.slots,
+                              granularity=thc.granularity, policy=args.policy,
+                              uplink=args.uplink)
+        return
+    switches = []
+    for part in args.switch.split(","):
+        host, sep, port = part.rpartition(":")
+        if not sep or not port.isdigit():
+            raise UsageError(f"--switch {part!r}: expected 'embedded' or IP:PORT[,IP:PORT...]")
+        switches.append((host, int(port)))
+    if len(switches) not in (1, args.workers):
+        raise UsageError(f"--switch: {len(switches)} addresses for {args.workers} workers; give "
+                         "one for all or one per rank")
+    ips = (args.worker_ips.split(",") if args.worker_ips
+           else [f"127.0.0.{11 + r}" for r in range(args.workers)])
+    if len(ips) != args.workers:
+        raise UsageError(f"--worker-ips: {len(ips)} addresses for {args.workers} workers")
+    yield NetworkSpec(tuple(switches), tuple(ips), job_id=args.job_id, num_slots=args.slots,
+                      granularity=thc.granularity, policy=args.policy, uplink=args.uplink)
+
+
+def session(network: NetworkSpec) -> NetworkSpec:
+    """``network`` with a fresh round base: the switch keeps the rounds of earlier runs."""
+    return dataclasses.replace(network, round_base=session_round_base())
+
+
+def run(args: argparse.Namespace) -> int:
+    thc_cfg = _validate(args)
+    task = make_task(args.task, seed=args.seed)
+    target = args.target if args.target is not None else task.default_target
+    if args.compare:
+        specs = compare_set((1, 4))
+    else:
+        specs = [CompressorSpec(args.compressor, rank=args.powersgd_rank,
+                                error_feedback=not args.no_error_feedback, start_iter=args.start_iter)]
+    progress = (not args.json) or sys.stderr.isatty()
+    runs, summaries = [], {}
+    with network_for(args, thc_cfg) as network:
+        for spec in specs:
+            net = session(network) if network is not None and spec.kind == "thc" else None
+            cfg = TrainConfig(task=args.task, spec=spec, workers=args.workers, steps=args.steps,
+                              eval_every=args.eval_every, seed=args.seed, lr=args.lr, thc=thc_cfg,
+                              bucket_cap_mb=args.bucket_cap_mb, progress=progress, network=net)
+            try:
+                r = train(cfg)
+            except TrainingError as exc:
+                print(f"netco train: {spec.label} failed: {exc}", file=sys.stderr)
+                return 1
+            runs.append(r)
+            summaries[spec.label] = summarize(r, target=target, link_mbps=args.link_mbps)
+            summaries[spec.label]["aggregator"] = r.get("aggregator")
+    gap = gaps(summaries, task.higher_is_better)
+    report = {
+        "task": args.task, "workers": args.workers, "seed": args.seed, "steps": runs[0]["steps"],
+        "params": runs[0]["params"], "metric": task.metric_name,
+        "higher_is_better": task.higher_is_better, "target": target, "link_mbps": args.link_mbps,
+        "bytes_model": "per worker, aggregator model: each step a worker uploads its contribution "
+                       "once and downloads the aggregate once (docs/training.md)",
+        "summary": summaries, "gaps_vs_none": gap, "runs": runs,
+    }
+    out = Path(args.out or f"netco-train-{args.task}.json")
+    out.write_text(json.dumps(report, indent=1))
+    report["report_path"] = str(out)
+    if args.compare:
+        png = args.plot or f"netco-train-{args.task}.png"
+        plot_comparison(runs, png, link_mbps=args.link_mbps, target=target)
+        report["plot_path"] = png
+    if args.json:
+        json.dump(report, sys.stdout)
+        print()
+    else:
+        _print_table(summaries, gap, task.metric_name, args.link_mbps)
+        print(f"report: {out}" + (f", plot: {report['plot_path']}" if args.compare else ""))
+    return 0

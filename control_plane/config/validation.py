@@ -1,0 +1,683 @@
+"""Reading and validating the controller's desired-state file (YAML or TOML).
+
+Validation collects every problem it finds and raises one :class:`ConfigError` whose lines
+each name the field (``jobs[0].members[2]``) and the fix, e.g.
+``jobs[0].members[2]: unknown host 'h9'; hosts are h1, h2, h3``.
+
+Everything here is pure (no I/O except reading the file in :func:`load_config`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+import re
+import tomllib
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from control_plane.config.schema import (
+    DEFAULT_BMV2_JSON,
+    DEFAULT_ELECTION_ID,
+    DEFAULT_NUM_SLOTS,
+    DEFAULT_THC,
+    MAX_GRANULARITY,
+    MAX_JOB_ID,
+    MAX_PORT,
+    POLICIES,
+    TARGETS,
+    UPLINKS,
+    VALUES_TARGETS,
+    ConfigError,
+    ControllerSpec,
+    HostSpec,
+    JobSpec,
+    LinkSpec,
+    NetworkConfig,
+    PathSpec,
+    SwitchSpec,
+    ThcParams,
+    TreeNode,
+)
+from control_plane.config.topology import derive_tree
+from host.protocol import layout as lay
+
+_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,31}$")
+_MAC_RE = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
+
+
+# ---------------------------------------------------------------------------------------------
+# reading
+
+
+def load_config(path: str | Path) -> NetworkConfig:
+    """Read and validate a desired-state file (``.yaml``/``.yml`` or ``.toml``).
+
+    Relative paths inside the file (``controller.p4info``, ``switches[i].p4blob``) are taken
+    relative to the file's folder.
+
+    Raises
+    ------
+    ConfigError
+        If the file cannot be read or parsed, or any field is invalid.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError([f"cannot read the file: {exc.strerror}"], str(path)) from exc
+    try:
+        if path.suffix == ".toml":
+            raw = tomllib.loads(text)
+        elif path.suffix in (".yaml", ".yml"):
+            raw = yaml.safe_load(text)
+        else:
+            raise ConfigError([f"unknown file type {path.suffix!r}; name it .yaml, .yml or .toml"],
+                              str(path))
+    except (yaml.YAMLError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError([f"not valid {path.suffix[1:].upper()}: {exc}"], str(path)) from exc
+    return parse_config(raw, base_dir=path.parent, source=str(path))
+
+
+def parse_config(raw: Any, base_dir: Path | None = None, source: str = "") -> NetworkConfig:
+    """Validate an already parsed mapping (the file's content) into a :class:`NetworkConfig`.
+
+    Raises
+    ------
+    ConfigError
+        Listing every problem found, one per line, each naming the field and the fix.
+    """
+    v = _Validator(base_dir or Path.cwd())
+    cfg = v.run(raw)
+    if v.problems or cfg is None:
+        raise ConfigError(v.problems or ["empty configuration"], source)
+    return cfg
+
+
+# ---------------------------------------------------------------------------------------------
+# validation
+
+
+def _names(items) -> str:
+    names = [i.name for i in items]
+    if not names:
+        return "(none defined)"
+    return ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
+
+
+class _Validator:
+    """Collects problems while building the config; one pass per section."""
+
+    def __init__(self, base_dir: Path) -> None:
+        self.base_dir = base_dir
+        self.problems: list[str] = []
+
+    def err(self, where: str, msg: str) -> None:
+        self.problems.append(f"{where}: {msg}")
+
+    # -- scalar helpers ---------------------------------------------------------------------
+    def mapping(self, where: str, val: Any, allowed: set[str], required: set[str]) -> dict | None:
+        if not isinstance(val, dict):
+            self.err(where, f"must be a mapping with keys {', '.join(sorted(required | allowed))}, "
+                            f"got {type(val).__name__}")
+            return None
+        for k in val:
+            if k not in allowed | required:
+                close = ", ".join(sorted(allowed | required))
+                self.err(f"{where}.{k}", f"unknown field; allowed fields are {close}")
+        for k in sorted(required):
+            if k not in val:
+                self.err(f"{where}.{k}", "missing (required)")
+        return val
+
+    def list_of(self, where: str, val: Any, required: bool = True) -> list:
+        if val is None:
+            if required:
+                self.err(where, "missing: give a list")
+            return []
+        if not isinstance(val, list):
+            self.err(where, f"must be a list, got {type(val).__name__}")
+            return []
+        return val
+
+    def integer(self, where: str, val: Any, lo: int, hi: int, hint: str = "") -> int | None:
+        if isinstance(val, bool) or not isinstance(val, int):
+            self.err(where, f"must be an integer in {lo}..{hi}, got {val!r}")
+            return None
+        if not lo <= val <= hi:
+            self.err(where, f"{val} out of range; use {lo}..{hi}{hint}")
+            return None
+        return val
+
+    def number(self, where: str, val: Any, lo: float, hi: float, unit: str) -> float | None:
+        if val is None:
+            return None
+        if isinstance(val, bool) or not isinstance(val, int | float):
+            self.err(where, f"must be a number of {unit}, got {val!r}")
+            return None
+        if not lo <= float(val) <= hi:
+            self.err(where, f"{val} out of range; use {lo:g}..{hi:g} {unit}")
+            return None
+        return float(val)
+
+    def name(self, where: str, val: Any) -> str | None:
+        if not isinstance(val, str) or not _NAME_RE.match(val):
+            self.err(where, f"{val!r} is not a valid name; use a letter followed by up to 31 "
+                            "letters, digits, '_', '.' or '-'")
+            return None
+        return val
+
+    def ipv4(self, where: str, val: Any) -> str | None:
+        try:
+            if not isinstance(val, str):
+                raise ValueError
+            return str(ipaddress.IPv4Address(val))
+        except ValueError:
+            self.err(where, f"{val!r} is not an IPv4 address; write it like 10.0.0.1")
+            return None
+
+    def mac(self, where: str, val: Any) -> str | None:
+        if not isinstance(val, str) or not _MAC_RE.match(val):
+            self.err(where, f"{val!r} is not a MAC address; write it like 02:00:00:00:00:01")
+            return None
+        return val.lower()
+
+    def endpoint(self, where: str, val: Any, switches: dict[str, SwitchSpec]) -> tuple[str, int] | None:
+        """``"s1:3"`` → (switch, port)."""
+        if not isinstance(val, str) or val.count(":") != 1:
+            self.err(where, f"{val!r} must be 'SWITCH:PORT', e.g. 's1:3'")
+            return None
+        sw, _, port_s = val.partition(":")
+        if sw not in switches:
+            self.err(where, f"unknown switch {sw!r}; switches are {_names(switches.values())}")
+            return None
+        if not port_s.isdigit():
+            self.err(where, f"port {port_s!r} must be a number, e.g. '{sw}:1'")
+            return None
+        port = int(port_s)
+        spec = switches[sw]
+        if not 0 <= port <= MAX_PORT:
+            self.err(where, f"port {port} out of range; use 0..{MAX_PORT}")
+            return None
+        if spec.ports is not None and port not in spec.ports:
+            self.err(where, f"switch {sw} has no port {port}; its ports are "
+                            f"{', '.join(map(str, spec.ports))} (add it to switches[].ports)")
+            return None
+        return sw, port
+
+    def path(self, where: str, val: Any) -> Path | None:
+        if val is None:
+            return None
+        if not isinstance(val, str) or not val:
+            self.err(where, f"must be a file path, got {val!r}")
+            return None
+        p = Path(val).expanduser()
+        return p if p.is_absolute() else self.base_dir / p
+
+    # -- sections ---------------------------------------------------------------------------
+    def run(self, raw: Any) -> NetworkConfig | None:
+        if raw is None:
+            self.problems.append("the file is empty; it needs switches, hosts and jobs")
+            return None
+        top = self.mapping("(top level)", raw, {"links", "jobs", "paths", "controller"},
+                           {"switches", "hosts"})
+        if top is None:
+            return None
+        ctl = self.controller(top.get("controller"))
+        switches = self.switches(top.get("switches"))
+        hosts = self.hosts(top.get("hosts"), switches)
+        links = self.links(top.get("links"), switches)
+        self.check_ports(switches, hosts, links)
+        cfg = NetworkConfig(tuple(switches.values()), tuple(hosts.values()), tuple(links), (), (), ctl)
+        jobs = self.jobs(top.get("jobs"), cfg)
+        paths = self.paths(top.get("paths"), cfg)
+        return NetworkConfig(cfg.switches, cfg.hosts, cfg.links, tuple(jobs), tuple(paths), ctl)
+
+    def controller(self, raw: Any) -> ControllerSpec:
+        if raw is None:
+            return ControllerSpec()
+        m = self.mapping("controller", raw, {"election_id", "p4info", "bmv2_json"}, set())
+        if m is None:
+            return ControllerSpec()
+        eid = DEFAULT_ELECTION_ID
+        if "election_id" in m:
+            eid = self.integer("controller.election_id", m["election_id"], 1, (1 << 64) - 1) or eid
+        return ControllerSpec(
+            election_id=eid,
+            p4info=self.path("controller.p4info", m.get("p4info")),
+            bmv2_json=self.path("controller.bmv2_json", m.get("bmv2_json")) or DEFAULT_BMV2_JSON,
+        )
+
+    def switches(self, raw: Any) -> dict[str, SwitchSpec]:
+        out: dict[str, SwitchSpec] = {}
+        addrs: dict[str, str] = {}
+        for i, s in enumerate(self.list_of("switches", raw)):
+            w = f"switches[{i}]"
+            m = self.mapping(w, s, {"device_id", "mac", "ports", "target", "p4blob"},
+                             {"name", "address", "addr"})
+            if m is None:
+                continue
+            name = self.name(f"{w}.name", m.get("name"))
+            if name in out:
+                self.err(f"{w}.name", f"duplicate switch name {name!r}; names must be unique")
+                name = None
+            address = m.get("address")
+            if not isinstance(address, str) or not re.match(r"^[^\s:]+:\d+$|^\[[0-9a-fA-F:]+\]:\d+$",
+                                                            address):
+                self.err(f"{w}.address", f"{address!r} must be HOST:PORT of the P4Runtime server, "
+                                         "e.g. 127.0.0.1:9559")
+                address = None
+            elif address in addrs:
+                self.err(f"{w}.address", f"{address} is also switch {addrs[address]}'s address")
+            dev = self.integer(f"{w}.device_id", m.get("device_id", 1), 0, (1 << 64) - 1)
+            addr = self.ipv4(f"{w}.addr", m.get("addr"))
+            mac = self.mac(f"{w}.mac", m["mac"]) if "mac" in m else f"02:4e:43:00:00:{i + 1:02x}"
+            ports = None
+            if "ports" in m:
+                ports_raw = m["ports"]
+                if isinstance(ports_raw, int) and not isinstance(ports_raw, bool):
+                    if self.integer(f"{w}.ports", ports_raw, 1, MAX_PORT) is not None:
+                        ports = tuple(range(1, ports_raw + 1))
+                else:
+                    plist = [self.integer(f"{w}.ports[{j}]", p, 0, MAX_PORT)
+                             for j, p in enumerate(self.list_of(f"{w}.ports", ports_raw))]
+                    if None not in plist:
+                        ports = tuple(sorted(set(plist)))  # type: ignore[arg-type]
+            target = m.get("target", "bmv2")
+            if target not in TARGETS:
+                self.err(f"{w}.target", f"{target!r} unknown; use one of {', '.join(TARGETS)}")
+                target = "bmv2"
+            p4blob = self.path(f"{w}.p4blob", m.get("p4blob"))
+            if target in ("p4runtime", "tofino") and p4blob is None:
+                self.err(f"{w}.p4blob", f"required for target {target!r}: the target's compiled "
+                                        "program (device config) to push with the P4Info")
+            if name is None or address is None or addr is None or mac is None or dev is None:
+                continue
+            addrs[address] = name
+            out[name] = SwitchSpec(name, address, dev, addr, mac, ports, target, p4blob)
+        if isinstance(raw, list) and not raw:
+            self.err("switches", "empty; define at least one switch")
+        tna = sorted(s.name for s in out.values() if s.target in VALUES_TARGETS)
+        other = sorted(s.name for s in out.values() if s.target not in VALUES_TARGETS)
+        if tna and other:
+            self.err("switches", f"Tofino switches ({', '.join(tna)}) run p4/tna, the others "
+                                 f"({', '.join(other)}) p4/v1model: one controller pushes one "
+                                 "P4Info; give each program its own config file")
+        seen: dict[str, str] = {}
+        for s in out.values():
+            if s.addr in seen:
+                self.err(f"switches[{list(out).index(s.name)}].addr",
+                         f"{s.addr} is also switch {seen[s.addr]}'s address; give each its own")
+            seen[s.addr] = s.name
+        return out
+
+    def hosts(self, raw: Any, switches: dict[str, SwitchSpec]) -> dict[str, HostSpec]:
+        out: dict[str, HostSpec] = {}
+        ips: dict[str, str] = {}
+        for i, h in enumerate(self.list_of("hosts", raw)):
+            w = f"hosts[{i}]"
+            m = self.mapping(w, h, set(), {"name", "mac", "ip", "attach"})
+            if m is None:
+                continue
+            name = self.name(f"{w}.name", m.get("name"))
+            if name is not None and (name in out or name in switches):
+                self.err(f"{w}.name", f"{name!r} is already used by another host or switch")
+                name = None
+            mac = self.mac(f"{w}.mac", m.get("mac"))
+            ip = self.ipv4(f"{w}.ip", m.get("ip"))
+            if ip is not None and ip in ips:
+                self.err(f"{w}.ip", f"{ip} is also host {ips[ip]}'s address")
+                ip = None
+            if ip is not None and any(s.addr == ip for s in switches.values()):
+                self.err(f"{w}.ip", f"{ip} is a switch's addr; give the host its own address")
+                ip = None
+            att = self.endpoint(f"{w}.attach", m.get("attach"), switches) if "attach" in m else None
+            if name is None or mac is None or ip is None or att is None:
+                continue
+            ips[ip] = name
+            out[name] = HostSpec(name, mac, ip, att[0], att[1])
+        return out
+
+    def links(self, raw: Any, switches: dict[str, SwitchSpec]) -> list[LinkSpec]:
+        out: list[LinkSpec] = []
+        for i, ln in enumerate(self.list_of("links", raw, required=False)):
+            w = f"links[{i}]"
+            m = self.mapping(w, ln, {"bandwidth_mbps", "delay_ms", "loss_pct"}, {"a", "b"})
+            if m is None:
+                continue
+            a = self.endpoint(f"{w}.a", m.get("a"), switches) if "a" in m else None
+            b = self.endpoint(f"{w}.b", m.get("b"), switches) if "b" in m else None
+            bw = self.number(f"{w}.bandwidth_mbps", m.get("bandwidth_mbps"), 0.001, 1e7, "Mbit/s")
+            dl = self.number(f"{w}.delay_ms", m.get("delay_ms"), 0.0, 1e5, "ms")
+            ls = self.number(f"{w}.loss_pct", m.get("loss_pct"), 0.0, 100.0, "%")
+            if a is None or b is None:
+                continue
+            if a[0] == b[0]:
+                self.err(w, f"links switch {a[0]} to itself; connect two different switches")
+                continue
+            if any({(x.a, x.b)} & {(a[0], b[0]), (b[0], a[0])} for x in out):
+                self.err(w, f"second link between {a[0]} and {b[0]}; parallel links are not supported")
+                continue
+            out.append(LinkSpec(a[0], a[1], b[0], b[1], bw, dl, ls))
+        return out
+
+    def check_ports(self, switches: dict[str, SwitchSpec], hosts: dict[str, HostSpec],
+                    links: list[LinkSpec]) -> None:
+        used: dict[tuple[str, int], str] = {}
+
+        def claim(key: tuple[str, int], who: str, where: str) -> None:
+            if key in used:
+                self.err(where, f"port {key[0]}:{key[1]} is already used by {used[key]}; "
+                                "each switch port connects one host or one link")
+            else:
+                used[key] = who
+
+        for i, h in enumerate(hosts.values()):
+            claim((h.switch, h.port), f"host {h.name}", f"hosts[{i}].attach")
+        for i, ln in enumerate(links):
+            claim((ln.a, ln.a_port), f"link {i}", f"links[{i}].a")
+            claim((ln.b, ln.b_port), f"link {i}", f"links[{i}].b")
+
+    # -- jobs -------------------------------------------------------------------------------
+    def thc(self, w: str, raw: Any) -> ThcParams | None:
+        m = self.mapping(w, raw if raw is not None else dict(DEFAULT_THC), {"b", "g", "p"}, set())
+        if m is None:
+            return None
+        vals = {**DEFAULT_THC, **m}
+        ok = True
+        b = vals["b"]
+        if b != lay.INDEX_BITS:
+            self.err(f"{w}.b", f"{b!r}: the switch's DATA payload carries {lay.INDEX_BITS}-bit "
+                               f"indices; set b: {lay.INDEX_BITS}")
+            ok = False
+        g = self.integer(f"{w}.g", vals["g"], (1 << lay.INDEX_BITS) - 1, MAX_GRANULARITY,
+                         " (table values are 8-bit action parameters)")
+        try:
+            p = float(Fraction(str(vals["p"])))
+            if not 0.0 < p < 1.0:
+                raise ValueError
+        except (ValueError, ZeroDivisionError):
+            self.err(f"{w}.p", f"{vals['p']!r}: the clipped tail mass must lie in (0, 1), e.g. 1/32")
+            p = None
+        if not ok or g is None or p is None:
+            return None
+        return ThcParams(b, g, p)
+
+    def jobs(self, raw: Any, cfg: NetworkConfig) -> list[JobSpec]:
+        hosts = {h.name: h for h in cfg.hosts}
+        out: list[JobSpec] = []
+        ids: dict[int, str] = {}
+        names: set[str] = set()
+        for i, j in enumerate(self.list_of("jobs", raw, required=False)):
+            w = f"jobs[{i}]"
+            m = self.mapping(w, j, {"thc", "policy", "num_slots", "slot_base", "lane_bits",
+                                    "root", "tree", "uplink"}, {"name", "id", "members"})
+            if m is None:
+                continue
+            name = self.name(f"{w}.name", m.get("name"))
+            if name is not None and name in names:
+                self.err(f"{w}.name", f"duplicate job name {name!r}")
+                name = None
+            jid = self.integer(f"{w}.id", m.get("id"), 0, MAX_JOB_ID) if "id" in m else None
+            if jid is not None and jid in ids:
+                self.err(f"{w}.id", f"{jid} is also job {ids[jid]}'s id; job ids must be unique")
+                jid = None
+            members: list[str] = []
+            bad_members = False
+            mlist = self.list_of(f"{w}.members", m.get("members"))
+            if not mlist and "members" in m:
+                self.err(f"{w}.members", "empty; a job needs at least one member host")
+                bad_members = True
+            if len(mlist) > lay.MAX_WORKERS:
+                self.err(f"{w}.members", f"{len(mlist)} members; a job has at most "
+                                         f"{lay.MAX_WORKERS} (rank is a {lay.MAX_WORKERS}-bit bitmap)")
+                bad_members = True
+            for k, h in enumerate(mlist):
+                if h not in hosts:
+                    self.err(f"{w}.members[{k}]", f"unknown host {h!r}; hosts are "
+                                                  f"{_names(cfg.hosts)}")
+                    bad_members = True
+                elif h in members:
+                    self.err(f"{w}.members[{k}]", f"host {h} is listed twice; list each member once")
+                    bad_members = True
+                else:
+                    members.append(h)
+            thc = self.thc(f"{w}.thc", m.get("thc"))
+            policy = m.get("policy", "exact")
+            if policy not in POLICIES:
+                self.err(f"{w}.policy", f"{policy!r} unknown; use one of {', '.join(POLICIES)}")
+            nslots = self.integer(f"{w}.num_slots", m.get("num_slots", DEFAULT_NUM_SLOTS), 1, 0xFFFF)
+            sbase = None
+            if m.get("slot_base") is not None:
+                sbase = self.integer(f"{w}.slot_base", m["slot_base"], 0, 0xFFFF)
+            lane = None
+            if thc is not None and members and not bad_members:
+                need = lay.lane_bits_for(len(members), thc.g)
+                lane = m.get("lane_bits", need)
+                if lane not in lay.LANE_WIDTHS:
+                    self.err(f"{w}.lane_bits", f"{lane!r}: use one of {lay.LANE_WIDTHS} (or leave it "
+                                               f"out: {need} is derived from n·g)")
+                    lane = None
+                elif lane < need:
+                    self.err(f"{w}.lane_bits", f"{lane} bits cannot hold n·g = {len(members)}·{thc.g} = "
+                                               f"{len(members) * thc.g}; use {need} or more")
+                    lane = None
+            if None in (name, jid, thc, nslots, lane) or bad_members or policy not in POLICIES:
+                continue
+            assert name is not None and jid is not None and thc is not None
+            assert nslots is not None and lane is not None
+            tree, explicit = self.tree(w, m, members, cfg)
+            if tree is None:
+                continue
+            targets = {sw.name: sw.target for sw in cfg.switches}
+            bmv2 = [n.switch for n in tree if targets[n.switch] == "bmv2"]
+            if lane == 32 and bmv2:
+                # BMv2 lets a packet grow by 512 bytes only: 128 B of indices -> 1 KiB of lanes
+                # crashes it, so the P4 program drops such DATA (LANE_UNSUPPORTED).
+                self.err(f"{w}.lane_bits", f"32-bit lanes are not supported on BMv2 switch "
+                                           f"{bmv2[0]}; use 16 (n·g up to 65535: g <= 2047 "
+                                           "for 32 workers)")
+                continue
+            tofino = [n.switch for n in tree if targets[n.switch] in VALUES_TARGETS]
+            uplink = m.get("uplink", "values" if tofino else "indices")
+            if uplink not in UPLINKS:
+                self.err(f"{w}.uplink", f"{uplink!r} unknown; use one of {', '.join(UPLINKS)}")
+                continue
+            if tofino and uplink != "values":
+                self.err(f"{w}.uplink", f"'indices' cannot go through Tofino switch {tofino[0]}: it "
+                                        "adds table values in packed 8-bit lanes; use 'values' (or "
+                                        "leave uplink out)")
+                continue
+            if tofino and lane != 8:
+                self.err(f"{w}.lane_bits", f"Tofino switch {tofino[0]} adds packed 8-bit lanes, but "
+                                           f"n·g = {len(members)}·{thc.g} = {len(members) * thc.g} "
+                                           f"needs {lane}; keep n·g <= 255 (g <= "
+                                           f"{255 // len(members)} for {len(members)} workers)")
+                continue
+            if uplink == "values" and thc.g > 255:
+                self.err(f"{w}.thc.g", f"{thc.g}: the values uplink carries table values in 8 bits; "
+                                       "use g <= 255")
+                continue
+            ids[jid] = name
+            names.add(name)
+            out.append(JobSpec(name, jid, tuple(members), thc, policy, nslots, sbase, lane,
+                               tree, explicit, uplink))
+        return out
+
+    def tree(self, w: str, m: dict, members: list[str], cfg: NetworkConfig
+             ) -> tuple[tuple[TreeNode, ...] | None, bool]:
+        """The job's aggregation tree: explicit (``tree``) or derived from ``root``."""
+        hosts = {h.name: h for h in cfg.hosts}
+        switches = {s.name: s for s in cfg.switches}
+        attach = {h: hosts[h].switch for h in members}
+        if "tree" in m and "root" in m:
+            self.err(f"{w}.root", "give either root (derived tree) or tree (explicit), not both")
+            return None, False
+        if "tree" not in m:
+            root = m.get("root")
+            if root is not None and root not in switches:
+                self.err(f"{w}.root", f"unknown switch {root!r}; switches are {_names(cfg.switches)}")
+                return None, False
+            nodes = derive_tree(cfg, members, root)
+            if nodes is None:
+                sws = sorted(set(attach.values()))
+                self.err(f"{w}.members", f"members attach to switches {', '.join(sws)}, which no "
+                                         "chain of links connects; add links or split the job")
+                return None, False
+            return nodes, False
+        raw_nodes = self.list_of(f"{w}.tree", m["tree"])
+        nodes: list[TreeNode] = []
+        covered: dict[str, str] = {}
+        ok = True
+        for k, n in enumerate(raw_nodes):
+            wn = f"{w}.tree[{k}]"
+            nm = self.mapping(wn, n, {"parent", "members"}, {"switch"})
+            if nm is None:
+                ok = False
+                continue
+            sw = nm.get("switch")
+            if sw not in switches:
+                self.err(f"{wn}.switch", f"unknown switch {sw!r}; switches are {_names(cfg.switches)}")
+                ok = False
+                continue
+            if any(x.switch == sw for x in nodes):
+                self.err(f"{wn}.switch", f"{sw} appears twice in the tree; list each switch once")
+                ok = False
+                continue
+            parent = nm.get("parent")
+            if parent is not None:
+                if parent not in switches:
+                    self.err(f"{wn}.parent", f"unknown switch {parent!r}; switches are "
+                                             f"{_names(cfg.switches)}")
+                    ok = False
+                elif parent not in cfg.neighbours(sw):
+                    self.err(f"{wn}.parent", f"{parent} is not linked to {sw}; a parent must be a "
+                                             "direct neighbour (a switch in between would consume "
+                                             "the THC packets)")
+                    ok = False
+            here = [h for h in members if attach[h] == sw]
+            if "members" in nm:
+                listed = self.list_of(f"{wn}.members", nm["members"])
+                for q, h in enumerate(listed):
+                    wm = f"{wn}.members[{q}]"
+                    if h not in members:
+                        self.err(wm, f"{h!r} is not a member of this job; members are "
+                                     f"{', '.join(members)}")
+                        ok = False
+                    elif attach[h] != sw:
+                        self.err(wm, f"{h} attaches to {attach[h]}, not {sw}; a member is "
+                                     "aggregated by the switch it attaches to")
+                        ok = False
+                    elif h in covered:
+                        self.err(wm, f"{h} is already aggregated at {covered[h]}")
+                        ok = False
+                if ok and sorted(listed) != sorted(here):
+                    missing = [h for h in here if h not in listed]
+                    self.err(f"{wn}.members", f"{', '.join(missing)} also attach to {sw}; list them "
+                                              "here too (or leave members out to infer them)")
+                    ok = False
+            for h in here:
+                covered[h] = sw
+            nodes.append(TreeNode(sw, parent, tuple(here)))
+        if not ok:
+            return None, True
+        names = {n.switch for n in nodes}
+        for k, n in enumerate(nodes):
+            if n.parent is not None and n.parent not in names:
+                self.err(f"{w}.tree[{k}].parent", f"{n.parent} is not a node of this tree; add "
+                                                  f"{{switch: {n.parent}}} to tree")
+                ok = False
+        roots = [n.switch for n in nodes if n.parent is None]
+        if ok and len(roots) != 1:
+            self.err(f"{w}.tree", f"needs exactly one root (a node without parent), found "
+                                  f"{len(roots)}: {', '.join(roots) or 'none'}")
+            ok = False
+        missing = [h for h in members if h not in covered]
+        if missing:
+            self.err(f"{w}.tree", f"members {', '.join(missing)} attach to switches not in the "
+                                  f"tree ({', '.join(sorted({attach[h] for h in missing}))}); "
+                                  "add those switches")
+            ok = False
+        if ok:
+            parent = {n.switch: n.parent for n in nodes}
+            for n in nodes:
+                seen, cur = set(), n.switch
+                while cur is not None and cur not in seen:
+                    seen.add(cur)
+                    cur = parent[cur]
+                if cur is not None:
+                    self.err(f"{w}.tree", f"parent links form a cycle through {cur}; a tree has none")
+                    ok = False
+                    break
+        if ok:
+            for k, n in enumerate(nodes):
+                kids = [c for c in nodes if c.parent == n.switch]
+                if not n.members and not kids:
+                    self.err(f"{w}.tree[{k}]", f"{n.switch} aggregates nobody (no members attach "
+                                               "there and it has no children); remove it")
+                    ok = False
+        return (tuple(nodes), True) if ok else (None, True)
+
+    def paths(self, raw: Any, cfg: NetworkConfig) -> list[PathSpec]:
+        hosts = {h.name: h for h in cfg.hosts}
+        switches = {s.name for s in cfg.switches}
+        out: list[PathSpec] = []
+        for i, p in enumerate(self.list_of("paths", raw, required=False)):
+            w = f"paths[{i}]"
+            m = self.mapping(w, p, {"src"}, {"dst", "via"})
+            if m is None:
+                continue
+            dst, src = m.get("dst"), m.get("src")
+            if dst not in hosts:
+                self.err(f"{w}.dst", f"unknown host {dst!r}; hosts are {_names(cfg.hosts)}")
+                continue
+            if src is not None and src not in hosts:
+                self.err(f"{w}.src", f"unknown host {src!r}; hosts are {_names(cfg.hosts)}")
+                continue
+            via = self.list_of(f"{w}.via", m.get("via"))
+            bad = [s for s in via if s not in switches]
+            if bad or not via:
+                self.err(f"{w}.via", f"unknown switch {bad[0]!r}; switches are {_names(cfg.switches)}"
+                         if bad else "empty; list the switches the path crosses, in order")
+                continue
+            if via[-1] != hosts[dst].switch:
+                self.err(f"{w}.via", f"must end at {hosts[dst].switch}, where {dst} attaches "
+                                     f"(ends at {via[-1]})")
+                continue
+            if src is not None and via[0] != hosts[src].switch:
+                self.err(f"{w}.via", f"must start at {hosts[src].switch}, where {src} attaches "
+                                     f"(starts at {via[0]})")
+                continue
+            if len(set(via)) != len(via):
+                self.err(f"{w}.via", "visits a switch twice; a path has no loops")
+                continue
+            broken = [(x, y) for x, y in itertools.pairwise(via) if y not in cfg.neighbours(x)]
+            if broken:
+                x, y = broken[0]
+                self.err(f"{w}.via", f"{x} and {y} are not linked; add a link or fix the path")
+                continue
+            for q in out:
+                clash = _path_clash(q, via, dst)
+                if clash:
+                    self.err(f"{w}.via", f"at {clash} it leaves towards a different next hop than "
+                                         f"an earlier path to {dst}; routes depend on the destination "
+                                         "only, so paths to one host must agree where they meet")
+                    break
+            else:
+                out.append(PathSpec(dst, tuple(via), src))
+        return out
+
+
+def _path_clash(q: PathSpec, via: list[str], dst: str) -> str | None:
+    if q.dst != dst:
+        return None
+    nxt = dict(zip(q.via, q.via[1:], strict=False))
+    for x, y in itertools.pairwise(via):
+        if x in nxt and nxt[x] != y:
+            return x
+    return None
+
+

@@ -1,1 +1,0 @@
-"""The ``netco`` command line (see :mod:`host.cli.main`)."""

@@ -1,0 +1,64 @@
+"""The rules every job's switch parameters obey, checked by the controller and the switch alike.
+
+A job at a switch is described by the ``set_job`` action of ``ingress.thc_validate.jobs``
+(``docs/protocol.md``, "Controller-installed state"). The controller checks the entries it
+builds with :func:`job_problems` before writing them; the software target checks every entry a
+P4Runtime client writes with the same function (and :func:`overlaps` against the other jobs), so
+neither side can accept a job the other would refuse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from host.protocol import layout as lay
+
+
+def job_problems(params: Mapping[str, int], *, pool_slots: int | None = None,
+                 max_jobs: int | None = None) -> list[tuple[str, str]]:
+    """Problems of one job's ``set_job`` parameters, as ``(field, message)`` pairs.
+
+    Parameters
+    ----------
+    params : mapping of str to int
+        ``set_job`` parameters by name; absent ones are not checked.
+    pool_slots : int, optional
+        Aggregation slots of the switch: the job's range must lie inside.
+    max_jobs : int, optional
+        Size of the jobs table: ``index`` (the per-job counter cell) must stay below it.
+    """
+    out: list[tuple[str, str]] = []
+    lane = params.get("lane_bits")
+    if lane is not None and lane not in lay.LANE_WIDTHS:
+        out.append(("lane_bits", f"{lane}: use one of {', '.join(map(str, lay.LANE_WIDTHS))}"))
+    exp = params.get("expected")
+    if exp is not None and not 1 <= exp <= lay.MAX_WORKERS:
+        out.append(("expected", f"{exp}: a slot completes with 1..{lay.MAX_WORKERS} contributors "
+                                "(the contributor bitmap is 32 bits)"))
+    num = params.get("num_slots")
+    if num is not None and num < 1:
+        out.append(("num_slots", f"{num}: a job needs at least one slot"))
+    base = params.get("slot_base")
+    if (pool_slots is not None and base is not None and num is not None and num >= 1
+            and base + num > pool_slots):
+        out.append(("slot_base", f"slots {base}..{base + num - 1} leave the switch's pool of "
+                                 f"{pool_slots} slots"))
+    idx = params.get("index")
+    if max_jobs is not None and idx is not None and idx >= max_jobs:
+        out.append(("index", f"{idx}: the switch serves jobs 0..{max_jobs - 1}"))
+    for flag in ("has_parent",):
+        v = params.get(flag)
+        if v is not None and v not in (0, 1):
+            out.append((flag, f"{v}: must be 0 or 1"))
+    return out
+
+
+def overlaps(base: int, num: int, others: Iterable[tuple[int, int, int]]) -> int | None:
+    """The job id of the first ``(job_id, slot_base, num_slots)`` sharing a slot, or None."""
+    for jid, b, n in others:
+        if base < b + n and b < base + num:
+            return jid
+    return None
+
+
+__all__ = ["job_problems", "overlaps"]

@@ -1,0 +1,47 @@
+"""``netco demo --quick``: the README's main job, end to end on the embedded default."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from control_plane.cli.main import main
+
+
+def test_demo_quick(tmp_path, capsys):
+    out, png = tmp_path / "demo.json", tmp_path / "demo.png"
+    rc = main(["demo", "--quick", "--workers", "2", "--json", "--out", str(out), "--plot", str(png)])
+    assert rc == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    rep = json.loads(out.read_text())
+    assert printed["summary"] == rep["summary"]
+    thc, none = rep["summary"]["thc"], rep["summary"]["none"]
+    assert rep["runs"][0]["aggregator"] == "network"
+    assert rep["runs"][1]["aggregator"] == "torch.distributed"
+    # 4-bit indices plus headers and norms up; fp32 is 32 bits per coordinate
+    assert thc["bytes_sent_per_step"] < none["bytes_sent_per_step"] / 5
+    assert rep["network_stats"]["min_count"] == 2
+    sw = rep["switch"][0]
+    assert sw["counters"]["ingress.thc_slot.contributions"]["0"] > 0
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+@pytest.mark.parametrize("switch", ["softswitch", pytest.param("bmv2", marks=pytest.mark.bmv2)])
+def test_demo_on_a_mininet_rack_trains_like_loopback(tmp_path, capsys, switch):
+    """Through the rack's switch (frames on the hosts' interfaces) the THC run follows the
+    loopback run bit for bit: both switches add the same integers."""
+    runs = {}
+    for name, extra in (("loopback", []), ("rack", ["--testbed", "rack", "--switch", switch])):
+        out = tmp_path / f"{name}.json"
+        rc = main(["demo", "--quick", "--workers", "4", "--json", "--out", str(out),
+                   "--plot", str(tmp_path / f"{name}.png"), *extra])
+        assert rc == 0
+        capsys.readouterr()
+        runs[name] = json.loads(out.read_text())
+    assert runs["rack"]["network"] == f"Mininet rack, {switch}"
+    loss = {k: [r["loss"] for r in v["runs"][0]["records"]] for k, v in runs.items()}
+    assert loss["rack"] == loss["loopback"]
+    assert runs["rack"]["network_stats"]["min_count"] == 4

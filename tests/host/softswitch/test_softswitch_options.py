@@ -1,0 +1,173 @@
+"""``netco switch`` options: every bad one is one line naming the flag, before anything opens."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from control_plane.cli.main import main
+from host.softswitch.launch import free_tcp_port
+from host.softswitch.server import MAX_WRITE_UPDATES
+from host.softswitch.switch import SoftSwitch
+
+NETCO = [sys.executable, "-c", "import sys; from control_plane.cli.main import main; sys.exit(main())"]
+
+
+def _free_udp() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--slots", "100000000"], "--slots 100000000: give 1..65536"),
+    (["--slots", "0"], "--slots 0"),
+    (["--batch", "0"], "--batch 0"),
+    (["--device-id", "-1"], "--device-id -1"),
+    (["--grpc", "127.0.0.1:99999"], "--grpc '127.0.0.1:99999': port 99999 is not in 0..65535"),
+    (["--grpc", "nohost"], "--grpc 'nohost': expected HOST:PORT"),
+    (["--p4info", "/nonexistent/p.txtpb"], "--p4info /nonexistent/p.txtpb: no such file"),
+    (["--tls-cert", "/nonexistent/c.pem"], "--tls-cert and --tls-key: give both"),
+    (["--tls-cert", "/nonexistent/c.pem", "--tls-key", "/nonexistent/k.pem"],
+     "--tls-cert /nonexistent/c.pem: no such file"),
+    (["--port", "1=udp:127.0.0.1:99999"], "UDP port 99999 is not in 0..65535"),
+    (["--port", "1=udp:300.0.0.1:5000"], "'300.0.0.1' is not an IPv4 address"),
+])
+def test_bad_options_are_one_line(capsys, argv, message):
+    port = [] if "--port" in argv else ["--port", f"1=udp:127.0.0.1:{_free_udp()}"]
+    assert main(["switch", *port, *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_p4info_that_is_not_one_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "p.txtpb"
+    bad.write_text("this is { not a p4info")
+    assert main(["switch", "--port", f"1=udp:127.0.0.1:{_free_udp()}", "--p4info", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "--p4info" in err and "not a P4Info" in err and len(err.strip().splitlines()) == 1
+
+
+def test_serve_reports_the_port_it_listens_on():
+    sw = SoftSwitch()
+    try:
+        addr = sw.serve("127.0.0.1:0")
+        host, port = addr.rsplit(":", 1)
+        assert host == "127.0.0.1" and int(port) > 0
+        with socket.create_connection(("127.0.0.1", int(port)), timeout=5):
+            pass
+    finally:
+        sw.stop()
+
+
+def test_second_server_on_the_same_address_is_refused():
+    a = SoftSwitch()
+    b = SoftSwitch()
+    try:
+        addr = a.serve(f"127.0.0.1:{free_tcp_port()}")
+        with pytest.raises(OSError, match="in use"):
+            b.serve(addr)
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_second_netco_switch_on_the_same_grpc_address_fails_with_one_line(tmp_path):
+    grpc_addr = f"127.0.0.1:{free_tcp_port()}"
+    ready = tmp_path / "ready"
+    first = subprocess.Popen([*NETCO, "switch", "--port",
+                              f"1=udp:127.0.0.1:{_free_udp()}", "--grpc", grpc_addr,
+                              "--ready-file", str(ready)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        for _ in range(300):
+            if ready.exists() or first.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert ready.read_text().strip() == grpc_addr
+        second = subprocess.run([*NETCO, "switch", "--port",
+                                 f"1=udp:127.0.0.1:{_free_udp()}", "--grpc", grpc_addr],
+                                capture_output=True, text=True, timeout=60)
+        assert second.returncode == 2
+        assert f"--grpc {grpc_addr}: cannot listen" in second.stderr
+        assert len(second.stderr.strip().splitlines()) == 1, second.stderr
+    finally:
+        first.terminate()
+        first.wait(timeout=30)
+
+
+def test_writes_report_each_update_or_are_refused_whole(tmp_path):
+    """P4Runtime: per-update errors in the Write error, however many updates there are."""
+    import finsy as fy
+
+    from host.softswitch.launch import AsyncLoop
+    from host.softswitch.p4info import netco_p4info, write_p4info
+
+    sw = SoftSwitch()
+    addr = sw.serve("127.0.0.1:0")
+    loop = AsyncLoop()
+    info = write_p4info(netco_p4info(), tmp_path / "netco.p4info.txtpb")
+    c = fy.Switch("c", addr, fy.SwitchOptions(p4info=info, p4blob=b"", device_id=1,
+                                              initial_election_id=10))
+    try:
+        loop.run(c.__aenter__(), timeout=30)
+        def routes(first: int, n: int) -> list:
+            return [fy.P4TableEntry("ingress.routing.routes",
+                                    match=fy.P4TableMatch(dst_addr=(f"10.{i >> 8}.{i & 255}.0", 24)),
+                                    action=fy.P4TableAction("ingress.routing.route", port=1,
+                                                            src_mac="02:00:00:00:00:01",
+                                                            dst_mac="02:00:00:00:00:02"))
+                    for i in range(first, first + n)]
+
+        # the most one Write may carry, one bad (a duplicate): its code comes back by position
+        batch = routes(0, MAX_WRITE_UPDATES - 1)
+        batch.append(batch[7])
+        with pytest.raises(fy.P4ClientError) as e:
+            loop.run(c.insert(batch))
+        assert e.value.code == fy.GRPCStatusCode.UNKNOWN
+        bad = {i: d.canonical_code for i, d in e.value.details.items()
+               if d.canonical_code != fy.GRPCStatusCode.OK}
+        assert bad == {MAX_WRITE_UPDATES - 1: fy.GRPCStatusCode.ALREADY_EXISTS}
+        # all of them bad: every code still arrives (messages are kept for the first few)
+        with pytest.raises(fy.P4ClientError) as e:
+            loop.run(c.insert(routes(0, MAX_WRITE_UPDATES - 1) + routes(0, 1)))
+        codes = [d.canonical_code for _, d in sorted(e.value.details.items())]
+        assert codes == [fy.GRPCStatusCode.ALREADY_EXISTS] * MAX_WRITE_UPDATES
+        # beyond the limit: refused whole with a message saying so, nothing applied
+        with pytest.raises(fy.P4ClientError) as e:
+            loop.run(c.insert(routes(1000, 2000)))
+        assert e.value.code == fy.GRPCStatusCode.RESOURCE_EXHAUSTED
+        assert f"at most {MAX_WRITE_UPDATES}" in e.value.message
+        assert len(sw.service.store.tables[sw.service.store.index.table(
+            "ingress.routing.routes").id].entries) == MAX_WRITE_UPDATES - 1
+    finally:
+        loop.run(c.__aexit__(None, None, None), timeout=10)
+        loop.close()
+        sw.stop()
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover(tmp_path: Path):
+    yield
+
+
+def test_a_restarted_server_gets_its_address_back(tmp_path):
+    """Connections of the previous server in TIME_WAIT must not block a restart."""
+    import grpc
+    from finsy.proto import p4r, p4r_grpc
+
+    a = SoftSwitch()
+    addr = a.serve(f"127.0.0.1:{free_tcp_port()}")
+    with grpc.insecure_channel(addr) as ch:
+        p4r_grpc.P4RuntimeStub(ch).Capabilities(p4r.CapabilitiesRequest(), timeout=5)
+    a.stop()
+    b = SoftSwitch()
+    try:
+        assert b.serve(addr) == addr
+    finally:
+        b.stop()

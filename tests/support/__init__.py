@@ -1,0 +1,1 @@
+"""Harnesses shared by the test suites (import as ``tests.support.<module>``)."""
