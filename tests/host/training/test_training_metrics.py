@@ -3,15 +3,16 @@ Prometheus text format while it trains (TrainConfig.metrics_port, host/transport
 
 from __future__ import annotations
 
+import http.client
 import threading
 import time
 import urllib.error
 import urllib.request
 
 import pytest
-from host.training.cli import network_for, session
 from prometheus_client.parser import text_string_to_metric_families
 
+from control_plane.cli.train import network_for, session
 from control_plane.embedded import free_port
 from host.ddp.baselines import CompressorSpec
 from host.thc.config import THCConfig
@@ -54,7 +55,8 @@ def test_each_worker_serves_its_metrics_while_training():
                 try:
                     with urllib.request.urlopen(f"http://127.0.0.1:{port + rank}/metrics", timeout=5) as r:
                         text = r.read().decode()
-                except (urllib.error.URLError, ConnectionError):
+                except (urllib.error.URLError, ConnectionError, http.client.HTTPException):
+                    # not serving yet (a connect to an unbound local port can meet itself)
                     continue
                 samples = {s.name: s for fam in text_string_to_metric_families(text) for s in fam.samples}
                 if samples["netco_worker_coordinates_total"].value > 0:   # a bucket went through
