@@ -440,6 +440,9 @@ class GsoSender:
         self._alloc(capacity)
         #: messages sent that carried more than one datagram (statistics)
         self.trains = 0
+        #: set when the route could not segment (EIO/EINVAL: no checksum offload on the
+        #: device, a small MTU): the port then sends single datagrams
+        self.disabled = False
 
     def _alloc(self, capacity: int) -> None:
         self.capacity = capacity
@@ -487,6 +490,12 @@ class GsoSender:
                     continue
                 if err in (errno.EAGAIN, errno.ENOBUFS, errno.ECONNREFUSED):
                     break   # the rest is lost, as on a congested link
+                if err in (errno.EIO, errno.EINVAL, errno.EOPNOTSUPP):
+                    self.disabled = True
+                    first = a + int(starts[done])
+                    sent = int(counts[:done].sum())
+                    self.trains += int(multi[:done].sum())
+                    return sent + txb.send(fd, first, e - first)
                 raise OSError(err, os.strerror(err))
             done += k
         self.trains += int(multi[:done].sum())

@@ -235,7 +235,7 @@ class SoftSwitch:
                 self.tx_lost += e - a
                 continue
             gso = getattr(p, "gso", None)
-            if gso is not None:
+            if gso is not None and not gso.disabled:
                 self.tx_lost += (e - a) - gso.send(p.fd, txb, a, e)
             else:
                 self.tx_lost += (e - a) - txb.send(p.fd, a, e - a)

@@ -123,7 +123,7 @@ typedef struct {
     struct iovec *rxv;
     /* UDP GSO/GRO: gso > 1 sends up to gso datagrams per message and receives coalesced
      * trains (UDP_GRO set on the socket for the exchange); 0 or 1: one datagram per message */
-    int gso, rx_msgs, dg_cap;
+    int gso, gro, rx_msgs, dg_cap;
     struct mmsghdr *gh;
     uint8_t *gctl, *rxctl;
     /* stats */
@@ -194,6 +194,14 @@ static int flush_tx(loop_t *L) {
             poll(&p, 1, 10);
         } else if (e == ENOBUFS) {
             poll(&p, 1, 1);
+        } else if (msgs == L->gh && (e == EIO || e == EINVAL || e == EOPNOTSUPP)) {
+            /* the route cannot segment (no checksum offload on the device, a small MTU):
+             * send the rest of this ring and everything after as single datagrams */
+            int sent = k * L->gso;   /* messages 0..k-1 went out whole */
+            L->gso = 0;
+            msgs = L->txh;
+            k = sent < L->tx_n ? sent : L->tx_n;
+            n_msgs = L->tx_n;
         } else {
             L->err = e;
             return -1;
@@ -280,7 +288,7 @@ static int launch(loop_t *L, int s, int64_t i, double now, double r) {
 
 /* Receive what waits (no blocking); returns datagrams kept, their starts/lengths in dg/dl. */
 static int recv_batch(loop_t *L, const uint8_t **dg, int *dl, int *msgs) {
-    if (L->gso > 1) return recv_gro(L, dg, dl, msgs);
+    if (L->gro) return recv_gro(L, dg, dl, msgs);
     for (int j = 0; j < L->batch; j++) L->rxh[j].msg_hdr.msg_flags = 0;
     int k = recvmmsg(L->fd, L->rxh, (unsigned)L->batch, MSG_DONTWAIT, NULL);
     *msgs = k > 0 ? k : 0;
@@ -449,7 +457,7 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
             L->have_srtt = 1;
             L->backoff = 1.0;
         }
-        if (msgs >= (L->gso > 1 ? L->rx_msgs : L->batch)) {
+        if (msgs >= (L->gro ? L->rx_msgs : L->batch)) {
             /* more results may wait: read them before judging any timeout */
             if (L->tx_n && flush_tx(L) < 0) { rc = -1; goto out; }
             continue;
@@ -620,6 +628,7 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
     L.tx_cap = batch > W ? batch : W;
     L.gso = raw ? 0 : (gso > GSO_MAX_SEGS ? GSO_MAX_SEGS : gso);
     if (L.gso > 1 && (size_t)L.gso * (size_t)L.frame > 65000) L.gso = 65000 / L.frame;
+    L.gro = L.gso > 1;
     L.rx_row = L.gso > 1 ? GRO_ROW : MAX_DATAGRAM + RAW_HDR;
     L.rx_msgs = L.gso > 1 ? GRO_MSGS : batch;
     L.dg_cap = L.gso > 1 ? GRO_MSGS * 2 * GSO_MAX_SEGS : batch;
@@ -677,7 +686,7 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
         rc = run_loop(&L, &ts);
         PyEval_RestoreThread(ts);
     }
-    if (L.gso > 1) setsockopt(fd, SOL_UDP, UDP_GRO, &off, sizeof(off));
+    if (L.gro) setsockopt(fd, SOL_UDP, UDP_GRO, &off, sizeof(off));
     if (rc < 0) {
         if (L.err == -2) {
             /* the signal handler's exception is set */

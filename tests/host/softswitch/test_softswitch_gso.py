@@ -125,3 +125,44 @@ def test_gso_sender_sends_the_same_datagrams_in_order():
         src.close()
         for s in dst:
             s.close()
+
+
+def test_gso_sender_falls_back_to_single_datagrams_where_the_route_cannot_segment():
+    """UDP-Lite refuses UDP_SEGMENT with EIO, as a device without checksum offload does:
+    the run still leaves whole, one datagram per message, and the sender stays plain."""
+    try:
+        src = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, 136)   # IPPROTO_UDPLITE
+        dst = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, 136)
+    except OSError:
+        pytest.skip("no UDP-Lite in this kernel")
+    try:
+        dst.bind(("127.0.0.1", 0))
+        dst.setblocking(False)
+        n = 10
+        txb = MsgBatch(n)
+        bodies = [bytes([i]) * 60 for i in range(n)]
+        for i, b in enumerate(bodies):
+            txb.buf[i, THC_OFF: THC_OFF + 60] = np.frombuffer(b, dtype=np.uint8)
+        txb.iov["base"][:n] = txb.rows[:n] + THC_OFF
+        txb.iov["len"][:n] = 60
+        names = txb.names[:n]
+        names["family"] = socket.AF_INET
+        names["addr"] = int.from_bytes(socket.inet_aton("127.0.0.1"), "big")
+        names["port"] = dst.getsockname()[1]
+        txb.hdr["name"][:n] = txb.name_ptr[:n]
+        txb.hdr["namelen"][:n] = SOCKADDR_IN.itemsize
+        txb.hdr["controllen"][:n] = 0
+        gso = GsoSender()
+        assert gso.send(src.fileno(), txb, 0, n) == n
+        assert gso.disabled and gso.trains == 0
+        time.sleep(0.05)
+        got = []
+        while True:
+            try:
+                got.append(dst.recv(ROW))
+            except BlockingIOError:
+                break
+        assert got == bodies
+    finally:
+        src.close()
+        dst.close()

@@ -72,3 +72,57 @@ def test_gso_workers_give_exact_sums_identical_to_plain_ones(n, threads, tmp_pat
     # only late retransmissions may be dropped (STALE, DUPLICATE: spurious timeouts on a busy
     # machine); nothing malformed or foreign
     assert set(stats["drops"]) <= {"8", "9"}, stats["drops"]
+
+
+def test_c_loop_falls_back_to_single_datagrams_where_the_route_cannot_segment():
+    """UDP-Lite refuses UDP_SEGMENT with EIO, as a device without checksum offload does: the
+    C loop sends the ring again one datagram per message and the exchange gives the same
+    lanes and counts as the Python loop against the same scripted switch."""
+    import socket
+    import threading
+
+    from host.protocol.layout import COORDS_PER_PACKET, MsgType
+    from host.transport.slots import SlotConfig, SlotWindow
+
+    from .test_transport_native import ScriptedSwitch, _scripted_exchange
+
+    class LiteSwitch(ScriptedSwitch):
+        def __init__(self) -> None:   # the same script on a UDP-Lite socket
+            self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, 136)
+            self.sock.bind(("127.0.0.1", 0))
+            self.sock.settimeout(0.05)
+            self.log, self.seen, self.stop = [], set(), threading.Event()
+            self.t = threading.Thread(target=self.run, daemon=True)
+            self.t.start()
+
+    try:
+        sw = LiteSwitch()
+    except OSError:
+        pytest.skip("no UDP-Lite in this kernel")
+    ep = UdpEndpoint(sw.address, bind=("127.0.0.1", 0), gso=64)
+    ep.sock.close()
+    ep.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, 136)
+    ep.sock.bind(("127.0.0.1", 0))
+    ep.sock.setblocking(False)
+    n = 300
+    win = SlotWindow(ep, job_id=7, rank=0, world=2, num_slots=16,
+                     config=SlotConfig(rto=0.15, max_rto=0.4), round_base=0xFFFFFFF0)
+    win.native = True
+    rng = np.random.default_rng(5)      # the payload _scripted_exchange sends
+    payload = rng.integers(0, 256, size=n * 128, dtype=np.uint8)
+    counts = np.full(n, COORDS_PER_PACKET, dtype=np.int64)
+    counts[-1] = 17
+    offsets = np.arange(n, dtype=np.int64) * COORDS_PER_PACKET
+    out = np.zeros(n * COORDS_PER_PACKET, dtype=np.uint32)
+    cnt = np.zeros(n, dtype=np.int32)
+    try:
+        win.exchange_into("data", MsgType.DATA, 4, payload, counts, offsets, MsgType.RESULT,
+                          out, 2, cnt)
+    finally:
+        ep.close()
+        sw.close()
+    assert win.last_native
+    _, ref_out, ref_cnt, _, ref_payload = _scripted_exchange(False)
+    assert np.array_equal(ref_payload, payload)
+    np.testing.assert_array_equal(out, ref_out)
+    np.testing.assert_array_equal(cnt, ref_cnt)
