@@ -38,8 +38,9 @@ UDP_SEGMENT, UDP_GRO = 103, 104  # linux/udp.h (Linux >= 4.18 / 5.0)
 #: Datagrams per UDP_SEGMENT message of the C slot loop over UDP (``UdpEndpoint.gso``): the
 #: kernel segments one send into up to this many datagrams and, on loopback or a veth whose
 #: receiver set UDP_GRO, hands the train to the receiving socket in one piece. The wire
-#: carries the same datagrams either way. ``NETCO_UDP_GSO=0`` turns it off.
-UDP_GSO_SEGMENTS = 0 if os.environ.get("NETCO_UDP_GSO", "1") == "0" else 64
+#: carries the same datagrams either way. ``NETCO_UDP_GSO=0`` (read when an endpoint is made)
+#: turns it off — e.g. for a packet capture on ``lo``, which shows a train as one packet.
+UDP_GSO_SEGMENTS = 64
 
 
 def udp_gso_supported() -> bool:
@@ -60,7 +61,7 @@ _GSO_OK: bool | None = None
 
 def _gso_default() -> int:
     global _GSO_OK
-    if UDP_GSO_SEGMENTS <= 1:
+    if UDP_GSO_SEGMENTS <= 1 or os.environ.get("NETCO_UDP_GSO", "1") == "0":
         return 0
     if _GSO_OK is None:
         _GSO_OK = udp_gso_supported()
