@@ -32,12 +32,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from host.protocol import layout as lay  # noqa: E402
-from host.softswitch import loadgen  # noqa: E402
-from host.softswitch.launch import (  # noqa: E402
+from host.paths import REPO
+from host.protocol import layout as lay
+from host.softswitch import loadgen
+from host.softswitch.launch import (
     AsyncLoop,
     connect,
     free_tcp_port,

@@ -13,15 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from host import paths
 from host.protocol import layout as lay
 from host.thc.table import default_table
 
-REPO = Path(__file__).resolve().parents[2]
 #: P4Info and BMv2 JSON written by ``p4/build.py`` (p4c).
-DEFAULT_P4INFO = REPO / "p4" / "build" / "netco.p4info.txtpb"
-DEFAULT_BMV2_JSON = REPO / "p4" / "build" / "netco.json"
+DEFAULT_P4INFO = paths.V1MODEL_P4INFO
+DEFAULT_BMV2_JSON = paths.V1MODEL_BMV2_JSON
 #: P4Info of the TNA program written by ``p4/build.py --target tofino`` (Tofino backend).
-TOFINO_P4INFO = REPO / "p4" / "build" / "tofino" / "netco.p4info.txtpb"
+TOFINO_P4INFO = paths.TOFINO_P4INFO
 
 #: Switch targets the controller knows how to push a pipeline to.
 #: ``bmv2``: P4Info + BMv2 JSON; ``softswitch``: P4Info only (netco's software target);

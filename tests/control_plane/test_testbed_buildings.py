@@ -18,11 +18,11 @@ from control_plane.config import DEFAULT_BMV2_JSON, load_config
 from control_plane.testbed.impair import ImpairmentError
 from control_plane.testbed.net import Testbed, with_free_ports
 from control_plane.testbed.worker import tensor
+from host.paths import REPO
 from host.protocol.layout import COORDS_PER_PACKET, NORMS_PER_PACKET, DropReason
 from host.thc.simulate import allreduce as simulate
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet]
-REPO = Path(__file__).resolve().parents[2]
 TOPO = REPO / "mininet" / "two_buildings.yaml"
 TARGETS = ["softswitch", pytest.param("bmv2", marks=pytest.mark.bmv2)]
 

@@ -5,7 +5,6 @@ software target. Every tree switch must add exactly its direct contributors' pac
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,11 +12,11 @@ import torch
 from control_plane.config import load_config
 from control_plane.testbed.net import Testbed, with_free_ports
 from control_plane.testbed.worker import tensor
+from host.paths import REPO
 from host.protocol.layout import COORDS_PER_PACKET, NORMS_PER_PACKET
 from host.thc.simulate import allreduce as simulate
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet]
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("topo", ["leaf_spine", "buildings"])

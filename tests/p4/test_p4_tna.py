@@ -21,9 +21,9 @@ from finsy.proto import p4i
 from control_plane.config import ConfigError, parse_config
 from control_plane.desired import desired_state, parse_p4info_text
 from control_plane.p4names import pipeline_prefix, program_view
+from host.paths import REPO
 from host.protocol import layout as lay
 
-REPO = Path(__file__).resolve().parents[2]
 V1_P4INFO = REPO / "p4" / "build" / "netco.p4info.txtpb"
 TNA = ("tofino", "tofino2")
 #: v1model objects the TNA program does not have, and why (p4/README.md, "Tofino").

@@ -7,11 +7,13 @@ type, flag and packet-level drop reason of crafted packets exactly as the bytes 
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from host.paths import REPO
 from host.protocol import codec
 from host.protocol import dissector as gen
 from host.protocol import layout as lay
@@ -35,8 +37,8 @@ def test_check_reports_a_stale_script(tmp_path, capsys):
 
 def test_script_ships_with_the_package():
     assert gen.dissector_path().is_file()
-    pyproject = (Path(gen.__file__).parents[2] / "pyproject.toml").read_text()
-    assert '"host.protocol" = ["*.lua"]' in pyproject
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert "*.lua" in pyproject["tool"]["setuptools"]["package-data"]["host.protocol"]
 
 
 def test_script_names_every_field_type_flag_and_reason_of_the_layout():
