@@ -34,8 +34,9 @@ import os
 import statistics
 import time
 
-from control_plane.embedded import EmbeddedNetwork, free_port
+from control_plane.embedded import EmbeddedNetwork
 from host.protocol.layout import COORDS_PER_PACKET, INDICES, THC_HEADER_BYTES
+from host.softswitch.launch import free_port
 
 
 def _echo_rate(ep, n_packets: int, window: int) -> float:
