@@ -11,6 +11,7 @@ import ssl
 from argparse import Namespace
 from pathlib import Path
 
+from host.protocol import generated_dataplane as dp
 from host.softswitch.server import TLSFiles
 
 #: Largest ``--slots``: ``slot_base``/``num_slots`` are 16-bit fields of ``set_job``, and each
@@ -90,7 +91,7 @@ def check_switch_options(args: Namespace, error: type[Exception] = OptionError) 
 def _check(args: Namespace) -> None:
     if not 1 <= args.slots <= MAX_SLOTS:
         raise OptionError(f"--slots {args.slots}: give 1..{MAX_SLOTS} (slot fields are 16 bits; "
-                          "the P4 program has 256)")
+                          f"the P4 program has {dp.THC_SLOTS})")
     if not 1 <= args.batch <= MAX_BATCH:
         raise OptionError(f"--batch {args.batch}: give 1..{MAX_BATCH}")
     if not 0 <= args.device_id <= MAX_DEVICE_ID:
