@@ -44,9 +44,10 @@ from host.softswitch.launch import (
     start_switch_process,
     stop_process,
 )
+from host.thc.table import DEFAULT_TABLE
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-TABLE = [0, 3, 5, 7, 9, 11, 13, 14, 16, 17, 19, 21, 23, 25, 27, 30]   # THC default, g = 30
+TABLE = list(DEFAULT_TABLE)   # THC's default table (b = 4, g = 30)
 JOB = 1
 
 

@@ -21,11 +21,11 @@ from finsy.proto import p4i
 from control_plane.config import ConfigError, parse_config
 from control_plane.desired import desired_state, parse_p4info_text
 from control_plane.p4names import pipeline_prefix, program_view
-from host.paths import REPO
+from host.paths import REPO, V1MODEL_P4INFO
 from host.protocol import generated_dataplane as dp
 from host.protocol import layout as lay
 
-V1_P4INFO = REPO / "p4" / "build" / "netco.p4info.txtpb"
+V1_P4INFO = V1MODEL_P4INFO
 TNA = ("tofino", "tofino2")
 #: v1model objects the TNA program does not have, and why (p4/README.md, "Tofino").
 V1_ONLY_TABLES = {"ingress.thc_load.tables"}   # workers send table values: no lookup

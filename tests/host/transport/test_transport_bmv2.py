@@ -36,8 +36,7 @@ from host.transport.job import JobSpec, NetworkAggregator, RawNetworkSpec
 from host.transport.ports import RawEndpoint
 from host.transport.slots import SlotConfig, SlotTimeoutError
 from tests.support.aggnet import P4_JSON, WORKERS, Bmv2Network, SwitchJob, Worker
-
-from .test_transport_udp import FAULT_IDS, FAULTS, run_workers, worker_data
+from tests.support.transport import FAULT_IDS, FAULTS, assert_faults_in_effect, run_workers, worker_data
 
 pytestmark = [pytest.mark.root, pytest.mark.bmv2]
 
@@ -183,14 +182,7 @@ def test_sums_stay_exact_under_faults(bmv2, faults):
     ref = simulated_allreduce(codec, xs, round=0).average
     for g in got:
         assert torch.equal(g, ref)
-    st = [a.ep.stats for a in aggs]
-    if faults.get("loss_pct"):
-        assert sum(s.dropped for s in st) > 0  # the fault was really in effect
-        assert sum(a.window.stats.retransmits for a in aggs) > 0
-    if faults.get("dup_pct"):
-        assert sum(s.duplicated for s in st) > 0
-    if faults.get("reorder_pct"):
-        assert sum(s.delayed for s in st) > 0
+    assert_faults_in_effect(faults, [a.ep.stats for a in aggs], aggs)
     print(f"BMv2, faults {faults}: completed in {elapsed:.2f} s")
 
 

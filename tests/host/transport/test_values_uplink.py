@@ -18,8 +18,7 @@ from host.thc import THCCodec
 from host.thc.lanes import aggregate_packed
 from host.transport.job import JobSpec, NetworkAggregator, uplink_values
 from host.transport.ports import UdpEndpoint
-
-from .test_transport_udp import new_session, run_workers, worker_data
+from tests.support.transport import new_session, run_workers, worker_data
 
 
 def test_uplink_values_maps_nibbles_through_the_table():
