@@ -52,3 +52,24 @@ def test_no_package_benchmark_or_tool_edits_the_import_path() -> None:
     offenders = [f"{p.relative_to(REPO)}:{n}" for p in files for n in path_edits(p.read_text())]
     assert offenders == [], "use the installed netco (./dev.sh) instead of editing sys.path: " + \
         ", ".join(offenders)
+
+
+def imported_test_modules(source: str) -> list[str]:
+    """Modules ``source`` imports that are test modules (``test_*``), relative ones included."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        out += [n for n in names if n.rsplit(".", 1)[-1].startswith("test_")]
+    return out
+
+
+def test_the_check_finds_test_imports() -> None:
+    src = "from .test_a import x\nimport tests.p4.test_b\nfrom tests.support.jobs import TABLE\n"
+    assert imported_test_modules(src) == ["test_a", "tests.p4.test_b"]
+
+
+def test_no_test_file_imports_another() -> None:
+    offenders = [f"{p.relative_to(REPO)}: {m}" for p in sorted(TESTS.rglob("*.py"))
+                 for m in imported_test_modules(p.read_text())]
+    assert offenders == [], "move shared test code into tests/support: " + ", ".join(offenders)
