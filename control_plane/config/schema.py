@@ -15,7 +15,7 @@ from pathlib import Path
 
 from host import paths
 from host.protocol import layout as lay
-from host.thc.table import default_table
+from host.thc.table import DEFAULT_GRANULARITY, default_table
 
 #: P4Info and BMv2 JSON written by ``p4/build.py`` (p4c).
 DEFAULT_P4INFO = paths.V1MODEL_P4INFO
@@ -40,10 +40,10 @@ MAX_PORT = 510
 #: ``job_id`` is a 16-bit header field.
 MAX_JOB_ID = 0xFFFF
 #: THC table values are ``bit<8>`` action parameters of ``load_table`` (docs/protocol.md).
-MAX_GRANULARITY = 255
+MAX_GRANULARITY = (1 << lay.VALUE_BITS) - 1
 DEFAULT_NUM_SLOTS = 16
 DEFAULT_ELECTION_ID = 10
-DEFAULT_THC = {"b": lay.INDEX_BITS, "g": 30, "p": "1/32"}
+DEFAULT_THC = {"b": lay.INDEX_BITS, "g": DEFAULT_GRANULARITY, "p": "1/32"}
 
 
 class ConfigError(ValueError):
