@@ -1,5 +1,6 @@
 """What the transport tests share: worker threads, aggregators on the embedded network, test
-data, the impairments every transport test runs and the dying-worker scenario."""
+data and what to expect from it, the impairments every transport test runs and the dying-worker
+scenario."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import pytest
 import torch
 
 from control_plane.embedded import EmbeddedNetwork
+from host.thc.lanes import aggregate_packed
+from host.thc.simulate import allreduce as simulated_allreduce
 from host.transport.faults import FaultyEndpoint
 from host.transport.job import JobSpec, NetworkAggregator
 from host.transport.ports import UdpEndpoint
@@ -61,6 +64,33 @@ def aggregator(net: EmbeddedNetwork, rank: int, base: int, slots: SlotConfig | N
 def worker_data(n: int, numel: int, seed: int) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     return [torch.randn(numel, generator=g) * (1 + r) for r in range(n)]
+
+
+def encode_all(codec, xs: list[torch.Tensor]) -> list:
+    """Each worker's encoding of its tensor (round 0) with the agreed norms (the maxima)."""
+    norms = torch.stack([codec.chunk_norms(x) for x in xs]).amax(0)
+    return [codec.encode(x, norms, worker=r, round=0) for r, x in enumerate(xs)]
+
+
+def packed_sums(codec, encs: list, n_coords: int | None = None) -> np.ndarray:
+    """The exact integer sums a switch returns for ``encs``: table values added per coordinate."""
+    cfg = codec.cfg
+    return aggregate_packed([e.payload for e in encs], codec.table, cfg.granularity, cfg.bits,
+                            encs[0].layout.padded if n_coords is None else n_coords)
+
+
+def assert_exact_sums(got: list, n: int, want: np.ndarray) -> None:
+    """Every worker's ``(sums, count)`` is all ``n`` contributions summed exactly to ``want``."""
+    for sums, count in got:
+        assert count == n
+        np.testing.assert_array_equal(sums.numpy().astype(np.int64), want.astype(np.int64))
+
+
+def assert_bit_identical(codec, xs: list[torch.Tensor], got: list[torch.Tensor]) -> None:
+    """Every worker's all-reduce result equals the in-process protocol's to the bit."""
+    ref = simulated_allreduce(codec, xs, round=0).average
+    for g in got:
+        assert torch.equal(g, ref)
 
 
 #: Impairments every transport test runs (here, the C loop's and BMv2's tests).

@@ -17,7 +17,6 @@ import torch
 
 from control_plane.embedded import EmbeddedNetwork
 from host.thc import THCCodec
-from host.thc.lanes import aggregate_packed
 from host.thc.simulate import allreduce as simulated_allreduce
 from host.transport.faults import FaultyEndpoint
 from host.transport.job import JobSpec, NetworkAggregator
@@ -27,8 +26,12 @@ from tests.support.transport import (
     FAULT_IDS,
     FAULTS,
     aggregator,
+    assert_bit_identical,
+    assert_exact_sums,
     assert_faults_in_effect,
+    encode_all,
     new_session,
+    packed_sums,
     run_workers,
     sums_with_a_dying_worker,
     worker_data,
@@ -46,9 +49,8 @@ def test_exact_integer_sums(net, numel):
     n = net.workers
     codec = THCCodec()
     xs = worker_data(n, numel, numel)
-    norms = torch.stack([codec.chunk_norms(x) for x in xs]).amax(0)
-    encs = [codec.encode(x, norms, worker=r, round=0) for r, x in enumerate(xs)]
-    want = aggregate_packed([e.payload for e in encs], codec.table, 30, 4, encs[0].layout.padded)
+    encs = encode_all(codec, xs)
+    want = packed_sums(codec, encs)
     base = new_session(net)
     aggs = [aggregator(net, r, base) for r in range(n)]
     try:
@@ -56,9 +58,7 @@ def test_exact_integer_sums(net, numel):
     finally:
         for a in aggs:
             a.ep.close()
-    for sums, count in got:
-        assert count == n
-        np.testing.assert_array_equal(sums.numpy().astype(np.int64), want.astype(np.int64))
+    assert_exact_sums(got, n, want)
 
 
 def test_allreduce_equals_the_in_process_protocol(net):
@@ -72,9 +72,7 @@ def test_allreduce_equals_the_in_process_protocol(net):
     finally:
         for a in aggs:
             a.ep.close()
-    ref = simulated_allreduce(codec, xs, round=0).average
-    for g in got:
-        assert torch.equal(g, ref)  # same norms, keys and integer sums: bit-identical
+    assert_bit_identical(codec, xs, got)  # same norms, keys and integer sums: bit-identical
 
 
 @pytest.mark.parametrize("faults", [{"loss_pct": 1.0}, *FAULTS, {"delay_ms": 2.0}],
@@ -93,9 +91,7 @@ def test_sums_stay_exact_under_faults(faults):
             for a in aggs:
                 a.ep.close()
         elapsed = time.monotonic() - t0
-    ref = simulated_allreduce(codec, xs, round=0).average
-    for g in got:
-        assert torch.equal(g, ref)
+    assert_bit_identical(codec, xs, got)
     assert_faults_in_effect(faults, [a.ep.stats for a in aggs], aggs)
     print(f"faults {faults}: completed in {elapsed:.2f} s")
 
@@ -154,9 +150,8 @@ def test_a_new_session_needs_newer_rounds(net):
     base = new_session(net)
     for seed in (1, 2):
         xs = worker_data(n, 300, seed)
-        norms = torch.stack([codec.chunk_norms(x) for x in xs]).amax(0)
-        encs = [codec.encode(x, norms, worker=r, round=0) for r, x in enumerate(xs)]
-        want = aggregate_packed([e.payload for e in encs], codec.table, 30, 4, 512)
+        encs = encode_all(codec, xs)
+        want = packed_sums(codec, encs, 512)
         aggs = [aggregator(net, r, base) for r in range(n)]
         try:
             got = run_workers(n, lambda r: aggs[r].sum_encoded(encs[r], codec))  # noqa: B023
@@ -172,8 +167,7 @@ def test_worker_killed_mid_round_partial_sums_are_exact_per_packet():
     n, numel = 4, 64 * 256  # 64 packets, window 8
     codec = THCCodec()
     xs = worker_data(n, numel, 9)
-    norms = torch.stack([codec.chunk_norms(x) for x in xs]).amax(0)
-    encs = [codec.encode(x, norms, worker=r, round=0) for r, x in enumerate(xs)]
+    encs = encode_all(codec, xs)
     with EmbeddedNetwork(n, num_slots=8) as net:
         slots = SlotConfig(policy="partial", deadline=0.3, rto=0.02, max_rto=0.1)
         aggs = [aggregator(net, r, 1, slots) for r in range(n - 1)]
