@@ -46,9 +46,10 @@ import shutil
 import statistics
 import time
 
-from control_plane.embedded import EmbeddedNetwork, free_port
+from control_plane.embedded import EmbeddedNetwork
 from host.protocol.framing import THC_OFFSET
 from host.protocol.layout import COORDS_PER_PACKET, INDICES, THC_HEADER_BYTES, lane_bits_for
+from host.softswitch.launch import free_port
 from host.transport import kecho
 from host.transport.ports import UdpEndpoint
 

@@ -14,30 +14,21 @@ Everything started here is stopped by PID in :meth:`EmbeddedNetwork.stop`.
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from control_plane.config import NetworkConfig, parse_config
 from control_plane.controller import Controller, run_sync
 from host.paths import REPO
+from host.protocol import generated_dataplane as dp
+from host.protocol import layout as lay
+from host.softswitch.launch import free_port, start_switch_process, stop_process
 
 log = logging.getLogger(__name__)
-
-
-
-def free_port(kind: int = socket.SOCK_DGRAM) -> int:
-    """A port number that was free on 127.0.0.1 a moment ago."""
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass(frozen=True)
@@ -79,8 +70,8 @@ class EmbeddedNetwork:
     def __init__(self, workers: int, job_id: int = 1, num_slots: int = 64,
                  thc: dict | None = None, workdir: Path | None = None, echo: bool = False,
                  in_process: bool = False, switch_args: tuple[str, ...] = ()) -> None:
-        if not 1 <= workers <= 32:
-            raise ValueError(f"workers={workers}: need 1..32 (the switch's bitmap)")
+        if not 1 <= workers <= lay.MAX_WORKERS:
+            raise ValueError(f"workers={workers}: need 1..{lay.MAX_WORKERS} (the switch's bitmap)")
         self.workers = workers
         self.job_id = job_id
         self.num_slots = num_slots
@@ -99,6 +90,11 @@ class EmbeddedNetwork:
         self.config: NetworkConfig | None = None
         self.controller: Controller | None = None
         self.updates = 0
+
+    @property
+    def pool_slots(self) -> int:
+        """The switch's slot pool: the P4 program's (``THC_SLOTS``), more if the job needs it."""
+        return max(dp.THC_SLOTS, self.num_slots)
 
     @property
     def log_path(self) -> Path:
@@ -132,29 +128,9 @@ class EmbeddedNetwork:
         if self.in_process:
             self._start_in_process()
             return self._configure()
-        cmd = [sys.executable, "-m", "host.softswitch", "--grpc", f"127.0.0.1:{self.grpc_port}",
-               "--slots", str(max(256, self.num_slots))]
-        for r, p in enumerate(self.ports):
-            cmd += ["--port", f"{r + 1}=udp:127.0.0.1:{p}"]
-        if self.echo:
-            cmd.append("--echo")
-        cmd += self.switch_args
-        path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-        env = {**os.environ, "PYTHONPATH": path}
-        with open(self.log_path, "w") as logf:
-            self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env)
-        end = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"software switch exited ({self.proc.returncode}): "
-                                   f"{self.log_path.read_text()[-2000:]}")
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.grpc_port)) == 0:
-                    break
-            if time.monotonic() > end:
-                self.stop()
-                raise RuntimeError(f"software switch did not open 127.0.0.1:{self.grpc_port} in {timeout} s")
-            time.sleep(0.05)
+        extra = ["--slots", str(self.pool_slots)] + (["--echo"] if self.echo else []) + list(self.switch_args)
+        self.proc = start_switch_process({r + 1: f"udp:127.0.0.1:{p}" for r, p in enumerate(self.ports)},
+                                         self.grpc_port, self.log_path, extra, timeout=timeout)
         return self._configure()
 
     def _start_in_process(self) -> None:
@@ -162,7 +138,7 @@ class EmbeddedNetwork:
         from host.softswitch.switch import SoftSwitch
 
         ports = [UdpPort(r + 1, ("127.0.0.1", p)) for r, p in enumerate(self.ports)]
-        self.switch = SoftSwitch(ports, pool_slots=max(256, self.num_slots))
+        self.switch = SoftSwitch(ports, pool_slots=self.pool_slots)
         self.switch.serve(f"127.0.0.1:{self.grpc_port}")
         self._thread = threading.Thread(target=self.switch.run, kwargs={"echo": self.echo},
                                         daemon=True, name="netco-embedded-switch")
@@ -203,13 +179,7 @@ class EmbeddedNetwork:
             self.switch.close()
             self.switch = None
             self._thread = None
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
+        stop_process(self.proc)
         self.proc = None
         if self._tmp is not None:
             self._tmp.cleanup()

@@ -138,6 +138,15 @@ def _print_json(obj: Any) -> None:
     sys.stdout.write("\n")
 
 
+def _print_diffs(results) -> None:
+    """Each switch's differences (:func:`_diff_lines`) under its name; nothing for one in sync."""
+    for r in results:
+        lines = _diff_lines(r)
+        if lines:
+            print(f"\n{r.switch}:")
+            print("\n".join(lines))
+
+
 def _diff_lines(res) -> list[str]:
     from control_plane.reconcile import describe
 
@@ -258,11 +267,7 @@ def run_diff(args: argparse.Namespace) -> int:
         _print_json({"p4info": ctl.p4info_source, "switches": [r.to_json() for r in results]})
     else:
         print(_table(_summary_rows(results, written=False), _SUMMARY_HEADER))
-        for r in results:
-            lines = _diff_lines(r)
-            if lines:
-                print(f"\n{r.switch}:")
-                print("\n".join(lines))
+        _print_diffs(results)
         for r in failed:
             print(f"error: {r.error}", file=sys.stderr)
     if failed:
@@ -323,11 +328,7 @@ def run_status(args: argparse.Namespace) -> int:
     print()
     print(_table(drows, ["switch", "drop reason", "packets"]) if drows else "no drops")
     if args.entries:
-        for r in results:
-            lines = _diff_lines(r)
-            if lines:
-                print(f"\n{r.switch}:")
-                print("\n".join(lines))
+        _print_diffs(results)
     for r in failed:
         print(f"error: {r.error}", file=sys.stderr)
     return EXIT_SWITCH_ERROR if failed else 0

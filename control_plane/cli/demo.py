@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from host.errors import UsageError
+from host.paths import MININET
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -65,7 +66,7 @@ def _network(args: argparse.Namespace, say: Callable[..., None]) -> Iterator[tup
         raise UsageError("--testbed rack needs root (network namespaces, raw sockets)")
     from control_plane.testbed.net import Testbed
 
-    tb = Testbed(Path(__file__).resolve().parents[2] / "mininet" / "rack.yaml", target=args.switch)
+    tb = Testbed(MININET / "rack.yaml", target=args.switch)
     rep = tb.up()
     try:
         jb = tb.job()

@@ -15,8 +15,7 @@ import json
 from pathlib import Path
 from types import ModuleType
 
-REPO = Path(__file__).resolve().parents[2]
-BUILD_SCRIPT = REPO / "p4" / "build.py"
+from host.paths import P4_BUILD_SCRIPT as BUILD_SCRIPT
 
 
 def _load_build() -> ModuleType:

@@ -43,6 +43,7 @@ from control_plane.config.schema import (
     TreeNode,
 )
 from control_plane.config.topology import derive_tree
+from host.protocol import generated_dataplane as dp
 from host.protocol import layout as lay
 
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,31}$")
@@ -474,12 +475,14 @@ class _Validator:
                 continue
             targets = {sw.name: sw.target for sw in cfg.switches}
             bmv2 = [n.switch for n in tree if targets[n.switch] == "bmv2"]
-            if lane == 32 and bmv2:
+            widest = dp.MAX_DATA_RESULT_LANE_BITS
+            if lane > widest and bmv2:
                 # BMv2 lets a packet grow by 512 bytes only: 128 B of indices -> 1 KiB of lanes
                 # crashes it, so the P4 program drops such DATA (LANE_UNSUPPORTED).
-                self.err(f"{w}.lane_bits", f"32-bit lanes are not supported on BMv2 switch "
-                                           f"{bmv2[0]}; use 16 (n·g up to 65535: g <= 2047 "
-                                           "for 32 workers)")
+                top = (1 << widest) - 1
+                self.err(f"{w}.lane_bits", f"{lane}-bit lanes are not supported on BMv2 switch "
+                                           f"{bmv2[0]}; use {widest} (n·g up to {top}: g <= "
+                                           f"{top // lay.MAX_WORKERS} for {lay.MAX_WORKERS} workers)")
                 continue
             tofino = [n.switch for n in tree if targets[n.switch] in VALUES_TARGETS]
             uplink = m.get("uplink", "values" if tofino else "indices")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from control_plane.testbed.impair.node import FORWARDER_MODULE
+from host import paths
 from host.errors import UsageError
 
 STATE_DIR = Path(os.environ.get("NETCO_TESTBED_STATE_DIR", "/run/netco-testbed"))
@@ -171,10 +172,9 @@ def run_up(args: argparse.Namespace) -> int:
     if getattr(args, "verbose", 0):
         cmd.append("-v")
     log_path = path.with_suffix(".log")
-    repo = Path(__file__).resolve().parents[2]
     with open(log_path, "w") as logf:
         proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=repo, start_new_session=True)
+                                cwd=paths.REPO, start_new_session=True)
     end = time.monotonic() + args.timeout
     while True:
         st = _read(path)

@@ -24,11 +24,11 @@ from pathlib import Path
 
 from control_plane.config import DEFAULT_BMV2_JSON
 from control_plane.testbed.plan import SwitchPlan
+from host.paths import REPO
 
 log = logging.getLogger(__name__)
 
 TARGETS = ("auto", "softswitch", "bmv2")
-REPO = Path(__file__).resolve().parents[2]
 PR_SET_PDEATHSIG = 1
 
 

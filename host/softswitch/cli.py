@@ -21,6 +21,7 @@ import threading
 import time
 
 from host.errors import UsageError
+from host.protocol import generated_dataplane as dp
 
 __all__ = ["configure", "run"]
 
@@ -36,8 +37,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grpc", default="127.0.0.1:9559", metavar="HOST:PORT",
                         help="P4Runtime server address (default %(default)s)")
     parser.add_argument("--device-id", type=int, default=1, help="P4Runtime device id (default 1)")
-    parser.add_argument("--slots", type=int, default=256,
-                        help="aggregation slot pool shared by all jobs (default 256, as the P4 program)")
+    parser.add_argument("--slots", type=int, default=dp.THC_SLOTS,
+                        help="aggregation slot pool shared by all jobs (default %(default)s, the P4 "
+                             "program's THC_SLOTS)")
     parser.add_argument("--batch", type=int, default=1024, help="frames per receive batch (default 1024)")
     parser.add_argument("--p4info", default=None, metavar="PATH|default",
                         help="preload a P4Info (default: wait for the controller's pipeline)")

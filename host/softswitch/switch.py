@@ -37,6 +37,9 @@ from host.softswitch.server import P4RuntimeService, TLSFiles, start_server
 
 log = logging.getLogger(__name__)
 
+#: Offset of the IPv4 destination address in a frame.
+_DST = fr.offset("dst")
+
 
 def _at(field: str) -> slice:
     """The bytes of header ``field`` in a frame (:data:`host.protocol.framing.FIELDS`)."""
@@ -214,7 +217,7 @@ class SoftSwitch:
         if udp.any():
             names = txb.names[:n]
             names["family"] = socket.AF_INET
-            dst = out.buf[order, 30:34].view(">u4")[:, 0].astype(np.uint32)
+            dst = out.buf[order, _DST:_DST + 4].view(">u4")[:, 0].astype(np.uint32)
             peer = self.p_peer[ports]
             uniq, inv = np.unique(dst, return_inverse=True)
             get = self.learned.get

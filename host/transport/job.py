@@ -23,6 +23,7 @@ from host.protocol.layout import (
     INDEX_BITS,
     INDICES,
     LANES,
+    MAX_WORKERS,
     NORMS,
     NORMS_PER_PACKET,
     THC_HEADER_BYTES,
@@ -77,8 +78,8 @@ class JobSpec:
     uplink: str = "indices"
 
     def __post_init__(self) -> None:
-        if not 0 <= self.rank < self.world <= 32:
-            raise ValueError(f"rank={self.rank}, world={self.world}: need 0 <= rank < world <= 32")
+        if not 0 <= self.rank < self.world <= MAX_WORKERS:
+            raise ValueError(f"rank={self.rank}, world={self.world}: need 0 <= rank < world <= {MAX_WORKERS}")
         if self.uplink not in UPLINKS:
             raise ValueError(f"uplink={self.uplink!r}: use one of {', '.join(UPLINKS)}")
 
@@ -99,7 +100,7 @@ def uplink_values(packed: np.ndarray, table: np.ndarray) -> np.ndarray:
     moved to the worker so that the switch only adds). Values must fit 8 bits (g ≤ 255).
     """
     t = np.asarray(table, dtype=np.int64)
-    if t.size and int(t.max()) > 255:
+    if t.size and int(t.max()) >= 1 << VALUE_BITS:
         raise ValueError(f"values uplink: table values up to {int(t.max())} do not fit 8 bits")
     byte = np.arange(256)
     pair = np.stack([t[byte >> 4], t[byte & 0x0F]], axis=1).astype(np.uint8)   # (256, 2)
@@ -186,7 +187,7 @@ class NetworkAggregator:
         offsets = np.arange(n_pk, dtype=np.int64) * NORMS_PER_PACKET
         out = np.zeros(n_pk * NORMS_PER_PACKET, dtype=np.float32)
         # the maxima's float32 bit patterns, copied as 32-bit lanes
-        self.window.exchange_into("norm", MsgType.NORM, 32, body.view(np.uint8), counts, offsets,
+        self.window.exchange_into("norm", MsgType.NORM, NORMS.bits, body.view(np.uint8), counts, offsets,
                                   MsgType.NORM_RESULT, out.view(np.uint32), 4)
         size = THC_HEADER_BYTES + nb
         self.bytes_sent += n_pk * size

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from host.paths import P4_BUILD, REPO
 
 
 def _build_module():
@@ -89,7 +89,7 @@ def test_stamp_detects_edited_outputs(tmp_path, monkeypatch):
 
 
 def test_build_without_p4c_says_so_and_changes_nothing(tmp_path):
-    before = {p: p.read_bytes() for p in (REPO / "p4" / "build").rglob("*") if p.is_file()}
+    before = {p: p.read_bytes() for p in P4_BUILD.rglob("*") if p.is_file()}
     # A PATH with python's directory but no p4c.
     if shutil.which("p4c", path=str(Path(sys.executable).parent)):
         pytest.skip("p4c sits next to python; cannot hide it")
@@ -97,7 +97,7 @@ def test_build_without_p4c_says_so_and_changes_nothing(tmp_path):
     assert proc.returncode == 3, proc.stderr
     report = json.loads(proc.stdout)
     assert report["p4c"] is None and "p4c not found" in report["message"]
-    assert {p: p.read_bytes() for p in (REPO / "p4" / "build").rglob("*") if p.is_file()} == before
+    assert {p: p.read_bytes() for p in P4_BUILD.rglob("*") if p.is_file()} == before
 
 
 @pytest.mark.parametrize("target", ("v1model", "tofino", "tofino2"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import socket
 import subprocess
 import sys
@@ -11,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from control_plane.cli.main import main
+from host.protocol import generated_dataplane as dp
+from host.softswitch.cli import configure
 from host.softswitch.launch import free_tcp_port
 from host.softswitch.server import MAX_WRITE_UPDATES
 from host.softswitch.switch import SoftSwitch
@@ -22,6 +25,18 @@ def _free_udp() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_slot_pool_defaults_to_the_p4_programs():
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    assert parser.parse_args([]).slots == dp.THC_SLOTS
+    assert f"default {dp.THC_SLOTS}" in parser.format_help()
+    sw = SoftSwitch()
+    try:
+        assert sw.pipeline.pool_slots == dp.THC_SLOTS
+    finally:
+        sw.close()
 
 
 @pytest.mark.parametrize(("argv", "message"), [
