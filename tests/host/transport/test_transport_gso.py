@@ -16,8 +16,7 @@ from host.thc.lanes import aggregate_packed
 from host.transport import slots as slots_mod
 from host.transport.job import JobSpec, NetworkAggregator
 from host.transport.ports import UdpEndpoint, udp_gso_supported
-
-from .test_transport_udp import run_workers, worker_data
+from tests.support.transport import run_workers, worker_data
 
 pytestmark = [
     pytest.mark.skipif(not udp_gso_supported(), reason="kernel without UDP GSO/GRO"),
@@ -83,8 +82,7 @@ def test_c_loop_falls_back_to_single_datagrams_where_the_route_cannot_segment():
 
     from host.protocol.layout import COORDS_PER_PACKET, MsgType
     from host.transport.slots import SlotConfig, SlotWindow
-
-    from .test_transport_native import ScriptedSwitch, _scripted_exchange
+    from tests.support.scripted import ScriptedSwitch, scripted_exchange
 
     class LiteSwitch(ScriptedSwitch):
         def __init__(self) -> None:   # the same script on a UDP-Lite socket
@@ -122,7 +120,7 @@ def test_c_loop_falls_back_to_single_datagrams_where_the_route_cannot_segment():
         ep.close()
         sw.close()
     assert win.last_native
-    _, ref_out, ref_cnt, _, ref_payload = _scripted_exchange(False)
+    _, ref_out, ref_cnt, _, ref_payload = scripted_exchange(False)
     assert np.array_equal(ref_payload, payload)
     np.testing.assert_array_equal(out, ref_out)
     np.testing.assert_array_equal(cnt, ref_cnt)

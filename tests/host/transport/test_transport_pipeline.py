@@ -19,8 +19,7 @@ from host.thc.layout import split_layout
 from host.transport.faults import FaultyEndpoint
 from host.transport.job import JobSpec, NetworkAggregator
 from host.transport.ports import UdpEndpoint
-
-from .test_transport_udp import run_workers, worker_data
+from tests.support.transport import run_workers, worker_data
 
 BACKENDS = ["torch", *(["fused"] if fused_mod.available() else [])]
 
