@@ -38,8 +38,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                        help="kind of drift (all: the three in turn)")
     run_p.add_argument("--dataset", default="digits", choices=("digits", "synthetic"),
                        help="scikit-learn digits (8x8) or a synthetic Gaussian mixture")
-    run_p.add_argument("--clients", type=int, default=40, help="number of clients (20-200)")
-    run_p.add_argument("--rounds", type=int, default=30, help="federated rounds")
+    run_p.add_argument("--clients", type=int, default=40,
+                       help="number of clients, 8..1000 (default 40; the scenarios are designed "
+                       "for 20-200)")
+    run_p.add_argument("--rounds", type=int, default=30, help="federated rounds (default 30)")
     run_p.add_argument("--seed", type=int, default=0, help="seed of data and training")
     run_p.add_argument("--methods", default="fielding,fedavg,ifca,cfl,feddrift,oracle",
                        help="comma-separated subset of the methods")
@@ -65,19 +67,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
     run_p.add_argument("--feddrift-delta", type=float, default=0.3, help="FedDrift delta")
     run_p.add_argument("--cfl-eps", type=float, nargs=2, default=(0.4, 1.6),
                        metavar=("EPS1", "EPS2"), help="CFL split thresholds")
-    run_p.add_argument("--json", action="store_true", help="print one JSON object")
+    run_p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     run_p.add_argument("--plot", nargs="?", const="", default=None, metavar="PNG",
                        help="write accuracy-over-rounds PNG (default fielding-<scenario>.png)")
-    run_p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run_p.add_argument("--no-progress", action="store_true",
+                       help="no progress bar (when stderr is not a terminal there is none anyway)")
     run_p.set_defaults(func=run)
 
     fl = sub.add_parser("flower", help="run the FIELDING Flower strategy end to end",
                         description="Drive FieldingStrategy with Flower's Strategy.start loop "
                         "over an in-process Grid and real ClientApp objects.")
-    fl.add_argument("--scenario", default="concept", choices=("label", "feature", "concept"))
-    fl.add_argument("--clients", type=int, default=20)
-    fl.add_argument("--rounds", type=int, default=12)
-    fl.add_argument("--seed", type=int, default=0)
+    fl.add_argument("--scenario", default="concept", choices=("label", "feature", "concept"),
+                    help="kind of drift (default concept)")
+    fl.add_argument("--clients", type=int, default=20,
+                    help="number of clients, at least 8 (default 20)")
+    fl.add_argument("--rounds", type=int, default=12,
+                    help="federated rounds, at least 3 (default 12)")
+    fl.add_argument("--seed", type=int, default=0, help="seed of data and training (default 0)")
     fl.add_argument("--engine", default="local", choices=("local", "simulation"),
                     help="local: Strategy.start over an in-process grid; simulation: "
                     "Flower's simulation engine (needs Ray)")
