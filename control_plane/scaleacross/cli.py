@@ -169,7 +169,8 @@ def run_search(args: argparse.Namespace) -> int:
         rows = [(f"#{p['rank']} {_plan_str(pl)}", p["breakdown"])
                 for p, (pl, _) in zip(plans, top, strict=True)]
         rows.append((f"Megatron default {_plan_str(base)}", out["megatron_default"]["breakdown"]))
-        out["plot"] = str(plot_breakdown(rows, args.plot, title=f"{sc.name}: top plans"))
+        title = f"{sc.name}: time per iteration of the {len(plans)} best plans vs Megatron's default"
+        out["plot"] = str(plot_breakdown(rows, args.plot, title=title))
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
