@@ -112,7 +112,7 @@ def _load(args: argparse.Namespace):
         else:
             cfg = load_config(args.file)
     except ConfigError as exc:
-        raise UsageError(str(exc).replace("\n", " ")) from exc
+        raise UsageError("\n".join(exc.lines())) from exc
     if args.switch:
         names = [s.name for s in cfg.switches]
         bad = [s for s in args.switch if s not in names]
@@ -130,7 +130,7 @@ def _controller(args: argparse.Namespace, election_id: int | None = None):
         return Controller(cfg, election_id=election_id, timeout=getattr(args, "timeout", 15.0),
                           tls=args.tls)
     except ConfigError as exc:
-        raise UsageError(str(exc).replace("\n", " ")) from exc
+        raise UsageError("\n".join(exc.lines())) from exc
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from exc
 

@@ -96,7 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(func(args) or 0)
     except UsageError as exc:
-        print(f"netco {args.command}: error: {exc}", file=sys.stderr)
+        # One line per problem (a file with several problems names each on its own line).
+        for line in str(exc).splitlines() or [""]:
+            print(f"netco {args.command}: error: {line}", file=sys.stderr)
         return 2
 
 

@@ -101,7 +101,7 @@ def _topo(args: argparse.Namespace) -> Path:
         if hasattr(args, "target"):
             choose_target(args.target, cfg.controller.bmv2_json)
     except ConfigError as exc:
-        raise UsageError(f"--topo {exc}") from None
+        raise UsageError("\n".join(f"--topo {line}" for line in exc.lines())) from None
     except (PlanError, TestbedError) as exc:
         raise UsageError(f"--topo {topo}: {exc}") from None
     return topo

@@ -119,3 +119,15 @@ def test_status_watch_options_are_checked(good: Path, capsys) -> None:
         assert netco_main(["controller", "status", str(good), *args]) == 2
         err = capsys.readouterr().err
         assert err.startswith("netco controller: error: ") and message in err and err.count("\n") == 1
+
+
+def test_several_problems_are_one_line_each(tmp_path: Path, capsys) -> None:
+    p = tmp_path / "bad.yaml"
+    p.write_text(GOOD.replace('"02:00:00:00:00:01"', '"02:00:00:00:00:0z"').replace('"s1:2"', '"s1:9x"'))
+    assert netco_main(["controller", "show", str(p)]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        f"netco controller: error: {p}: hosts[0].mac: '02:00:00:00:00:0z' is not a MAC address; "
+        "write it like 02:00:00:00:00:01",
+        f"netco controller: error: {p}: hosts[1].attach: port '9x' must be a number, e.g. 's1:1'",
+    ]
