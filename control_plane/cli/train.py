@@ -115,19 +115,23 @@ def _validate(args: argparse.Namespace) -> THCConfig:
 
 def _print_table(summaries: dict[str, dict], gap: dict[str, dict], metric: str, link: float | None
                  ) -> None:
-    head = f"{'compressor':<13}{metric:>14}{'gap':>9}{'up/fp32':>9}{'down/fp32':>10}{'to target':>11}"
+    head = (f"{'compressor':<13}{metric:>14}{'gap':>9}{'up/fp32':>9}{'down/fp32':>10}"
+            f"{'steps to target':>16}")
     if link:
-        head += f"{'emul. s':>9}"
+        head += f"{'s to target':>12}"
     print(head)
     for name, s in summaries.items():
         g = gap.get(name, {}).get("metric_gap")
         line = (f"{name:<13}{s['final_metric']:>14.4f}{(f'{g + 0.0:+.4f}' if g is not None else '-'):>9}"
                 f"{s['uplink_vs_fp32']:>9.3f}{s['downlink_vs_fp32']:>10.3f}"
-                f"{(str(s['steps_to_target']) if s['steps_to_target'] else '-'):>11}")
+                f"{(str(s['steps_to_target']) if s['steps_to_target'] else '-'):>16}")
         if link:
             t = s["emulated_to_target_s"]
-            line += f"{(f'{t:.2f}' if t is not None else '-'):>9}"
+            line += f"{(f'{t:.2f}' if t is not None else '-'):>12}"
         print(line)
+    if link:
+        print(f"s to target: emulated time at {link:g} Mbit/s per worker (measured compute + "
+              "bytes / link rate)")
 
 
 @contextlib.contextmanager
