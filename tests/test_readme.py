@@ -101,10 +101,21 @@ def test_readme_python_block_runs() -> None:
     assert res.average.shape == (10_000,) and res.lane_bits == 8
 
 
-def _free(kind: int) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free(kind: int, span: int = 1) -> int:
+    """A port P with P..P+span-1 free (training ranks serve metrics on N + rank)."""
+    while True:
+        with socket.socket(socket.AF_INET, kind) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port + span - 1 > 65535:
+            continue
+        try:
+            for q in range(port + 1, port + span):
+                with socket.socket(socket.AF_INET, kind) as t:
+                    t.bind(("127.0.0.1", q))
+        except OSError:
+            continue
+        return port
 
 
 class Runner:
@@ -112,7 +123,7 @@ class Runner:
 
     def __init__(self, work: Path) -> None:
         self.work = work
-        self.ports = {p: _free(kind) for p, kind in PORTS.items()}
+        self.ports = {p: _free(kind, span=4) for p, kind in PORTS.items()}
         self.background: list[subprocess.Popen] = []
         self.env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "100"}
         net = (REPO / "examples" / "net.yaml").read_text()
