@@ -9,9 +9,9 @@ import urllib.error
 import urllib.request
 
 import pytest
-from host.training.cli import network_for, session
 from prometheus_client.parser import text_string_to_metric_families
 
+from control_plane.cli.train import network_for, session
 from control_plane.embedded import free_port
 from host.ddp.baselines import CompressorSpec
 from host.thc.config import THCConfig
