@@ -59,6 +59,11 @@ class ConfigError(ValueError):
             msg = f"{head}{len(problems)} problems:\n  " + "\n  ".join(problems)
         super().__init__(msg)
 
+    def lines(self) -> list[str]:
+        """One line per problem, each naming the file (for one-line command-line errors)."""
+        head = f"{self.source}: " if self.source else ""
+        return [f"{head}{p}" for p in self.problems]
+
 
 @dataclass(frozen=True)
 class SwitchSpec:

@@ -21,6 +21,7 @@ import threading
 import time
 
 from host.errors import UsageError
+from host.exporter import add_metrics_arguments
 from host.protocol import generated_dataplane as dp
 
 __all__ = ["configure", "run"]
@@ -60,6 +61,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print final statistics as JSON on exit")
     parser.add_argument("--ready-file", default=None, metavar="PATH",
                         help="write the P4Runtime address here once serving (for scripts)")
+    add_metrics_arguments(parser, "the switch's counters")
     parser.set_defaults(func=run)
 
 
@@ -103,6 +105,16 @@ def run(args: argparse.Namespace) -> int:
             bound = sw.serve(args.grpc, args.tls)
         except (OSError, RuntimeError) as exc:
             raise UsageError(f"--grpc {args.grpc}: cannot listen ({exc})") from None
+        metrics = None
+        if args.metrics_port is not None:
+            from host.exporter import ExporterError
+            from host.softswitch.metrics import start_switch_metrics
+
+            try:
+                metrics = start_switch_metrics(sw, args.metrics_port, args.metrics_address)
+            except ExporterError as exc:
+                sw.stop()
+                raise UsageError(f"--metrics-port: {exc}") from None
         if args.ready_file:
             with open(args.ready_file, "w") as f:
                 f.write(bound + "\n")
@@ -122,9 +134,14 @@ def run(args: argparse.Namespace) -> int:
             reporter.start()
         tls = " (TLS)" if args.tls else ""
         print(f"netco switch: P4Runtime{tls} on {bound}, device {args.device_id}, ports "
-              + " ".join(p.describe() for p in ports), file=sys.stderr, flush=True)
+              + " ".join(p.describe() for p in ports)
+              + (f", metrics {metrics.url}" if metrics is not None else ""), file=sys.stderr, flush=True)
         t0 = time.time()
-        sw.run(echo=args.echo)
+        try:
+            sw.run(echo=args.echo)
+        finally:
+            if metrics is not None:
+                metrics.close()
         sw.stop()
         if args.json:
             print(json.dumps({**sw.stats(), "uptime_s": round(time.time() - t0, 3)}))

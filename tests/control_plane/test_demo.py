@@ -27,6 +27,39 @@ def test_demo_quick(tmp_path, capsys):
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_demo_switch_without_testbed_is_refused(capsys):
+    assert main(["demo", "--switch", "bmv2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("netco demo: error: --switch bmv2 picks the switch of a testbed")
+    assert err.count("\n") == 1
+
+
+def test_demo_bmv2_missing_names_the_demos_flag(capsys):
+    import os
+    import shutil
+
+    if os.geteuid() != 0:
+        pytest.skip("--testbed needs root; the error before it is tested above")
+    if shutil.which("simple_switch_grpc"):
+        pytest.skip("BMv2 is installed: the demo would run on it")
+    assert main(["demo", "--testbed", "rack", "--switch", "bmv2"]) == 2
+    err = capsys.readouterr().err
+    assert "simple_switch_grpc is not on PATH" in err and "--switch softswitch" in err
+    assert "--target" not in err and err.count("\n") == 1
+
+
+def test_demo_table_columns_line_up():
+    from control_plane.cli.demo import format_columns
+
+    text = format_columns(("", "THC via switch", "fp32 all-reduce"),
+                          [("held-out accuracy", "0.9", "0.91"),
+                           ("bytes down / worker / step", "1,234", "123,456")])
+    lines = text.splitlines()
+    assert len({len(line) for line in lines}) == 1
+    assert lines[2].startswith("bytes down / worker / step  ")
+    assert lines[1].endswith("0.91") and lines[2].endswith("123,456")
+
+
 @pytest.mark.root
 @pytest.mark.mininet
 @pytest.mark.parametrize("switch", ["softswitch", pytest.param("bmv2", marks=pytest.mark.bmv2)])
