@@ -20,16 +20,14 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from control_plane.scaleacross.cost import BREAKDOWN_KEYS, evaluate
+from control_plane.scaleacross.plan import plans_to_list
+from control_plane.scaleacross.scenario import load_scenario
+from control_plane.scaleacross.search import megatron_default, ranked, search
+from control_plane.scaleacross.simulate import simulate
+from host.paths import SCALEACROSS_SCENARIOS
 
-from control_plane.scaleacross.cost import BREAKDOWN_KEYS, evaluate  # noqa: E402
-from control_plane.scaleacross.plan import plans_to_list  # noqa: E402
-from control_plane.scaleacross.scenario import load_scenario  # noqa: E402
-from control_plane.scaleacross.search import megatron_default, ranked, search  # noqa: E402
-from control_plane.scaleacross.simulate import simulate  # noqa: E402
-
-SCEN_DIR = ROOT / "control_plane" / "scaleacross" / "scenarios"
+SCEN_DIR = SCALEACROSS_SCENARIOS
 SIM_OPS = 200_000
 
 

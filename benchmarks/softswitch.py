@@ -32,12 +32,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from host.protocol import layout as lay  # noqa: E402
-from host.softswitch import loadgen  # noqa: E402
-from host.softswitch.launch import (  # noqa: E402
+from host.paths import REPO
+from host.protocol import layout as lay
+from host.softswitch import loadgen
+from host.softswitch.launch import (
     AsyncLoop,
     connect,
     free_tcp_port,
@@ -46,9 +44,10 @@ from host.softswitch.launch import (  # noqa: E402
     start_switch_process,
     stop_process,
 )
+from host.thc.table import DEFAULT_TABLE
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-TABLE = [0, 3, 5, 7, 9, 11, 13, 14, 16, 17, 19, 21, 23, 25, 27, 30]   # THC default, g = 30
+TABLE = list(DEFAULT_TABLE)   # THC's default table (b = 4, g = 30)
 JOB = 1
 
 

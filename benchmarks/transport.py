@@ -3,10 +3,21 @@
 
 Prints one JSON object::
 
-    {"udp": [{"workers", "coords_per_s", "packets_per_s", "payload_gbps", "limit_packets_per_s",
-              "fraction_of_limit"}, ...],
+    {"udp": [{"workers", "coords_per_s", "packets_per_s", "payload_gbps",
+              "kernel_limit_packets_per_s", "fraction_of_kernel_limit",
+              "limit_packets_per_s", "fraction_of_limit"}, ...],
      "veth": [same, over veth/AF_PACKET (root)],
-     "allreduce_16m": {"elements", "thc_network_s", "gloo_fp32_s", "nmse"}}
+     "allreduce": {"elements", "thc_s", "network_s", "codec_s", "gloo_s", "thc_over_codec",
+                   "thc_over_gloo", "nmse_first_1000", ...}}
+
+``kernel_limit_packets_per_s`` is the kernel's limit for the data path's socket pattern,
+measured in the same run by a C echo (``host/transport/kecho.c``, built with the system cc):
+the same socket type (UDP on loopback; AF_PACKET over the same veth pairs), the same batching
+(``sendmmsg``/``recvmmsg`` of 256, UDP GSO/GRO trains of 64 where the data path uses them),
+the same datagram sizes (a DATA up, a RESULT down) and window, nothing else done per
+datagram; ``fraction_of_kernel_limit`` = goodput packets/s ÷ that. The older
+``limit_packets_per_s`` (the switch's Python ``--echo`` loop with the Python endpoint loop) is
+kept as a second column.
 
 Workers are separate processes on loopback, each with its own address, talking to one
 ``python -m host.softswitch`` process configured by the controller. The *limit* is the same
@@ -31,11 +42,39 @@ import contextlib
 import json
 import multiprocessing as mp
 import os
+import shutil
 import statistics
 import time
 
-from control_plane.embedded import EmbeddedNetwork, free_port
-from host.protocol.layout import COORDS_PER_PACKET, INDICES, THC_HEADER_BYTES
+from control_plane.embedded import EmbeddedNetwork
+from host.protocol.framing import THC_OFFSET
+from host.protocol.layout import COORDS_PER_PACKET, INDICES, THC_HEADER_BYTES, lane_bits_for
+from host.softswitch.launch import free_port
+from host.transport import kecho
+from host.transport.ports import UdpEndpoint
+
+#: Ethernet + IPv4 + UDP in front of a THC message on a raw link.
+RAW_HEADERS = THC_OFFSET
+
+
+def _sizes(workers: int) -> tuple[int, int]:
+    """Bytes of a DATA message up and of its RESULT down (job default g = 30)."""
+    return (THC_HEADER_BYTES + INDICES.nbytes,
+            THC_HEADER_BYTES + COORDS_PER_PACKET * lane_bits_for(workers, 30) // 8)
+
+
+def kernel_udp_limit(workers: int, num_slots: int, repeats: int) -> dict:
+    """The C echo over loopback UDP with the data path's batching: per repeat the slowest
+    client's round trips/s, with and without GSO/GRO trains (the data path uses them when
+    ``UdpEndpoint`` enables them)."""
+    up, down = _sizes(workers)
+    gso = UdpEndpoint.default_gso()
+    runs = [min(kecho.udp_limit(workers, up, down, gso=gso or 1, window=num_slots))
+            for _ in range(repeats)]
+    plain = runs if gso <= 1 else [
+        min(kecho.udp_limit(workers, up, down, gso=1, window=num_slots, count=50_000))
+        for _ in range(repeats)]
+    return {"runs": runs, "plain_runs": plain, "gso": gso}
 
 
 def _echo_rate(ep, n_packets: int, window: int) -> float:
@@ -96,7 +135,10 @@ def _thc_worker(addr, world: int, coords: int, num_slots: int, base: int, barrie
     ep.close()
 
 
-def _allreduce_worker(addr, world: int, numel: int, num_slots: int, base: int, barrier, q) -> None:
+def _allreduce_worker(addr, world: int, numel: int, num_slots: int, base: int, barrier, q,
+                      repeats: int = 1, pipeline: int | None = None) -> None:
+    """``repeats`` THC all-reduces (timed behind a barrier) and, after each, the codec's own
+    chunk norms + encode and decode of the same tensor in the same process (``codec_s``)."""
     import torch
 
     from host.thc import THCCodec
@@ -107,29 +149,55 @@ def _allreduce_worker(addr, world: int, numel: int, num_slots: int, base: int, b
     codec = THCCodec()
     x = torch.randn(numel, generator=torch.Generator().manual_seed(100 + addr.rank))
     ep = UdpEndpoint(addr.switch, bind=(addr.ip, 0))
-    agg = NetworkAggregator(ep, JobSpec(1, addr.rank, world, num_slots=num_slots, round_base=base))
-    barrier.wait()
-    t0 = time.perf_counter()
-    out = agg.allreduce(x, codec)
-    dt = time.perf_counter() - t0
-    q.put(("allreduce", addr.rank, dt, out[:1000].numpy().copy()))
+    agg = NetworkAggregator(ep, JobSpec(1, addr.rank, world, num_slots=num_slots, round_base=base),
+                            pipeline_coords=pipeline)
+    runs = []
+    out = None
+    for k in range(repeats):
+        barrier.wait()
+        t0 = time.perf_counter()
+        out = agg.allreduce(x, codec)
+        dt = time.perf_counter() - t0
+        timing = dict(agg.last_timing)
+        barrier.wait()
+        t1 = time.perf_counter()
+        norms = codec.chunk_norms(x)
+        enc = codec.encode(x, norms, worker=addr.rank, round=k)
+        t2 = time.perf_counter()
+        sums = codec.values(enc) * world
+        t3 = time.perf_counter()
+        codec.decode(sums, world, norms, numel, round=k)
+        t4 = time.perf_counter()
+        runs.append({"thc_s": dt, "network_s": timing.get("network", float("nan")),
+                     "norms_s": timing.get("norms", float("nan")),
+                     "encode_s": timing.get("encode", float("nan")),
+                     "decode_s": timing.get("decode", float("nan")),
+                     "parts": timing.get("parts", 1),
+                     "codec_encode_s": t2 - t1, "codec_decode_s": t4 - t3})
+    assert out is not None
+    q.put(("allreduce", addr.rank, runs, out[:1000].numpy().copy(),
+           agg.window.stats.retransmits, agg.window.last_native))
     ep.close()
 
 
-def _gloo_worker(rank: int, world: int, numel: int, port: int, q) -> None:
+def _gloo_worker(rank: int, world: int, numel: int, port: int, q, repeats: int = 1) -> None:
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    x = torch.randn(numel, generator=torch.Generator().manual_seed(100 + rank))
+    x0 = torch.randn(numel, generator=torch.Generator().manual_seed(100 + rank))
     dist.all_reduce(torch.ones(8))  # connect before timing
-    dist.barrier()
-    t0 = time.perf_counter()
-    dist.all_reduce(x)
-    dt = time.perf_counter() - t0
-    q.put(("gloo", rank, dt, (x[:1000] / world).numpy().copy()))
+    times = []
+    x = x0
+    for _ in range(repeats):
+        x = x0.clone()
+        dist.barrier()
+        t0 = time.perf_counter()
+        dist.all_reduce(x)
+        times.append(time.perf_counter() - t0)
+    q.put(("gloo", rank, times, (x[:1000] / world).numpy().copy()))
     dist.destroy_process_group()
 
 
@@ -178,23 +246,34 @@ def _raw_worker_main(argv: list[str]) -> int:
 
 
 def _summary(workers: int, coords: int, times: list[float], limits: list[float],
-             retransmits: int, native: bool) -> dict:
+             retransmits: int, native: bool, kernel: dict | None = None) -> dict:
     """Goodput fields of one transport and worker count: medians over the repeats.
 
     ``times[k]``: the slowest worker's seconds of run k; ``limits[k]``: the slowest worker's
     echo packets/s of run k. ``fraction_of_limit`` is median goodput ÷ median limit; the
-    per-run values are kept in the ``*_runs`` fields.
+    per-run values are kept in the ``*_runs`` fields. ``kernel``: the C echo's runs
+    (:func:`kernel_udp_limit`), giving ``fraction_of_kernel_limit``.
     """
     pkts = -(-coords // COORDS_PER_PACKET)
     dt = statistics.median(times)
     limit = statistics.median(limits)
+    extra: dict = {}
+    if kernel is not None:
+        klim = statistics.median(kernel["runs"])
+        extra = {"kernel_limit_packets_per_s": klim,
+                 "fraction_of_kernel_limit": (pkts / dt) / klim,
+                 "kernel_limit_packets_per_s_runs": kernel["runs"],
+                 "kernel_gso_segments": kernel.get("gso", 0)}
+        if kernel.get("plain_runs") is not None and kernel.get("gso", 0) > 1:
+            plain = statistics.median(kernel["plain_runs"])
+            extra["kernel_limit_without_gso_packets_per_s"] = plain
     return {"workers": workers, "coords": coords, "seconds": dt, "coords_per_s": coords / dt,
             "packets_per_s": pkts / dt, "payload_gbps": coords * 4 / dt / 1e9,
             "retransmits": retransmits, "limit_packets_per_s": limit,
             "fraction_of_limit": (pkts / dt) / limit, "repeats": len(times),
             "packets_per_s_runs": [pkts / t for t in times], "limit_packets_per_s_runs": limits,
             "fraction_of_limit_runs": [(pkts / t) / lim for t, lim in zip(times, limits, strict=True)],
-            "c_slot_loop": native}
+            "c_slot_loop": native, **extra}
 
 
 def veth_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
@@ -232,6 +311,8 @@ def veth_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
             sh("ip", "netns", "exec", ns[r], "ip", "link", "set", h_if[r], "up")
             sh("ip", "link", "set", sw_if[r], "up")
             for dev, where in ((sw_if[r], None), (h_if[r], ns[r])):
+                if shutil.which("ethtool") is None:   # offloads stay on (frames are raw)
+                    break
                 pre = ["ip", "netns", "exec", where] if where else []
                 subprocess.run([*pre, "ethtool", "-K", dev, "tx", "off", "rx", "off"],
                                capture_output=True, check=False)
@@ -277,6 +358,11 @@ def veth_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
                 out.append(json.loads(so.strip().splitlines()[-1]))
             return out
 
+        up, down = _sizes(workers)
+        links = [(f"/var/run/netns/{ns[r]}", h_if[r], sw_if[r]) for r in range(workers)]
+        kernel = {"runs": [min(kecho.packet_limit(RAW_HEADERS + up, RAW_HEADERS + down, links,
+                                                  window=num_slots))
+                           for _ in range(repeats)], "gso": 0}
         echo = run_switch(echo=True)
         lim = run_workers_in_ns("echo", limit_packets, dst_self=True)
         echo.terminate()
@@ -307,7 +393,7 @@ def veth_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
     times = [max(x["runs"][k] for x in thc) for k in range(repeats)]
     return {"transport": "veth", **_summary(workers, coords, times, limits,
                                             sum(x["retransmits"] for x in thc),
-                                            all(x["native"] for x in thc))}
+                                            all(x["native"] for x in thc), kernel)}
 
 
 def _run(procs: list[mp.Process], q, n: int, timeout: float) -> list[tuple]:
@@ -338,29 +424,58 @@ def udp_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
                                       repeats))
                     for r in range(workers)], q, workers, 600 * repeats)
     times = [max(r[2][k] for r in res) for k in range(repeats)]
+    kernel = kernel_udp_limit(workers, num_slots, repeats)
     return _summary(workers, coords, times, limits, sum(r[3] for r in res),
-                    all(r[4] for r in res))
+                    all(r[4] for r in res), kernel)
 
 
-def allreduce_16m(workers: int, numel: int, num_slots: int) -> dict:
-    """One THC all-reduce through the target vs gloo's fp32 all-reduce, same processes count."""
+def allreduce_16m(workers: int, numel: int, num_slots: int, repeats: int = 1,
+                  pipeline: int | None = None) -> dict:
+    """THC all-reduce through the target vs gloo's fp32 all-reduce, same process count.
+
+    Per repeat: ``thc_s`` the slowest worker's all-reduce (norm agreement, encode, network,
+    decode; pipelined unless ``pipeline`` = 0), ``network_s`` its exchanges' own time (on the
+    network thread, overlapped with the codec when pipelined), ``codec_s`` the codec's own
+    chunk norms + encode + decode of the same tensor in the same processes right after,
+    ``gloo_s`` gloo's fp32 all-reduce. Fields are medians over the repeats;
+    ``thc_over_codec`` = median thc_s ÷ median codec_s (the target: ≤ 1.5).
+    """
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     with EmbeddedNetwork(workers, num_slots=num_slots) as net:
         bar = ctx.Barrier(workers)
         res = _run([ctx.Process(target=_allreduce_worker,
-                                args=(net.address(r), workers, numel, num_slots, 1, bar, q))
-                    for r in range(workers)], q, workers, 1200)
-    thc_s = max(r[2] for r in res)
+                                args=(net.address(r), workers, numel, num_slots, 1, bar, q,
+                                      repeats, pipeline))
+                    for r in range(workers)], q, workers, 1200 * repeats)
+    res.sort(key=lambda r: r[1])
+    runs = [r[2] for r in res]
+
+    def per_run(key: str) -> list[float]:
+        return [max(w[k][key] for w in runs) for k in range(repeats)]
+
+    thc = per_run("thc_s")
+    codec = [max(w[k]["codec_encode_s"] + w[k]["codec_decode_s"] for w in runs)
+             for k in range(repeats)]
     thc_head = res[0][3]
     port = free_port(__import__("socket").SOCK_STREAM)
-    res = _run([ctx.Process(target=_gloo_worker, args=(r, workers, numel, port, q))
-                for r in range(workers)], q, workers, 600)
-    gloo_s = max(r[2] for r in res)
-    exact = res[0][3]
+    gres = _run([ctx.Process(target=_gloo_worker, args=(r, workers, numel, port, q, repeats))
+                 for r in range(workers)], q, workers, 600 * repeats)
+    gloo = [max(g[2][k] for g in gres) for k in range(repeats)]
+    exact = gres[0][3]
     nmse = float(((thc_head - exact) ** 2).sum() / (exact**2).sum())
-    return {"workers": workers, "elements": numel, "thc_network_s": thc_s, "gloo_fp32_s": gloo_s,
-            "thc_over_gloo": thc_s / gloo_s, "nmse_first_1000": nmse}
+    med = statistics.median
+    thc_s, codec_s, gloo_s = med(thc), med(codec), med(gloo)
+    return {"workers": workers, "elements": numel, "repeats": repeats,
+            "thc_s": thc_s, "network_s": med(per_run("network_s")), "codec_s": codec_s,
+            "gloo_s": gloo_s, "thc_over_codec": thc_s / codec_s, "thc_over_gloo": thc_s / gloo_s,
+            "thc_encode_s": med(per_run("encode_s")), "thc_decode_s": med(per_run("decode_s")),
+            "thc_norms_s": med(per_run("norms_s")), "parts": runs[0][0]["parts"],
+            "retransmits": sum(r[4] for r in res), "c_slot_loop": all(r[5] for r in res),
+            "udp_gso_segments": UdpEndpoint.default_gso(),
+            "thc_s_runs": thc, "codec_s_runs": codec, "gloo_s_runs": gloo,
+            # names of earlier versions of this report
+            "thc_network_s": thc_s, "gloo_fp32_s": gloo_s, "nmse_first_1000": nmse}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -371,6 +486,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allreduce-elements", type=int, default=1 << 24,
                    help="size of the THC vs gloo comparison (0 skips it)")
     p.add_argument("--allreduce-workers", type=int, default=2)
+    p.add_argument("--pipeline-coords", type=int, default=None,
+                   help="part size of the pipelined THC all-reduce in coordinates (default "
+                        "NetworkAggregator.PIPELINE_COORDS; 0: one encode, one exchange, one "
+                        "decode)")
     p.add_argument("--repeats", type=int, default=5,
                    help="runs of each goodput and limit measurement in the same processes; "
                         "the medians are reported (runs of 2M coordinates scatter by ±30%%)")
@@ -388,7 +507,8 @@ def run(args: argparse.Namespace) -> dict:
         out["veth"] = [veth_goodput(w, args.coords, args.slots, args.limit_packets, r)
                        for w in args.workers]
     if args.allreduce_elements:
-        out["allreduce"] = allreduce_16m(args.allreduce_workers, args.allreduce_elements, args.slots)
+        out["allreduce"] = allreduce_16m(args.allreduce_workers, args.allreduce_elements,
+                                         args.slots, r, args.pipeline_coords)
     return out
 
 

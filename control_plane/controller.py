@@ -40,6 +40,33 @@ from host.softswitch.server import MAX_WRITE_UPDATES
 
 log = logging.getLogger(__name__)
 
+
+class OnceFilter(logging.Filter):
+    """Let a record whose message starts with one of ``prefixes`` through once per process.
+
+    finsy warns "gNMI is not implemented" on every connection to a target without gNMI (the
+    software target, BMv2 as netco runs it); one job connects several times.
+    """
+
+    def __init__(self, prefixes: tuple[str, ...]) -> None:
+        super().__init__()
+        self.prefixes = prefixes
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        for p in self.prefixes:
+            if p in msg:
+                if p in self.seen:
+                    return False
+                self.seen.add(p)
+        return True
+
+
+#: Installed on finsy's logger when this module is imported.
+FINSY_ONCE = OnceFilter(("gNMI is not implemented",))
+logging.getLogger("finsy").addFilter(FINSY_ONCE)
+
 #: Election id of read-only sessions (diff, status): below any writer's.
 READ_ONLY_ELECTION_ID = 1
 #: Counters of the program (docs/protocol.md), indexed by job index or drop reason.

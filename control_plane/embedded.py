@@ -14,30 +14,21 @@ Everything started here is stopped by PID in :meth:`EmbeddedNetwork.stop`.
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from control_plane.config import NetworkConfig, parse_config
 from control_plane.controller import Controller, run_sync
 from host.paths import REPO
+from host.protocol import generated_dataplane as dp
+from host.protocol import layout as lay
+from host.softswitch.launch import free_port, start_switch_process, stop_process
 
 log = logging.getLogger(__name__)
-
-
-
-def free_port(kind: int = socket.SOCK_DGRAM, host: str = "127.0.0.1") -> int:
-    """A port number that was free on ``host`` a moment ago."""
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 @dataclass(frozen=True)
@@ -66,27 +57,32 @@ class EmbeddedNetwork:
     echo : bool
         Run the switch as a plain receive-and-send loop (every datagram goes back to where it
         came from): the socket-path limit benchmarks compare with. No controller then.
-    switch_ips, worker_ips : list of str, optional
-        Per rank: the address the switch's UDP port binds and the worker's address (default
-        127.0.0.1 and 127.0.0.11, .12, ...); a namespace rack gives each worker its own link.
     in_process : bool
         Run the switch in a thread of this process instead of a ``python -m host.softswitch``
         process: :attr:`switch` is then the :class:`~host.softswitch.switch.SoftSwitch`
         itself (its counters, e.g. for :func:`host.softswitch.metrics.start_switch_metrics`).
         It shares this process's interpreter, so it is slower under load.
+    switch_ips, worker_ips : list of str, optional
+        Per rank: the address the switch's UDP port binds and the worker's address (default
+        127.0.0.1 and 127.0.0.11, .12, ...); a namespace rack gives each worker its own link
+        (ports are then picked on 127.0.0.1 of the rack's own, empty, network namespace).
+    switch_args : sequence of str
+        More options for ``python -m host.softswitch`` (e.g. ``--json``: final statistics in
+        the switch log on exit); not for ``in_process``.
     """
 
     def __init__(self, workers: int, job_id: int = 1, num_slots: int = 64,
                  thc: dict | None = None, workdir: Path | None = None, echo: bool = False,
-                 in_process: bool = False, switch_ips: list[str] | None = None,
-                 worker_ips: list[str] | None = None) -> None:
-        if not 1 <= workers <= 32:
-            raise ValueError(f"workers={workers}: need 1..32 (the switch's bitmap)")
+                 in_process: bool = False, switch_args: tuple[str, ...] = (),
+                 switch_ips: list[str] | None = None, worker_ips: list[str] | None = None) -> None:
+        if not 1 <= workers <= lay.MAX_WORKERS:
+            raise ValueError(f"workers={workers}: need 1..{lay.MAX_WORKERS} (the switch's bitmap)")
         self.workers = workers
         self.job_id = job_id
         self.num_slots = num_slots
         self.thc = thc
         self.echo = echo
+        self.switch_args = tuple(switch_args)
         self.switch_ips = list(switch_ips or ["127.0.0.1"] * workers)
         self.worker_ips = list(worker_ips or [f"127.0.0.{11 + r}" for r in range(workers)])
         self.in_process = in_process
@@ -101,6 +97,11 @@ class EmbeddedNetwork:
         self.config: NetworkConfig | None = None
         self.controller: Controller | None = None
         self.updates = 0
+
+    @property
+    def pool_slots(self) -> int:
+        """The switch's slot pool: the P4 program's (``THC_SLOTS``), more if the job needs it."""
+        return max(dp.THC_SLOTS, self.num_slots)
 
     @property
     def log_path(self) -> Path:
@@ -130,32 +131,14 @@ class EmbeddedNetwork:
     def start(self, timeout: float = 30.0) -> EmbeddedNetwork:
         """Start the switch, wait for its P4Runtime server, apply the controller file."""
         self.grpc_port = free_port(socket.SOCK_STREAM)
-        self.ports = [free_port(host=ip) for ip in self.switch_ips]
+        self.ports = [free_port() for _ in range(self.workers)]
         if self.in_process:
             self._start_in_process()
             return self._configure()
-        cmd = [sys.executable, "-m", "host.softswitch", "--grpc", f"127.0.0.1:{self.grpc_port}",
-               "--slots", str(max(256, self.num_slots))]
-        for r, p in enumerate(self.ports):
-            cmd += ["--port", f"{r + 1}=udp:{self.switch_ips[r]}:{p}"]
-        if self.echo:
-            cmd.append("--echo")
-        path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-        env = {**os.environ, "PYTHONPATH": path}
-        with open(self.log_path, "w") as logf:
-            self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env)
-        end = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"software switch exited ({self.proc.returncode}): "
-                                   f"{self.log_path.read_text()[-2000:]}")
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.grpc_port)) == 0:
-                    break
-            if time.monotonic() > end:
-                self.stop()
-                raise RuntimeError(f"software switch did not open 127.0.0.1:{self.grpc_port} in {timeout} s")
-            time.sleep(0.05)
+        extra = ["--slots", str(self.pool_slots)] + (["--echo"] if self.echo else []) + list(self.switch_args)
+        ports = {r + 1: f"udp:{self.switch_ips[r]}:{p}" for r, p in enumerate(self.ports)}
+        self.proc = start_switch_process(ports, self.grpc_port, self.log_path, extra,
+                                         timeout=timeout)
         return self._configure()
 
     def _start_in_process(self) -> None:
@@ -163,7 +146,7 @@ class EmbeddedNetwork:
         from host.softswitch.switch import SoftSwitch
 
         ports = [UdpPort(r + 1, (self.switch_ips[r], p)) for r, p in enumerate(self.ports)]
-        self.switch = SoftSwitch(ports, pool_slots=max(256, self.num_slots))
+        self.switch = SoftSwitch(ports, pool_slots=self.pool_slots)
         self.switch.serve(f"127.0.0.1:{self.grpc_port}")
         self._thread = threading.Thread(target=self.switch.run, kwargs={"echo": self.echo},
                                         daemon=True, name="netco-embedded-switch")
@@ -204,13 +187,7 @@ class EmbeddedNetwork:
             self.switch.close()
             self.switch = None
             self._thread = None
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
+        stop_process(self.proc)
         self.proc = None
         if self._tmp is not None:
             self._tmp.cleanup()

@@ -11,19 +11,15 @@ from pathlib import Path
 
 import finsy as fy
 
+from host.errors import OptionError, check_options, readable_file
+
 #: P4Runtime election ids are uint128; 0 is not a usable id for a writer.
 MAX_ELECTION_ID = (1 << 128) - 1
 
 
-class OptionError(ValueError):
-    """A bad option or file; the message is one line naming it."""
-
-
 def check_text_file(path: str, what: str) -> None:
     """``path`` exists and is UTF-8 text (a binary file is refused before any parser sees it)."""
-    p = Path(path)
-    if not p.is_file():
-        raise OptionError(f"{what} {path}: no such file")
+    p = readable_file(path, what)
     try:
         p.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -48,8 +44,8 @@ def tls_credentials(ca: str | None, cert: str | None, key: str | None,
         raise OptionError("--tls-cert and --tls-key: give both or neither")
     files = {"--tls-ca": ca, "--tls-cert": cert, "--tls-key": key}
     for flag, f in files.items():
-        if f is not None and not Path(f).is_file():
-            raise OptionError(f"{flag} {f}: no such file")
+        if f is not None:
+            readable_file(f, flag)
     return fy.GRPCCredentialsTLS(cacert=Path(ca), cert=Path(cert) if cert else None,
                                  private_key=Path(key) if key else None,
                                  target_name_override=server_name or "")
@@ -61,12 +57,7 @@ def check_controller_args(args: Namespace, error: type[Exception] = OptionError)
     Checks the desired-state file (and ``--plan``), ``--election-id``, ``--timeout``,
     ``--watch`` (finite) and the TLS files (stored back as ``args.tls``).
     """
-    try:
-        _check(args)
-    except OptionError as exc:
-        if error is OptionError:
-            raise
-        raise error(str(exc)) from None
+    check_options(_check, args, error)
 
 
 def _check(args: Namespace) -> None:

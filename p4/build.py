@@ -147,6 +147,17 @@ def compile_p4(p4c: str, outdir: Path) -> dict:
     return result
 
 
+def _without_compiler(missing: str, outdir: str, stale: bool, why: str, report: dict,
+                      fix: str) -> tuple[int, dict]:
+    """No compiler: fine (OK) while the committed outputs match the sources, else NO_P4C."""
+    if stale:
+        msg = f"{missing}: {why}, and it cannot be recompiled here; {fix}"
+        return NO_P4C, {**report, "stale": True, "reason": why, "message": msg}
+    msg = (f"{missing}: nothing to compile, the committed {outdir} outputs match the "
+           "sources")
+    return OK, {**report, "stale": False, "reason": why, "message": msg, "skipped": True}
+
+
 def build(p4c: str | None = None, check: bool = False) -> tuple[int, dict]:
     """Run the build; returns (exit code, report dict)."""
     sys.path.insert(0, str(HERE))
@@ -163,9 +174,8 @@ def build(p4c: str | None = None, check: bool = False) -> tuple[int, dict]:
     p4c = p4c or shutil.which("p4c")
     if not p4c:
         stale, why = is_stale()
-        return NO_P4C, {"p4c": None, "stale": stale, "reason": why,
-                        "message": "p4c not found on PATH: generated P4 sources only; "
-                                   "committed p4/build outputs left unchanged"}
+        return _without_compiler("p4c not found on PATH", "p4/build", stale, why,
+                                 {"p4c": None}, "install p4c or pass --p4c")
     version = p4c_version(p4c)
     result = compile_p4(p4c, BUILD)
     report = {"p4c": p4c, "p4c_version": version, **result}
@@ -316,10 +326,9 @@ def build_tna(target: str, p4c: str | None = None, check: bool = False) -> tuple
     p4c = p4c or tofino_compiler()
     if not p4c:
         stale, why = tna_is_stale(target)
-        return NO_P4C, {"target": target, "p4c": None, "stale": stale, "reason": why,
-                        "message": "the open-source Tofino backend of p4c was not found "
-                                   "(NETCO_TOFINO_P4C or p4c-tofino on PATH): committed "
-                                   f"p4/build/{target} outputs left unchanged"}
+        return _without_compiler("the open-source Tofino backend of p4c was not found",
+                                 f"p4/build/{target}", stale, why, {"target": target, "p4c": None},
+                                 "set NETCO_TOFINO_P4C or put p4c-tofino on PATH")
     version = p4c_version(p4c)
     result = compile_tna(p4c, target, tna_dir(target))
     report = {"target": target, "p4c": p4c, "p4c_version": version, **result}
@@ -435,18 +444,28 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             print(json.dumps(reports, indent=2))
         else:
-            for tg, rep in reports.items():
-                print(f"[{tg}]")
-                for k, v in rep.items():
-                    print(f"  {k}: {v}")
+            _print_reports(reports)
         return code
     code, report = build(args.p4c, args.check)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        for k, v in report.items():
-            print(f"{k}: {v}")
+        _print_reports({"v1model": report})
     return code
+
+
+def _print_reports(reports: dict) -> None:
+    """One line per target (and the compiler's output when it failed)."""
+    for tg, rep in reports.items():
+        if "message" in rep:
+            print(f"{tg}: {rep['message']}")
+        elif "returncode" in rep:
+            print(f"{tg}: {rep.get('p4c_version', rep.get('p4c'))}: exit {rep['returncode']} "
+                  f"after {rep.get('seconds')} s" + "".join(f", wrote {o}" for o in rep.get("outputs", [])))
+            if rep["returncode"] != 0 and rep.get("output"):
+                print("  " + rep["output"][-4000:].replace("\n", "\n  "))
+        else:
+            print(f"{tg}: {'STALE' if rep.get('stale') else 'fresh'}: {rep.get('reason')}")
 
 
 if __name__ == "__main__":

@@ -7,16 +7,17 @@ import importlib.machinery
 import importlib.util
 import os
 import shutil
-from pathlib import Path
 
 import pytest
+
+from host.paths import P4_BUILD_SCRIPT
 
 
 @functools.cache
 def _tofino_compiler() -> str | None:
     """The Tofino backend driver if it runs (p4/build.py decides, one rule for both)."""
     spec = importlib.util.spec_from_file_location(
-        "netco_p4_build_conftest", Path(__file__).resolve().parents[1] / "p4" / "build.py")
+        "netco_p4_build_conftest", P4_BUILD_SCRIPT)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod.tofino_compiler()

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from host.paths import REPO
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,11 @@
-"""``netco bench``: benchmarks that print one JSON object."""
+"""``netco bench``: benchmarks; a readable table by default, one JSON object with --json."""
 
 from __future__ import annotations
 
 import argparse
 import json
+
+from host.errors import UsageError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -19,6 +21,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def _run_codec(args: argparse.Namespace) -> int:
     from host.bench import codec
 
+    problem = codec.check_arguments(args)
+    if problem:
+        raise UsageError(problem)
     report = codec.run(args.sizes, args.repeat, args.backend, args.nmse_elements, args.seed)
-    print(json.dumps(report, indent=1))
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print(codec.format_report(report))
     return 0

@@ -72,6 +72,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     common(p)
     p.add_argument("--entries", action="store_true", help="list every installed difference")
     p.add_argument("--timeout", type=float, default=15.0, help="seconds per switch to connect")
+    p.add_argument("--watch", type=float, default=0.0, metavar="SECONDS",
+                   help="refresh a table of per-job counters, rates, goodput and drops every "
+                        "SECONDS (in place on a terminal, plain blocks into a pipe); Ctrl-C stops "
+                        "(docs/telemetry.md)")
+    p.add_argument("--rounds", type=int, default=0, metavar="N",
+                   help="with --watch: stop after N refreshes (default 0: run until interrupted)")
+    p.add_argument("--workers", action="append", default=None, metavar="URL",
+                   help="with --watch: also show this training worker's statistics, scraped from "
+                        "its metrics server (netco train --metrics-port; repeat per worker)")
     p.set_defaults(func=run_status)
 
     p = sub.add_parser("show", help="validate the file and print the derived entries (offline)")
@@ -103,7 +112,7 @@ def _load(args: argparse.Namespace):
         else:
             cfg = load_config(args.file)
     except ConfigError as exc:
-        raise UsageError(str(exc).replace("\n", " ")) from exc
+        raise UsageError("\n".join(exc.lines())) from exc
     if args.switch:
         names = [s.name for s in cfg.switches]
         bad = [s for s in args.switch if s not in names]
@@ -121,7 +130,7 @@ def _controller(args: argparse.Namespace, election_id: int | None = None):
         return Controller(cfg, election_id=election_id, timeout=getattr(args, "timeout", 15.0),
                           tls=args.tls)
     except ConfigError as exc:
-        raise UsageError(str(exc).replace("\n", " ")) from exc
+        raise UsageError("\n".join(exc.lines())) from exc
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from exc
 
@@ -136,6 +145,15 @@ def _table(rows: list[list[Any]], header: list[str]) -> str:
 def _print_json(obj: Any) -> None:
     json.dump(obj, sys.stdout, indent=2)
     sys.stdout.write("\n")
+
+
+def _print_diffs(results) -> None:
+    """Each switch's differences (:func:`_diff_lines`) under its name; nothing for one in sync."""
+    for r in results:
+        lines = _diff_lines(r)
+        if lines:
+            print(f"\n{r.switch}:")
+            print("\n".join(lines))
 
 
 def _diff_lines(res) -> list[str]:
@@ -258,11 +276,7 @@ def run_diff(args: argparse.Namespace) -> int:
         _print_json({"p4info": ctl.p4info_source, "switches": [r.to_json() for r in results]})
     else:
         print(_table(_summary_rows(results, written=False), _SUMMARY_HEADER))
-        for r in results:
-            lines = _diff_lines(r)
-            if lines:
-                print(f"\n{r.switch}:")
-                print("\n".join(lines))
+        _print_diffs(results)
         for r in failed:
             print(f"error: {r.error}", file=sys.stderr)
     if failed:
@@ -276,7 +290,20 @@ def run_status(args: argparse.Namespace) -> int:
     from host.protocol.layout import DropReason
 
     _quiet_finsy(args)
+    if args.watch < 0 or args.rounds < 0:
+        raise UsageError("--watch and --rounds must not be negative")
+    if (args.rounds or args.workers) and not args.watch:
+        raise UsageError("--rounds and --workers go with --watch SECONDS, e.g. --watch 1")
+    if args.watch and (args.json or args.entries):
+        raise UsageError("--watch draws a table; for machines use --json without --watch, "
+                         "or scrape the Prometheus metrics (docs/telemetry.md)")
     ctl = _controller(args)
+    if args.watch:
+        from control_plane.telemetry import watch_controller
+
+        watch_controller(ctl, args.watch, switches=args.switch, worker_urls=args.workers or [],
+                         rounds=args.rounds)
+        return 0
     results = run_sync(ctl.status(switches=args.switch))
     failed = [r for r in results if not r.ok]
     jobs = []
@@ -323,11 +350,7 @@ def run_status(args: argparse.Namespace) -> int:
     print()
     print(_table(drows, ["switch", "drop reason", "packets"]) if drows else "no drops")
     if args.entries:
-        for r in results:
-            lines = _diff_lines(r)
-            if lines:
-                print(f"\n{r.switch}:")
-                print("\n".join(lines))
+        _print_diffs(results)
     for r in failed:
         print(f"error: {r.error}", file=sys.stderr)
     return EXIT_SWITCH_ERROR if failed else 0

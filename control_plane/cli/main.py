@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import re
 import sys
 
 from host import __version__
@@ -31,6 +32,7 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("testbed", "control_plane.testbed.cli", "Mininet testbeds from a topology file: up, down, status"),
     ("explore", "control_plane.scaleacross.cli", "ScaleAcross Explorer: plan training across buildings"),
     ("fielding", "control_plane.fielding.cli", "FIELDING: clustered federated learning under drift"),
+    ("capture", "host.protocol.capture", "decode THC packets with tshark (live or from a pcap)"),
 ]
 
 
@@ -47,7 +49,33 @@ def build_parser(selected: str | None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == selected:
             importlib.import_module(module).configure(p)
+            _plain_help(p, help_text)
     return parser
+
+
+#: reStructuredText in docstrings reused as help: ``literal`` and :role:`target`.
+_RST = re.compile(r"``(.+?)``|:(?:func|class|mod|data|attr|meth|ref|doc|obj):`~?([^`]+)`")
+
+
+def _plain(text: str | None) -> str | None:
+    """``text`` without reStructuredText markup (help is read on a terminal)."""
+    if not text:
+        return text
+    text = _RST.sub(lambda m: m.group(1) or m.group(2), text)
+    return text.replace("::\n", ":\n")
+
+
+def _plain_help(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """Plain text in ``parser``'s help and its subcommands'; a subcommand without a
+    description gets its one-line help as one."""
+    parser.description = _plain(parser.description or help_text)
+    parser.epilog = _plain(parser.epilog)
+    for action in parser._actions:
+        action.help = _plain(action.help)
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {c.dest: c.help or "" for c in action._choices_actions}
+            for name, child in action.choices.items():
+                _plain_help(child, helps.get(name, ""))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,7 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(func(args) or 0)
     except UsageError as exc:
-        print(f"netco {args.command}: error: {exc}", file=sys.stderr)
+        # One line per problem (a file with several problems names each on its own line).
+        for line in str(exc).splitlines() or [""]:
+            print(f"netco {args.command}: error: {line}", file=sys.stderr)
         return 2
 
 

@@ -1,10 +1,10 @@
-"""``netco p4``: build the P4 programs (generate per-coordinate code, compile).
+"""netco p4: build the P4 programs (generate per-coordinate code, compile).
 
-``netco p4 build`` runs ``p4/gen.py`` and, when p4c is on PATH, compiles
-``p4/v1model/main.p4`` into ``p4/build/``; ``--target tofino|tofino2|all`` compiles
-``p4/tna/main.p4`` with the open-source Tofino backend where it is installed
-(``--target all`` is ``make -C p4``). ``--check`` only reports whether the committed outputs
-are stale.
+netco p4 build runs p4/gen.py and, when p4c is on PATH, compiles p4/v1model/main.p4 into
+p4/build/; --target tofino|tofino2|all compiles p4/tna/main.p4 with the open-source Tofino
+backend where it is installed (--target all is make -C p4). Without a compiler nothing is
+compiled, and that is no error while the committed outputs match the sources. --check only
+reports whether the committed outputs are stale.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ import json
 from pathlib import Path
 from types import ModuleType
 
-REPO = Path(__file__).resolve().parents[2]
-BUILD_SCRIPT = REPO / "p4" / "build.py"
+from host.paths import P4_BUILD_SCRIPT as BUILD_SCRIPT
 
 
 def _load_build() -> ModuleType:
@@ -64,8 +63,8 @@ def run_build(args: argparse.Namespace) -> int:
         return code
     if args.check:
         print(("STALE: " if report["stale"] else "fresh: ") + report["reason"])
-    elif code == mod.NO_P4C:
-        print(f"netco p4 build: {report['message']} ({report['reason']})")
+    elif report.get("p4c") is None:
+        print(f"netco p4 build: {report['message']}")
     else:
         print(f"netco p4 build: {report['p4c_version']}: {report['command']}")
         print(f"  exit {report['returncode']} after {report['seconds']} s")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from host.ddp.baselines import COMPRESSORS, CompressorSpec, compare_set
 from host.errors import UsageError
+from host.exporter import add_metrics_arguments
 from host.thc.config import THCConfig, THCConfigError
 from host.thc.lanes import LaneOverflowError, lane_bits
 from host.training.harness import TrainConfig, TrainingError, train
@@ -30,8 +31,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", choices=sorted(TASKS), required=True,
                         help="digits (CNN, held-out accuracy) or charlm (transformer, bits/char)")
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
-    parser.add_argument("--compressor", choices=COMPRESSORS, default="thc",
-                        help="gradient compressor (default thc); ignored with --compare")
+    parser.add_argument("--compressor", choices=COMPRESSORS, default=None,
+                        help="gradient compressor (default thc); not with --compare, which runs "
+                             "them all")
     parser.add_argument("--compare", action="store_true",
                         help="run none, fp16, powersgd rank 1 and 4, thc with and without error "
                         "feedback; write the comparison plot")
@@ -75,9 +77,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     net.add_argument("--uplink", choices=["indices", "values"], default="indices",
                      help="what DATA carries: 4-bit THC indices (default) or 8-bit table values "
                           "(needed by the Tofino program; docs/protocol.md)")
+    add_metrics_arguments(net, "each worker's aggregation statistics (rank r on port N+r)")
     parser.add_argument("--out", help="JSON report path (default netco-train-TASK.json)")
     parser.add_argument("--plot", help="PNG path with --compare (default netco-train-TASK.png)")
     parser.add_argument("--json", action="store_true", help="print the JSON report to stdout")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no per-step progress (a bar on a terminal, plain lines otherwise)")
     parser.set_defaults(func=run)
 
 
@@ -92,6 +97,21 @@ def _validate(args: argparse.Namespace) -> THCConfig:
         raise UsageError(f"--link-mbps={args.link_mbps}: must be > 0 (Mbit/s per worker)")
     if args.lr is not None and not args.lr > 0:
         raise UsageError(f"--lr={args.lr}: must be > 0")
+    if args.compare and args.compressor is not None:
+        raise UsageError(f"--compressor {args.compressor} with --compare: --compare runs every "
+                         "compressor; give one or the other")
+    if args.compressor is None:
+        args.compressor = "thc"
+    if args.aggregator == "network" and not args.compare and args.compressor != "thc":
+        raise UsageError(f"--aggregator network sums THC in the switch; --compressor "
+                         f"{args.compressor} runs on torch.distributed: drop --aggregator network "
+                         "or use --compressor thc")
+    if args.metrics_port is not None and args.aggregator != "network":
+        raise UsageError("--metrics-port: the workers' statistics come from the switch transport; "
+                         "add --aggregator network")
+    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65536 - args.workers:
+        raise UsageError(f"--metrics-port={args.metrics_port}: ranks use N..N+{args.workers - 1}; "
+                         f"give 0..{65536 - args.workers}")
     if args.testbed and args.link_mbps is None:
         raise UsageError("--testbed rack: give --link-mbps B, the speed its links are shaped to")
     if args.testbed and args.switch != "embedded":
@@ -109,22 +129,26 @@ def _validate(args: argparse.Namespace) -> THCConfig:
 
 def _print_table(summaries: dict[str, dict], gap: dict[str, dict], metric: str, link: float | None,
                  basis: str = "emulated") -> None:
-    head = f"{'compressor':<13}{metric:>14}{'gap':>9}{'up/fp32':>9}{'down/fp32':>10}{'to target':>11}"
+    head = (f"{'compressor':<13}{metric:>14}{'gap':>9}{'up/fp32':>9}{'down/fp32':>10}"
+            f"{'steps to target':>16}")
     if link:
-        head += f"{'meas. s' if basis == 'measured' else 'emul. s':>9}"
+        head += f"{'meas. s' if basis == 'measured' else 'emul. s':>12}"
     print(head)
     for name, s in summaries.items():
         g = gap.get(name, {}).get("metric_gap")
         line = (f"{name:<13}{s['final_metric']:>14.4f}{(f'{g + 0.0:+.4f}' if g is not None else '-'):>9}"
                 f"{s['uplink_vs_fp32']:>9.3f}{s['downlink_vs_fp32']:>10.3f}"
-                f"{(str(s['steps_to_target']) if s['steps_to_target'] else '-'):>11}")
+                f"{(str(s['steps_to_target']) if s['steps_to_target'] else '-'):>16}")
         if link:
             t = s["time_to_target_s"]
-            line += f"{(f'{t:.2f}' if t is not None else '-'):>9}"
+            line += f"{(f'{t:.2f}' if t is not None else '-'):>12}"
         print(line)
-    if link:
-        how = "measured wall clock, links shaped to" if basis == "measured" else "emulated for"
-        print(f"time to target: {how} {link:g} Mbit/s per worker ({basis})")
+    if link and basis == "measured":
+        print(f"meas. s: measured wall-clock time to target, links shaped to {link:g} Mbit/s "
+              "per worker (namespace rack)")
+    elif link:
+        print(f"emul. s: emulated time to target at {link:g} Mbit/s per worker (measured compute + "
+              "bytes / link rate)")
 
 
 @contextlib.contextmanager
@@ -198,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         specs = [CompressorSpec(args.compressor, rank=args.powersgd_rank,
                                 error_feedback=not args.no_error_feedback, start_iter=args.start_iter)]
-    progress = (not args.json) or sys.stderr.isatty()
+    progress = not args.no_progress and ((not args.json) or sys.stderr.isatty())
     runs, summaries = [], {}
     basis = "measured" if args.testbed or not args.link_mbps else "emulated"
     rack = None
@@ -221,7 +245,8 @@ def run(args: argparse.Namespace) -> int:
                 cfg = TrainConfig(task=args.task, spec=spec, workers=args.workers,
                                   steps=args.steps, eval_every=args.eval_every, seed=args.seed,
                                   lr=args.lr, thc=thc_cfg, bucket_cap_mb=args.bucket_cap_mb,
-                                  progress=progress, network=net)
+                                  progress=progress, network=net, metrics_port=args.metrics_port,
+                                  metrics_address=args.metrics_address)
                 try:
                     r = train(cfg)
                 except TrainingError as exc:

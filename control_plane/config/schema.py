@@ -13,15 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from host import paths
 from host.protocol import layout as lay
-from host.thc.table import default_table
+from host.thc.table import DEFAULT_GRANULARITY, default_table
 
-REPO = Path(__file__).resolve().parents[2]
 #: P4Info and BMv2 JSON written by ``p4/build.py`` (p4c).
-DEFAULT_P4INFO = REPO / "p4" / "build" / "netco.p4info.txtpb"
-DEFAULT_BMV2_JSON = REPO / "p4" / "build" / "netco.json"
+DEFAULT_P4INFO = paths.V1MODEL_P4INFO
+DEFAULT_BMV2_JSON = paths.V1MODEL_BMV2_JSON
 #: P4Info of the TNA program written by ``p4/build.py --target tofino`` (Tofino backend).
-TOFINO_P4INFO = REPO / "p4" / "build" / "tofino" / "netco.p4info.txtpb"
+TOFINO_P4INFO = paths.TOFINO_P4INFO
 
 #: Switch targets the controller knows how to push a pipeline to.
 #: ``bmv2``: P4Info + BMv2 JSON; ``softswitch``: P4Info only (netco's software target);
@@ -40,10 +40,10 @@ MAX_PORT = 510
 #: ``job_id`` is a 16-bit header field.
 MAX_JOB_ID = 0xFFFF
 #: THC table values are ``bit<8>`` action parameters of ``load_table`` (docs/protocol.md).
-MAX_GRANULARITY = 255
+MAX_GRANULARITY = (1 << lay.VALUE_BITS) - 1
 DEFAULT_NUM_SLOTS = 16
 DEFAULT_ELECTION_ID = 10
-DEFAULT_THC = {"b": lay.INDEX_BITS, "g": 30, "p": "1/32"}
+DEFAULT_THC = {"b": lay.INDEX_BITS, "g": DEFAULT_GRANULARITY, "p": "1/32"}
 
 
 class ConfigError(ValueError):
@@ -58,6 +58,11 @@ class ConfigError(ValueError):
         else:
             msg = f"{head}{len(problems)} problems:\n  " + "\n  ".join(problems)
         super().__init__(msg)
+
+    def lines(self) -> list[str]:
+        """One line per problem, each naming the file (for one-line command-line errors)."""
+        head = f"{self.source}: " if self.source else ""
+        return [f"{head}{p}" for p in self.problems]
 
 
 @dataclass(frozen=True)

@@ -43,10 +43,13 @@ from control_plane.config.schema import (
     TreeNode,
 )
 from control_plane.config.topology import derive_tree
+from host.protocol import generated_dataplane as dp
 from host.protocol import layout as lay
 
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,31}$")
 _MAC_RE = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
+#: "unknown host 'h1'" / "unknown switch 's1'": a reference to a name (see _Validator.broken).
+_UNKNOWN_REF = re.compile(r"^unknown (?:host|switch) '([^']*)'")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -78,8 +81,25 @@ def load_config(path: str | Path) -> NetworkConfig:
             raise ConfigError([f"unknown file type {path.suffix!r}; name it .yaml, .yml or .toml"],
                               str(path))
     except (yaml.YAMLError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError([f"not valid {path.suffix[1:].upper()}: {exc}"], str(path)) from exc
+        raise ConfigError([syntax_error(path, exc)], str(path)) from exc
     return parse_config(raw, base_dir=path.parent, source=str(path))
+
+
+def syntax_error(path: Path, exc: Exception) -> str:
+    """One line for a YAML or TOML syntax error: where (line, column) and what.
+
+    PyYAML's own message spans several lines with a caret under a copy of the line and calls
+    the file ``"<unicode string>"``; the file is named by the caller (:class:`ConfigError`).
+    """
+    kind = "TOML" if path.suffix == ".toml" else "YAML"
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        m = exc.problem_mark
+        msg = f"line {m.line + 1}, column {m.column + 1}: not valid {kind}: {exc.problem}"
+        if exc.context and exc.context_mark is not None:
+            c = exc.context_mark
+            msg += f" ({exc.context} started at line {c.line + 1}, column {c.column + 1})"
+        return msg
+    return f"not valid {kind}: {' '.join(str(exc).split())}"
 
 
 def parse_config(raw: Any, base_dir: Path | None = None, source: str = "") -> NetworkConfig:
@@ -114,8 +134,14 @@ class _Validator:
     def __init__(self, base_dir: Path) -> None:
         self.base_dir = base_dir
         self.problems: list[str] = []
+        #: Names of hosts and switches whose entries are invalid (their problems are
+        #: reported there; a reference to them elsewhere is no second problem).
+        self.broken: set[str] = set()
 
     def err(self, where: str, msg: str) -> None:
+        ref = _UNKNOWN_REF.match(msg)
+        if ref and ref.group(1) in self.broken:
+            return
         self.problems.append(f"{where}: {msg}")
 
     # -- scalar helpers ---------------------------------------------------------------------
@@ -295,6 +321,8 @@ class _Validator:
                 self.err(f"{w}.p4blob", f"required for target {target!r}: the target's compiled "
                                         "program (device config) to push with the P4Info")
             if name is None or address is None or addr is None or mac is None or dev is None:
+                if name is not None:
+                    self.broken.add(name)
                 continue
             addrs[address] = name
             out[name] = SwitchSpec(name, address, dev, addr, mac, ports, target, p4blob)
@@ -336,6 +364,8 @@ class _Validator:
                 ip = None
             att = self.endpoint(f"{w}.attach", m.get("attach"), switches) if "attach" in m else None
             if name is None or mac is None or ip is None or att is None:
+                if name is not None:
+                    self.broken.add(name)
                 continue
             ips[ip] = name
             out[name] = HostSpec(name, mac, ip, att[0], att[1])
@@ -474,12 +504,14 @@ class _Validator:
                 continue
             targets = {sw.name: sw.target for sw in cfg.switches}
             bmv2 = [n.switch for n in tree if targets[n.switch] == "bmv2"]
-            if lane == 32 and bmv2:
+            widest = dp.MAX_DATA_RESULT_LANE_BITS
+            if lane > widest and bmv2:
                 # BMv2 lets a packet grow by 512 bytes only: 128 B of indices -> 1 KiB of lanes
                 # crashes it, so the P4 program drops such DATA (LANE_UNSUPPORTED).
-                self.err(f"{w}.lane_bits", f"32-bit lanes are not supported on BMv2 switch "
-                                           f"{bmv2[0]}; use 16 (n·g up to 65535: g <= 2047 "
-                                           "for 32 workers)")
+                top = (1 << widest) - 1
+                self.err(f"{w}.lane_bits", f"{lane}-bit lanes are not supported on BMv2 switch "
+                                           f"{bmv2[0]}; use {widest} (n·g up to {top}: g <= "
+                                           f"{top // lay.MAX_WORKERS} for {lay.MAX_WORKERS} workers)")
                 continue
             tofino = [n.switch for n in tree if targets[n.switch] in VALUES_TARGETS]
             uplink = m.get("uplink", "values" if tofino else "indices")

@@ -38,8 +38,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                        help="kind of drift (all: the three in turn)")
     run_p.add_argument("--dataset", default="digits", choices=("digits", "synthetic"),
                        help="scikit-learn digits (8x8) or a synthetic Gaussian mixture")
-    run_p.add_argument("--clients", type=int, default=40, help="number of clients (20-200)")
-    run_p.add_argument("--rounds", type=int, default=30, help="federated rounds")
+    run_p.add_argument("--clients", type=int, default=40,
+                       help="number of clients, 8..1000 (default 40; the scenarios are designed "
+                       "for 20-200)")
+    run_p.add_argument("--rounds", type=int, default=30, help="federated rounds (default 30)")
     run_p.add_argument("--seed", type=int, default=0, help="seed of data and training")
     run_p.add_argument("--methods", default="fielding,fedavg,ifca,cfl,feddrift,oracle",
                        help="comma-separated subset of the methods")
@@ -65,19 +67,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
     run_p.add_argument("--feddrift-delta", type=float, default=0.3, help="FedDrift delta")
     run_p.add_argument("--cfl-eps", type=float, nargs=2, default=(0.4, 1.6),
                        metavar=("EPS1", "EPS2"), help="CFL split thresholds")
-    run_p.add_argument("--json", action="store_true", help="print one JSON object")
+    run_p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     run_p.add_argument("--plot", nargs="?", const="", default=None, metavar="PNG",
                        help="write accuracy-over-rounds PNG (default fielding-<scenario>.png)")
-    run_p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run_p.add_argument("--no-progress", action="store_true",
+                       help="no progress bar (when stderr is not a terminal there is none anyway)")
     run_p.set_defaults(func=run)
 
     fl = sub.add_parser("flower", help="run the FIELDING Flower strategy end to end",
                         description="Drive FieldingStrategy with Flower's Strategy.start loop "
                         "over an in-process Grid and real ClientApp objects.")
-    fl.add_argument("--scenario", default="concept", choices=("label", "feature", "concept"))
-    fl.add_argument("--clients", type=int, default=20)
-    fl.add_argument("--rounds", type=int, default=12)
-    fl.add_argument("--seed", type=int, default=0)
+    fl.add_argument("--scenario", default="concept", choices=("label", "feature", "concept"),
+                    help="kind of drift (default concept)")
+    fl.add_argument("--clients", type=int, default=20,
+                    help="number of clients, at least 8 (default 20)")
+    fl.add_argument("--rounds", type=int, default=12,
+                    help="federated rounds, at least 3 (default 12)")
+    fl.add_argument("--seed", type=int, default=0, help="seed of data and training (default 0)")
     fl.add_argument("--engine", default="local", choices=("local", "simulation"),
                     help="local: Strategy.start over an in-process grid; simulation: "
                     "Flower's simulation engine (needs Ray)")
@@ -158,14 +164,16 @@ def _print_table(res: dict) -> None:
     print(f"\n{res['scenario']} drift on {res['dataset']}: {res['clients']} clients, "
           f"{res['rounds']} rounds, seed {res['seed']}, drift at rounds {res['drift_rounds']}, "
           f"target {res['target']}")
-    print(f"{'method':10} {'final':>7} {'last3':>7} {'to-target':>9} {'repr B':>9} "
+    print(f"{'method':10} {'final':>7} {'last3':>7} {'rounds to target':>16} {'repr B':>9} "
           f"{'updates B':>11} {'down B':>11} {'models':>6}")
     for name, m in res["methods"].items():
         b = m["bytes"]
         rtt = m["rounds_to_target"] if m["rounds_to_target"] is not None else "-"
         print(f"{name:10} {m['final_accuracy']:7.4f} {m['final_accuracy_mean_last']:7.4f} "
-              f"{rtt!s:>9} {b['representations']:9d} {b['model_updates_up']:11d} "
+              f"{rtt!s:>16} {b['representations']:9d} {b['model_updates_up']:11d} "
               f"{b['models_down']:11d} {m['models_per_round'][-1]:6d}")
+    print("final, last3: mean client test accuracy in the last round / the last three; "
+          "B: bytes over the whole run, all clients; models: in the last round")
     s = res.get("summary") or {}
     if "gain_pp" in s:
         print(f"FIELDING vs best baseline ({s['best_baseline']}): {s['gain_pp']:+.2f} pp; "

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+#: How the methods are written in the title (the legend uses the table's keys).
+NAMES = {"fielding": "FIELDING", "fedavg": "FedAvg", "ifca": "IFCA", "cfl": "CFL",
+         "feddrift": "FedDrift", "oracle": "oracle"}
+STYLES = ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)))
+MARKERS = ("o", "s", "^", "v", "D", "x")
+
 
 def plot_accuracy(result: dict, path: str | Path) -> Path:
     """Plot ``result["methods"][*]["accuracy"]`` (from :func:`harness.compare`) to ``path``."""
@@ -12,23 +18,29 @@ def plot_accuracy(result: dict, path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for name, m in result["methods"].items():
+    fig, ax = plt.subplots(figsize=(8.5, 4.2), constrained_layout=True)
+    methods = list(result["methods"].items())
+    for i, (name, m) in enumerate(methods):
         acc = m["accuracy"]
-        style = "--" if name == "oracle" else "-"
-        width = 2.2 if name == "fielding" else 1.2
-        ax.plot(range(1, len(acc) + 1), acc, style, lw=width, label=name)
+        same = [other for other, o in methods[:i] if o["accuracy"] == acc]
+        label = name + (f" (same curve as {same[0]})" if same else "")
+        # Dashes and staggered markers keep a curve that coincides with another visible.
+        ax.plot(range(1, len(acc) + 1), acc, linestyle=STYLES[i % len(STYLES)],
+                lw=2.4 if name == "fielding" else 1.3, marker=MARKERS[i % len(MARKERS)],
+                markevery=(i % 3, 3), markersize=4, label=label, zorder=3 if name == "fielding" else 2)
     for r in result["drift_rounds"]:
         ax.axvline(r, color="grey", lw=0.8, ls=":")
-    ax.set_xlabel("round (dotted: drift events)")
+    if result.get("target") is not None:
+        ax.axhline(result["target"], color="black", lw=0.8, ls="--",
+                   label=f"target accuracy {result['target']:g}")
+    ax.set_xlabel("round (dotted lines: drift events)")
     ax.set_ylabel("mean client test accuracy")
+    others = ", ".join(NAMES.get(n, n) for n, _ in methods if n != "fielding")
     ax.set_title(
-        f"FIELDING vs baselines: {result['scenario']} drift on {result['dataset']}, "
-        f"{result['clients']} clients, seed {result['seed']}"
-    )
+        f"FIELDING vs {others}\n{result['scenario']} drift on {result['dataset']}, "
+        f"{result['clients']} clients, seed {result['seed']}", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
+    fig.legend(loc="outside right upper", fontsize=8)
     path = Path(path)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -49,6 +49,7 @@ import yaml
 
 from control_plane.config import ConfigError, NetworkConfig, parse_config
 from control_plane.config.topology import derive_tree, shortest_paths
+from control_plane.config.validation import syntax_error
 
 __all__ = ["PLAN_VERSION", "Installation", "PlanError", "install_files", "install_plan",
            "load_plan", "read_topology"]
@@ -127,7 +128,7 @@ def read_topology(path: str | Path) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError([f"cannot read the file: {exc.strerror}"], str(path)) from exc
     except (yaml.YAMLError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError([f"not valid {path.suffix[1:].upper()}: {exc}"], str(path)) from exc
+        raise ConfigError([syntax_error(path, exc)], str(path)) from exc
     if not isinstance(raw, dict):
         raise ConfigError(["the file must be a mapping with switches and hosts"], str(path))
     return raw

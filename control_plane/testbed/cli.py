@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from control_plane.testbed.impair.node import FORWARDER_MODULE
+from host import paths
 from host.errors import UsageError
 
 STATE_DIR = Path(os.environ.get("NETCO_TESTBED_STATE_DIR", "/run/netco-testbed"))
@@ -48,7 +49,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                             "named after the topology)")
         p.add_argument("--json", action="store_true", help="print one JSON object")
 
-    p = sub.add_parser("up", help="build the network, verify impairments, start switches, apply")
+    p = sub.add_parser("up", help="build the network, verify impairments, start switches, apply",
+                       description="Build the topology's Mininet network (root), check the links' "
+                       "measured impairments, start the switches (BMv2 or the software target), "
+                       "apply the file with the controller, and detach a supervisor that holds it.")
     common(p)
     p.add_argument("--target", choices=("auto", "softswitch", "bmv2"), default="auto",
                    help="switch program (default auto: BMv2 when simple_switch_grpc and the built "
@@ -60,12 +64,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for the testbed")
     p.set_defaults(func=run_up)
 
-    p = sub.add_parser("down", help="tear down what up created")
+    p = sub.add_parser("down", help="tear down what up created",
+                       description="Ask the testbed's supervisor to tear the network down, then "
+                       "remove anything the state file records that is still there.")
     common(p)
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the supervisor")
     p.set_defaults(func=run_down)
 
-    p = sub.add_parser("status", help="is it up: processes, P4Runtime ports, impairments")
+    p = sub.add_parser("status", help="is it up: processes, P4Runtime ports, impairments",
+                       description="Report whether the testbed is up: its processes, P4Runtime "
+                       "ports and impairments (exit code 1 when not up or unhealthy).")
     common(p)
     p.set_defaults(func=run_status)
 
@@ -94,7 +102,7 @@ def _topo(args: argparse.Namespace) -> Path:
         if hasattr(args, "target"):
             choose_target(args.target, cfg.controller.bmv2_json)
     except ConfigError as exc:
-        raise UsageError(f"--topo {exc}") from None
+        raise UsageError("\n".join(f"--topo {line}" for line in exc.lines())) from None
     except (PlanError, TestbedError) as exc:
         raise UsageError(f"--topo {topo}: {exc}") from None
     return topo
@@ -171,10 +179,9 @@ def run_up(args: argparse.Namespace) -> int:
     if getattr(args, "verbose", 0):
         cmd.append("-v")
     log_path = path.with_suffix(".log")
-    repo = Path(__file__).resolve().parents[2]
     with open(log_path, "w") as logf:
         proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=repo, start_new_session=True)
+                                cwd=paths.REPO, start_new_session=True)
     end = time.monotonic() + args.timeout
     while True:
         st = _read(path)

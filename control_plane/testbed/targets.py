@@ -24,11 +24,11 @@ from pathlib import Path
 
 from control_plane.config import DEFAULT_BMV2_JSON
 from control_plane.testbed.plan import SwitchPlan
+from host.paths import REPO
 
 log = logging.getLogger(__name__)
 
 TARGETS = ("auto", "softswitch", "bmv2")
-REPO = Path(__file__).resolve().parents[2]
 PR_SET_PDEATHSIG = 1
 
 
@@ -44,8 +44,11 @@ class TargetChoice:
     reason: str
 
 
-def choose_target(requested: str, bmv2_json: Path = DEFAULT_BMV2_JSON) -> TargetChoice:
+def choose_target(requested: str, bmv2_json: Path = DEFAULT_BMV2_JSON,
+                  flag: str = "--target") -> TargetChoice:
     """Resolve ``requested`` (auto/softswitch/bmv2) to the program the switches run.
+
+    ``flag`` is the option the caller's users choose the target with (named in the advice).
 
     Raises
     ------
@@ -61,10 +64,10 @@ def choose_target(requested: str, bmv2_json: Path = DEFAULT_BMV2_JSON) -> Target
     if requested == "bmv2":
         if exe is None:
             raise TestbedError("target bmv2: simple_switch_grpc is not on PATH; install BMv2 or use "
-                               "--target softswitch")
+                               f"{flag} softswitch")
         if not built:
             raise TestbedError(f"target bmv2: {bmv2_json} missing; build the P4 program "
-                               "(netco p4 build) or use --target softswitch")
+                               f"(netco p4 build) or use {flag} softswitch")
         return TargetChoice("bmv2", f"requested ({exe})")
     if exe is None:
         return TargetChoice("softswitch", "auto: simple_switch_grpc not on PATH")

@@ -1,15 +1,17 @@
 """Codec benchmark: throughput against a tensor copy, and NMSE against baselines.
 
-Prints one JSON object (see ``netco bench codec --help``)::
+By default two tables; with --json (benchmarks/codec.py: always) one JSON
+object::
 
     {"throughput": [{"elements", "encode_s", "decode_s", "aggregate_s", "clone_s", ...}],
      "nmse": {"gaussian": {"thc", "uniform4", "per_worker4", "fp16"}, "student_t3": {...},
               "model_gradient": {...}}}
 
-``encode_s`` is what a worker does per round (chunk norms + encode with the error-feedback
-residual off), ``decode_s`` the decode of an 8-bit lane sum, ``aggregate_s`` the integer sum of
-four workers' packed payloads into 8-bit lanes, ``clone_s`` ``x.clone()`` of the same tensor in
-the same run (the memory-bandwidth reference). Each time is the median of ``--repeat`` runs.
+encode_s is what a worker does per round (chunk norms + encode with the error-feedback
+residual off), decode_s the decode of an 8-bit lane sum, aggregate_s the integer sum of four
+workers' packed payloads into 8-bit lanes, clone_s x.clone() of the same tensor in the same
+run (the memory-bandwidth reference). Each time is the median of --repeat runs, in seconds.
+NMSE is one encode/decode's squared error over the data's energy (lower is better).
 """
 
 from __future__ import annotations
@@ -126,18 +128,57 @@ def run(sizes: list[int], repeat: int, backend: str, nmse_elements: int, seed: i
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The benchmark's options (``netco bench codec`` and ``benchmarks/codec.py``)."""
     p.add_argument("--sizes", type=int, nargs="+", default=[1 << 20, 1 << 22, 1 << 24],
-                   help="element counts (default 2^20 2^22 2^24)")
-    p.add_argument("--repeat", type=int, default=5, help="timed runs per figure (median)")
-    p.add_argument("--backend", choices=["auto", "torch", "fused"], default="auto")
-    p.add_argument("--nmse-elements", type=int, default=1 << 20)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", action="store_true", help="(always JSON; accepted for symmetry)")
+                   metavar="N", help="tensor sizes to time, in elements (default 2^20 2^22 2^24)")
+    p.add_argument("--repeat", type=int, default=5,
+                   help="timed runs per figure; the median is reported (default 5)")
+    p.add_argument("--backend", choices=["auto", "torch", "fused"], default="auto",
+                   help="codec implementation: the fused C kernels, the torch reference, or auto "
+                        "(fused when built and the tensor is on the CPU; default auto)")
+    p.add_argument("--nmse-elements", type=int, default=1 << 20, metavar="N",
+                   help="elements of the Gaussian and Student-t data for the NMSE table "
+                        "(default 2^20; the model gradient has its own size)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the data (default 0)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+
+
+def check_arguments(a: argparse.Namespace) -> str | None:
+    """The first bad option as one line naming it and the fix, or None."""
+    for name, values in (("--sizes", a.sizes), ("--repeat", [a.repeat]),
+                         ("--nmse-elements", [a.nmse_elements])):
+        bad = [v for v in values if v < 1]
+        if bad:
+            return f"{name} {bad[0]}: must be at least 1"
+    return None
+
+
+def format_report(rep: dict) -> str:
+    """The report as two readable tables (times in milliseconds, NMSE per data set)."""
+    lines = [f"throughput (median of the timed runs; fused kernels "
+             f"{'built' if rep['fused_available'] else 'not built'})",
+             f"{'elements':>10}  {'backend':7}  {'threads':>7}  {'encode ms':>10}  {'decode ms':>10}"
+             f"  {'aggregate ms':>12}  {'clone ms':>9}  {'codec/clone':>11}"]
+    for r in rep["throughput"]:
+        lines.append(f"{r['elements']:>10,}  {r['backend']:7}  {r['threads']:>7}  "
+                     f"{1e3 * r['encode_s']:>10.2f}  {1e3 * r['decode_s']:>10.2f}  "
+                     f"{1e3 * r['aggregate_s']:>12.2f}  {1e3 * r['clone_s']:>9.2f}  "
+                     f"{r['codec_over_clone']:>10.1f}x")
+    cols = ("thc", "uniform4", "per_worker4", "fp16")
+    lines += ["", "NMSE of one encode/decode (lower is better)",
+              f"{'data':15}  {'elements':>9}" + "".join(f"  {c:>11}" for c in cols)]
+    for name, row in rep["nmse"].items():
+        lines.append(f"{name:15}  {row['elements']:>9,}"
+                     + "".join(f"  {row[c]:>11.4g}" for c in cols))
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p)
     a = p.parse_args(argv)
+    problem = check_arguments(a)
+    if problem:
+        p.error(problem)
     print(json.dumps(run(a.sizes, a.repeat, a.backend, a.nmse_elements, a.seed), indent=1))
     return 0

@@ -158,10 +158,8 @@ def render() -> str:
     w("")
     w("-- header field offsets and sizes, in wire order")
     w("local header = {")
-    off = 0
-    for fld in lay.THC_HEADER:
-        w(f'  {{ "{fld.name}", {off}, {fld.bits // 8} }},')
-        off += fld.bits // 8
+    for name, (off, bits) in lay.THC_FIELDS.items():
+        w(f'  {{ "{name}", {off}, {bits // 8} }},')
     w("}")
     w("")
     w("local flag_names = { " + ", ".join(f'{{ 0x{fl.value:02x}, "{fl.name}" }}' for fl in lay.Flag) + " }")
@@ -205,7 +203,9 @@ local function drop_reason(len, v, pl)
   if v.slot_set > 1 or v.slot_set ~= v["round"] % 2 then
     return 4, "slot_set " .. v.slot_set .. " is not round parity"
   end
-  if up_types[v.msg_type] and v.rank >= MAX_WORKERS then return 4, "rank " .. v.rank .. " >= 32" end
+  if up_types[v.msg_type] and v.rank >= MAX_WORKERS then
+    return 4, "rank " .. v.rank .. " >= " .. MAX_WORKERS
+  end
   return nil
 end
 

@@ -70,19 +70,8 @@ THC_OFFSET = UDP_OFFSET + UDP_HEADER_BYTES
 PAYLOAD_OFFSET = THC_OFFSET + lay.THC_HEADER_BYTES
 
 
-def _offsets() -> dict[str, tuple[int, int]]:
-    out, off = {}, 0
-    for f in (*ETHERNET, *IPV4, *UDP, *lay.THC_HEADER):
-        if f.name in out:
-            raise ValueError(f"framing: field name {f.name!r} used twice")
-        out[f.name] = (off, f.bits)
-        off += f.bits // 8
-    assert off == PAYLOAD_OFFSET
-    return out
-
-
 #: name -> (byte offset in the frame, bits) of every Ethernet, IPv4, UDP and THC header field.
-FIELDS: dict[str, tuple[int, int]] = _offsets()
+FIELDS: dict[str, tuple[int, int]] = lay.field_offsets((*ETHERNET, *IPV4, *UDP, *lay.THC_HEADER))
 
 
 def offset(name: str) -> int:

@@ -176,6 +176,29 @@ def header_bytes(fields: tuple[Field, ...] = THC_HEADER) -> int:
 THC_HEADER_BYTES = header_bytes()
 
 
+def field_offsets(fields: tuple[Field, ...] = THC_HEADER) -> dict[str, tuple[int, int]]:
+    """name -> (byte offset, bits) of every field of a header made of ``fields`` in wire order.
+
+    Raises
+    ------
+    ValueError
+        If two fields share a name or a field is not whole bytes.
+    """
+    out, off = {}, 0
+    for f in fields:
+        if f.name in out:
+            raise ValueError(f"header field name {f.name!r} used twice")
+        if f.bits % 8:
+            raise ValueError(f"header field {f.name!r} of {f.bits} bits is not whole bytes")
+        out[f.name] = (off, f.bits)
+        off += f.bits // 8
+    return out
+
+
+#: name -> (byte offset in the THC header, bits) of every THC header field.
+THC_FIELDS: dict[str, tuple[int, int]] = field_offsets()
+
+
 @dataclass(frozen=True)
 class Payload:
     """A fixed-size payload header: ``count`` elements of ``bits`` bits named ``prefix<i>``."""

@@ -116,7 +116,9 @@ local function drop_reason(len, v, pl)
   if v.slot_set > 1 or v.slot_set ~= v["round"] % 2 then
     return 4, "slot_set " .. v.slot_set .. " is not round parity"
   end
-  if up_types[v.msg_type] and v.rank >= MAX_WORKERS then return 4, "rank " .. v.rank .. " >= 32" end
+  if up_types[v.msg_type] and v.rank >= MAX_WORKERS then
+    return 4, "rank " .. v.rank .. " >= " .. MAX_WORKERS
+  end
   return nil
 end
 

@@ -21,6 +21,8 @@ import threading
 import time
 
 from host.errors import UsageError
+from host.exporter import add_metrics_arguments
+from host.protocol import generated_dataplane as dp
 
 __all__ = ["configure", "run"]
 
@@ -36,8 +38,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grpc", default="127.0.0.1:9559", metavar="HOST:PORT",
                         help="P4Runtime server address (default %(default)s)")
     parser.add_argument("--device-id", type=int, default=1, help="P4Runtime device id (default 1)")
-    parser.add_argument("--slots", type=int, default=256,
-                        help="aggregation slot pool shared by all jobs (default 256, as the P4 program)")
+    parser.add_argument("--slots", type=int, default=dp.THC_SLOTS,
+                        help="aggregation slot pool shared by all jobs (default %(default)s, the P4 "
+                             "program's THC_SLOTS)")
     parser.add_argument("--batch", type=int, default=1024, help="frames per receive batch (default 1024)")
     parser.add_argument("--p4info", default=None, metavar="PATH|default",
                         help="preload a P4Info (default: wait for the controller's pipeline)")
@@ -46,6 +49,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--echo", action="store_true",
                         help="benchmark baseline: send every message back where it came from, "
                              "untouched (no pipeline)")
+    parser.add_argument("--send-thread", action=argparse.BooleanOptionalAction, default=True,
+                        help="send each batch's outputs from a second thread while the next "
+                             "batch is received and processed (default on; --no-send-thread: "
+                             "one thread)")
     parser.add_argument("--tls-cert", default=None, metavar="PEM",
                         help="serve P4Runtime over TLS with this certificate (docs/security.md)")
     parser.add_argument("--tls-key", default=None, metavar="PEM", help="private key of --tls-cert")
@@ -54,6 +61,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print final statistics as JSON on exit")
     parser.add_argument("--ready-file", default=None, metavar="PATH",
                         help="write the P4Runtime address here once serving (for scripts)")
+    add_metrics_arguments(parser, "the switch's counters")
     parser.set_defaults(func=run)
 
 
@@ -87,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
             except OSError as exc:
                 raise UsageError(f"--port {n}: cannot open {kind} port {opts}: {exc.strerror}") from None
         sw = SoftSwitch(ports, device_id=args.device_id, pool_slots=args.slots, batch=args.batch)
+        sw.send_thread = args.send_thread
         if args.p4info:
             try:
                 sw.load_pipeline(netco_p4info() if args.p4info == "default" else args.p4info_message)
@@ -96,6 +105,16 @@ def run(args: argparse.Namespace) -> int:
             bound = sw.serve(args.grpc, args.tls)
         except (OSError, RuntimeError) as exc:
             raise UsageError(f"--grpc {args.grpc}: cannot listen ({exc})") from None
+        metrics = None
+        if args.metrics_port is not None:
+            from host.exporter import ExporterError
+            from host.softswitch.metrics import start_switch_metrics
+
+            try:
+                metrics = start_switch_metrics(sw, args.metrics_port, args.metrics_address)
+            except ExporterError as exc:
+                sw.stop()
+                raise UsageError(f"--metrics-port: {exc}") from None
         if args.ready_file:
             with open(args.ready_file, "w") as f:
                 f.write(bound + "\n")
@@ -115,9 +134,14 @@ def run(args: argparse.Namespace) -> int:
             reporter.start()
         tls = " (TLS)" if args.tls else ""
         print(f"netco switch: P4Runtime{tls} on {bound}, device {args.device_id}, ports "
-              + " ".join(p.describe() for p in ports), file=sys.stderr, flush=True)
+              + " ".join(p.describe() for p in ports)
+              + (f", metrics {metrics.url}" if metrics is not None else ""), file=sys.stderr, flush=True)
         t0 = time.time()
-        sw.run(echo=args.echo)
+        try:
+            sw.run(echo=args.echo)
+        finally:
+            if metrics is not None:
+                metrics.close()
         sw.stop()
         if args.json:
             print(json.dumps({**sw.stats(), "uptime_s": round(time.time() - t0, 3)}))

@@ -4,7 +4,9 @@ The pieces a program needs to run ``python -m host.softswitch`` next to itself: 
 loopback ports (:func:`free_udp_port`, :func:`free_tcp_port`), the P4Info to push
 (:func:`p4info_path`), the process (:func:`start_switch_process`, :func:`stop_process`) and a
 finsy client on an asyncio loop in a thread (:class:`AsyncLoop`, :func:`connect`).
-``benchmarks/softswitch.py`` and the test harness (``tests/support/aggnet.py``) use them.
+Everything that starts a switch process uses them: the embedded network
+(:mod:`control_plane.embedded`), ``benchmarks/softswitch.py`` and the tests (through
+``tests/support/aggnet.py`` or directly).
 """
 
 from __future__ import annotations
@@ -16,16 +18,17 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import finsy as fy
 
+from host.paths import REPO
 from host.softswitch.p4info import COMPILED_P4INFO, netco_p4info, write_p4info
 
-REPO = Path(__file__).resolve().parents[2]
-
-__all__ = ["AsyncLoop", "connect", "free_tcp_port", "free_udp_port", "p4info_path",
-           "start_switch_process", "stop_process"]
+__all__ = ["AsyncLoop", "connect", "free_port", "free_tcp_port", "free_udp_port", "p4info_path",
+           "spawn_process", "start_switch_process", "stop_process", "switch_command",
+           "wait_listening"]
 
 
 _HANDED_OUT: set[int] = set()
@@ -79,37 +82,82 @@ def p4info_path(workdir: Path) -> Path:
     return write_p4info(netco_p4info(), workdir / "netco.p4info.txtpb")
 
 
-def start_switch_process(ports: dict[int, str], grpc_port: int, log_path: Path,
-                         extra: tuple[str, ...] = (), netns: str | None = None) -> subprocess.Popen:
-    """Start ``python -m host.softswitch`` and wait until its P4Runtime port accepts."""
+def free_port(kind: int = socket.SOCK_DGRAM) -> int:
+    """An unused port on 127.0.0.1: UDP (:func:`free_udp_port`) or, with ``SOCK_STREAM``, TCP."""
+    return free_tcp_port() if kind == socket.SOCK_STREAM else free_udp_port()
+
+
+def switch_command(ports: Mapping[int, str] | Iterable[str], grpc_port: int,
+                   extra: Iterable[str] = (), netns: str | None = None) -> list[str]:
+    """The ``python -m host.softswitch`` command line.
+
+    ``ports`` maps port numbers to ``--port`` specs (``{1: "udp:127.0.0.1:47001"}``) or lists
+    whole ``--port`` values (``["1=udp:127.0.0.1:47001"]``); ``netns`` runs it in that
+    network namespace (``ip netns exec``).
+    """
     args = [sys.executable, "-m", "host.softswitch", "--grpc", f"127.0.0.1:{grpc_port}", *extra]
-    for p, spec in sorted(ports.items()):
-        args += ["--port", f"{p}={spec}"]
-    if netns:
-        args = ["ip", "netns", "exec", netns, *args]
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    with open(log_path, "w") as logf:
-        proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT, cwd=REPO, env=env)
-    end = time.monotonic() + 30
+    specs = ([f"{p}={spec}" for p, spec in sorted(ports.items())] if isinstance(ports, Mapping)
+             else list(ports))
+    for spec in specs:
+        args += ["--port", spec]
+    return ["ip", "netns", "exec", netns, *args] if netns else args
+
+
+def spawn_process(args: list[str], log_path: Path) -> subprocess.Popen:
+    """Start ``args`` from the repository root, output appended to ``log_path``; no waiting.
+
+    The child imports this checkout's packages (``PYTHONPATH``), installed or not.
+    """
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path}
+    with open(log_path, "a") as logf:
+        return subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT, cwd=REPO, env=env)
+
+
+def wait_listening(proc: subprocess.Popen, tcp_port: int, log_path: Path, timeout: float = 30.0,
+                   what: str = "software switch") -> None:
+    """Wait until ``proc`` accepts TCP connections on 127.0.0.1:``tcp_port``.
+
+    Raises
+    ------
+    RuntimeError
+        The process exited first (the tail of its log in the message), or the port stayed
+        closed for ``timeout`` seconds (the process is stopped then).
+    """
+    end = time.monotonic() + timeout
     while time.monotonic() < end:
         if proc.poll() is not None:
-            raise RuntimeError(f"software switch exited with {proc.returncode}: "
-                               f"{log_path.read_text()[-2000:]}")
+            raise RuntimeError(f"{what} exited with {proc.returncode}: "
+                               f"{Path(log_path).read_text()[-2000:]}")
         with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", grpc_port)) == 0:
-                return proc
+            if s.connect_ex(("127.0.0.1", tcp_port)) == 0:
+                return
         time.sleep(0.05)
     stop_process(proc)
-    raise RuntimeError(f"software switch: P4Runtime port {grpc_port} not open after 30 s")
+    raise RuntimeError(f"{what}: 127.0.0.1:{tcp_port} not open after {timeout:g} s")
 
 
-def stop_process(proc: subprocess.Popen | None) -> None:
-    """Terminate a process we started (by its PID), killing it after 5 s."""
+def start_switch_process(ports: Mapping[int, str] | Iterable[str], grpc_port: int, log_path: Path,
+                         extra: Iterable[str] = (), netns: str | None = None,
+                         timeout: float = 30.0) -> subprocess.Popen:
+    """Start ``python -m host.softswitch`` and wait until its P4Runtime port accepts.
+
+    The one way programs and tests start a software switch process: the command from
+    :func:`switch_command`, started by :func:`spawn_process`, awaited by :func:`wait_listening`
+    (a program starting several switches spawns them all first and waits after).
+    """
+    proc = spawn_process(switch_command(ports, grpc_port, extra, netns), log_path)
+    wait_listening(proc, grpc_port, log_path, timeout)
+    return proc
+
+
+def stop_process(proc: subprocess.Popen | None, grace: float = 10.0) -> None:
+    """Terminate a process we started (by its PID), killing it after ``grace`` seconds."""
     if proc is None or proc.poll() is not None:
         return
     proc.terminate()
     try:
-        proc.wait(5)
+        proc.wait(grace)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(5)

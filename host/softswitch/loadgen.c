@@ -5,9 +5,10 @@
  * (W per worker, one per slot, round 0) are prepared by Python and read from a file; this
  * program only patches round/slot_set, sends, receives and counts.
  *
- * Offsets are those of the THC header fields (the header starts at byte 42 of raw frames).
- * usage: loadgen TEMPLATES SECONDS WARMUP RTO_MS OFF_SLOT OFF_ROUND OFF_SET OFF_FLAGS
- *                W LEN  {udp SRC_IP DST_IP DST_PORT | raw IFNAME} ...
+ * Offsets, sizes and flags come from the generated host/protocol/netco_layout.h (build with
+ * -I host/protocol): THC header fields at OFF_<field> - THC_OFFSET in a message, the THC
+ * header at THC_OFFSET of a raw frame.
+ * usage: loadgen TEMPLATES SECONDS WARMUP RTO_MS W LEN  {udp SRC_IP DST_IP DST_PORT | raw IFNAME} ...
  * prints: {"received": N, "seconds": S, "retransmissions": R, "rounds_min": M}
  */
 #define _GNU_SOURCE
@@ -25,9 +26,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "netco_layout.h"
+
 #define MAXW 64
 #define RXB 256
-#define ROW 2048
 
 typedef struct {
     int fd, W, len;
@@ -48,10 +50,12 @@ static double now(void) {
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-static int off_slot, off_round, off_set, off_flags;
+/* THC header fields, as offsets in a THC message */
+enum { off_slot = OFF_SLOT - THC_OFFSET, off_round = OFF_ROUND - THC_OFFSET,
+       off_set = OFF_SLOT_SET - THC_OFFSET, off_flags = OFF_FLAGS - THC_OFFSET };
 
 static void patch(worker_t *w, int s) {
-    unsigned char *m = w->rows + (size_t)s * w->len + (w->named ? 0 : 42);
+    unsigned char *m = w->rows + (size_t)s * w->len + (w->named ? 0 : THC_OFFSET);
     uint32_t r = w->round[s];
     m[off_round] = r >> 24; m[off_round + 1] = r >> 16; m[off_round + 2] = r >> 8; m[off_round + 3] = r;
     m[off_set] = r & 1;
@@ -78,17 +82,16 @@ static void send_slots(worker_t *w, int *slots, int k) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 12) { fprintf(stderr, "usage: see source\n"); return 2; }
+    if (argc < 8) { fprintf(stderr, "usage: see source\n"); return 2; }
     const char *tpl = argv[1];
     double seconds = atof(argv[2]), warmup = atof(argv[3]), rto = atof(argv[4]) / 1000.0;
-    off_slot = atoi(argv[5]); off_round = atoi(argv[6]); off_set = atoi(argv[7]); off_flags = atoi(argv[8]);
-    int W = atoi(argv[9]), len = atoi(argv[10]);
+    int W = atoi(argv[5]), len = atoi(argv[6]);
     if (W > 1024) { fprintf(stderr, "window too large\n"); return 2; }
     FILE *f = fopen(tpl, "rb");
     if (!f) { perror("templates"); return 2; }
     worker_t *ws = calloc(MAXW, sizeof(worker_t));
     int n = 0;
-    for (int a = 11; a < argc && n < MAXW; n++) {
+    for (int a = 7; a < argc && n < MAXW; n++) {
         worker_t *w = &ws[n];
         w->W = W; w->len = len;
         w->rows = malloc((size_t)W * len);
@@ -124,7 +127,7 @@ int main(int argc, char **argv) {
         struct epoll_event ev = {.events = EPOLLIN, .data.u32 = i};
         epoll_ctl(ep, EPOLL_CTL_ADD, ws[i].fd, &ev);
     }
-    static unsigned char rbuf[RXB][ROW];
+    static unsigned char rbuf[RXB][ROW_BYTES];
     static struct mmsghdr rh[RXB];
     static struct iovec riov[RXB];
     int *slots = malloc(sizeof(int) * 1024);
@@ -148,7 +151,7 @@ int main(int argc, char **argv) {
         for (int e = 0; e < ne; e++) {
             worker_t *w = &ws[evs[e].data.u32];
             for (int i = 0; i < RXB; i++) {
-                riov[i].iov_base = rbuf[i]; riov[i].iov_len = ROW;
+                riov[i].iov_base = rbuf[i]; riov[i].iov_len = ROW_BYTES;
                 memset(&rh[i].msg_hdr, 0, sizeof(struct msghdr));
                 rh[i].msg_hdr.msg_iov = &riov[i]; rh[i].msg_hdr.msg_iovlen = 1;
             }
@@ -156,7 +159,7 @@ int main(int argc, char **argv) {
             if (k <= 0) continue;
             w->received += k;
             int m = 0;
-            int base = w->named ? 0 : 42;
+            int base = w->named ? 0 : THC_OFFSET;
             for (int i = 0; i < k; i++) {
                 if ((int)rh[i].msg_len < base + off_round + 4) continue;
                 unsigned char *p = rbuf[i] + base;
@@ -175,8 +178,8 @@ int main(int argc, char **argv) {
         for (int i = 0; i < n; i++) {
             worker_t *w = &ws[i];
             if (t - w->progress > rto) {
-                int hb = w->named ? 0 : 42;
-                for (int s = 0; s < W; s++) { slots[s] = s; w->rows[(size_t)s * len + hb + off_flags] = 1; }
+                int hb = w->named ? 0 : THC_OFFSET;
+                for (int s = 0; s < W; s++) { slots[s] = s; w->rows[(size_t)s * len + hb + off_flags] = FLAG_RETX; }
                 send_slots(w, slots, W);
                 for (int s = 0; s < W; s++) w->rows[(size_t)s * len + hb + off_flags] = 0;
                 w->progress = t;

@@ -218,7 +218,7 @@ class UdpPort(Port):
     named = True
 
     def __init__(self, number: int, bind: tuple[str, int], peer: tuple[str, int] | None = None,
-                 rcvbuf: int = 1 << 23) -> None:
+                 rcvbuf: int = 1 << 23, gro: bool | None = None) -> None:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         set_buffers(s, rcvbuf)
         s.bind(bind)
@@ -226,6 +226,19 @@ class UdpPort(Port):
         self.bind = s.getsockname()
         self.peer = peer
         self.peer_addr = _ip(peer[0]) if peer else 0
+        #: receive coalesced trains (UDP_GRO) and send runs as UDP_SEGMENT messages
+        self.gro: GroBatch | None = None
+        self.gso: GsoSender | None = None
+        if gro is None:
+            gro = gro_enabled_default()
+        self.set_gro(gro)
+
+    def set_gro(self, on: bool) -> None:
+        """Turn GRO receive and GSO send on or off (the echo loop wants single datagrams)."""
+        if on or self.gro is not None:
+            self.sock.setsockopt(SOL_UDP, UDP_GRO, 1 if on else 0)
+        self.gro = GroBatch() if on else None
+        self.gso = GsoSender() if on else None
 
     def describe(self) -> str:
         peer = f",peer={self.peer[0]}:{self.peer[1]}" if self.peer else ""
@@ -301,3 +314,189 @@ def open_port(number: int, kind: str, opts: dict) -> Port:
     if kind == "tunnel":
         return TunnelPort(number, opts["bind"], opts["peer"])
     return AfPacketPort(number, opts["ifname"])
+
+
+# -- UDP GRO receive and GSO send (UDP ports) ------------------------------------------------
+
+SOL_UDP = 17
+UDP_SEGMENT = 103
+UDP_GRO = 104
+#: Datagrams per UDP_SEGMENT message the switch sends (the kernel takes up to 64 per send).
+GSO_SEGMENTS = 64
+GRO_ROW = 65536               # a coalesced train is at most 64 KB
+GRO_CTRL = 64                 # room for SCM_TIMESTAMPNS (32) and UDP_GRO (24)
+_GRO_MAX_SEGS = 128           # the most datagrams a train can hold (UDP_MAX_SEGMENTS)
+
+
+def gro_enabled_default() -> bool:
+    """Whether UDP ports use GRO/GSO: on where the kernel has both, off with NETCO_UDP_GSO=0."""
+    if os.environ.get("NETCO_UDP_GSO", "1") == "0":
+        return False
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.setsockopt(SOL_UDP, UDP_GRO, 1)
+            s.setsockopt(SOL_UDP, UDP_SEGMENT, 1400)
+        except OSError:
+            return False
+    return True
+
+
+class GroBatch:
+    """Receive coalesced trains (``UDP_GRO``) of one UDP port and split them into the rows of
+    the switch's receive batch, one datagram per row, as if ``recvmmsg`` had returned them one
+    by one: same bytes, same sender, same receive time."""
+
+    def __init__(self, msgs: int = 16) -> None:
+        self.msgs = msgs
+        self.buf = np.zeros((msgs, GRO_ROW), dtype=np.uint8)
+        self.hdr = np.zeros(msgs, dtype=MMSG)
+        self.iov = np.zeros(msgs, dtype=IOVEC)
+        self.names = np.zeros(msgs, dtype=SOCKADDR_IN)
+        self.ctrl = np.zeros((msgs, GRO_CTRL), dtype=np.uint8)
+        self.iov["base"] = self.buf.ctypes.data + GRO_ROW * np.arange(msgs, dtype=np.uint64)
+        self.iov["len"] = GRO_ROW
+        self.hdr["iov"] = self.iov.ctypes.data + IOVEC.itemsize * np.arange(msgs, dtype=np.uint64)
+        self.hdr["iovlen"] = 1
+        self.hdr["name"] = self.names.ctypes.data + SOCKADDR_IN.itemsize * np.arange(msgs, dtype=np.uint64)
+        self.hdr["control"] = self.ctrl.ctypes.data + GRO_CTRL * np.arange(msgs, dtype=np.uint64)
+        #: messages received that held more than one datagram (statistics)
+        self.trains = 0
+
+    def recv_into(self, fd: int, rxb: MsgBatch, start: int, room: int, offset: int) -> int:
+        """Receive trains while ``room`` rows of ``rxb`` from ``start`` surely hold them; write
+        one datagram per row (at byte ``offset``), its length in ``rxb.hdr["len"]``, sender in
+        ``rxb.names`` and receive time in ``rxb.ctrl``. Returns the rows written."""
+        m = min(self.msgs, room // _GRO_MAX_SEGS)
+        if m <= 0:
+            return 0
+        self.hdr["namelen"][:m] = SOCKADDR_IN.itemsize
+        self.hdr["controllen"][:m] = GRO_CTRL
+        k = _recvmmsg(fd, self.hdr.ctypes.data, m, MSG_DONTWAIT, None)
+        if k < 0:
+            e = ctypes.get_errno()
+            if e in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
+                return 0
+            raise OSError(e, os.strerror(e))
+        row = start
+        width = ROW - offset
+        lens = self.hdr["len"][:k].tolist()
+        clen = self.hdr["controllen"][:k].tolist()
+        for j in range(k):
+            total = lens[j]
+            seg, stamp = _gro_cmsgs(self.ctrl[j], clen[j])
+            seg = seg or total or 1
+            full = total // seg
+            self.trains += total > seg
+            tail = total - full * seg
+            cut = min(seg, width)
+            if full:
+                rxb.buf[row: row + full, offset: offset + cut] = \
+                    self.buf[j, : full * seg].reshape(full, seg)[:, :cut]
+            nrow = full + (1 if tail or not total else 0)
+            if tail:
+                rxb.buf[row + full, offset: offset + min(tail, width)] = \
+                    self.buf[j, full * seg: full * seg + min(tail, width)]
+            rows = slice(row, row + nrow)
+            rxb.hdr["len"][rows] = cut
+            if tail:
+                rxb.hdr["len"][row + full] = min(tail, width)
+            if not total:
+                rxb.hdr["len"][row] = 0
+            rxb.names[rows] = self.names[j]
+            if stamp is not None:
+                rxb.ctrl[rows, 16:32] = stamp
+                rxb.hdr["controllen"][rows] = CTRL
+            else:
+                rxb.hdr["controllen"][rows] = 0
+            row += nrow
+        return row - start
+
+
+def _gro_cmsgs(ctrl: np.ndarray, length: int) -> tuple[int, np.ndarray | None]:
+    """(UDP_GRO segment size or 0, the SCM_TIMESTAMPNS timespec bytes or None) of one message."""
+    seg, stamp, o = 0, None, 0
+    raw = ctrl[:length]
+    while o + 16 <= length:
+        clen = int(raw[o: o + 8].view(np.uint64)[0])
+        level = int(raw[o + 8: o + 12].view(np.int32)[0])
+        typ = int(raw[o + 12: o + 16].view(np.int32)[0])
+        if clen < 16:
+            break
+        if level == SOL_UDP and typ == UDP_GRO:
+            seg = int(raw[o + 16: o + 20].view(np.int32)[0])
+        elif level == socket.SOL_SOCKET and typ == SO_TIMESTAMPNS:
+            stamp = raw[o + 16: o + 32]
+        o += (clen + 7) & ~7
+    return seg, stamp
+
+
+class GsoSender:
+    """Send a port's run of outgoing datagrams as ``UDP_SEGMENT`` messages: consecutive
+    datagrams of one length to one destination go out as one send of up to
+    :data:`GSO_SEGMENTS` (the I/O vectors of ``txb`` point at them already; a message takes a
+    run of them). The receiver gets the same datagrams (or, with UDP_GRO, the train)."""
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self._alloc(capacity)
+        #: messages sent that carried more than one datagram (statistics)
+        self.trains = 0
+        #: set when the route could not segment (EIO/EINVAL: no checksum offload on the
+        #: device, a small MTU): the port then sends single datagrams
+        self.disabled = False
+
+    def _alloc(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.hdr = np.zeros(capacity, dtype=MMSG)
+        self.ctrl = np.zeros((capacity, 24), dtype=np.uint8)
+        c = self.ctrl
+        c[:, 0:8] = np.frombuffer(np.uint64(18).tobytes(), dtype=np.uint8)   # CMSG_LEN(2)
+        c[:, 8:12] = np.frombuffer(np.int32(SOL_UDP).tobytes(), dtype=np.uint8)
+        c[:, 12:16] = np.frombuffer(np.int32(UDP_SEGMENT).tobytes(), dtype=np.uint8)
+        self.ctrl_ptr = c.ctypes.data + 24 * np.arange(capacity, dtype=np.uint64)
+
+    def send(self, fd: int, txb: MsgBatch, a: int, e: int) -> int:
+        """Send datagrams ``a..e`` of ``txb`` (names and vectors set); returns those sent."""
+        n = e - a
+        if n > self.capacity:
+            self._alloc(max(n, 2 * self.capacity))
+        seg = txb.iov["len"][a:e].astype(np.int64)
+        names = txb.names[a:e]
+        key = (names["addr"].astype(np.int64) << 16) | names["port"]
+        brk = np.ones(n, dtype=bool)
+        brk[1:] = (key[1:] != key[:-1]) | (seg[1:] != seg[:-1])
+        run_start = np.flatnonzero(brk)
+        run_id = np.cumsum(brk) - 1
+        pos = np.arange(n) - run_start[run_id]
+        per = np.maximum(1, np.minimum(GSO_SEGMENTS, 65000 // np.maximum(seg, 1)))
+        starts = np.flatnonzero(pos % per == 0)
+        m = len(starts)
+        counts = np.diff(np.append(starts, n))
+        h = self.hdr[:m]
+        h["name"] = txb.hdr["name"][a + starts]
+        h["namelen"] = txb.hdr["namelen"][a + starts]
+        h["iov"] = txb.hdr["iov"][a + starts]
+        h["iovlen"] = counts
+        multi = counts > 1
+        h["control"] = np.where(multi, self.ctrl_ptr[:m], 0)
+        h["controllen"] = np.where(multi, 24, 0)
+        h["flags"] = 0
+        self.ctrl[:m, 16:18] = seg[starts].astype(np.uint16)[:, None].view(np.uint8)
+        done = 0
+        while done < m:
+            k = _sendmmsg(fd, self.hdr.ctypes.data + MMSG.itemsize * done, m - done, 0)
+            if k < 0:
+                err = ctypes.get_errno()
+                if err == errno.EINTR:
+                    continue
+                if err in (errno.EAGAIN, errno.ENOBUFS, errno.ECONNREFUSED):
+                    break   # the rest is lost, as on a congested link
+                if err in (errno.EIO, errno.EINVAL, errno.EOPNOTSUPP):
+                    self.disabled = True
+                    first = a + int(starts[done])
+                    sent = int(counts[:done].sum())
+                    self.trains += int(multi[:done].sum())
+                    return sent + txb.send(fd, first, e - first)
+                raise OSError(err, os.strerror(err))
+            done += k
+        self.trains += int(multi[:done].sum())
+        return int(counts[:done].sum())

@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 import ssl
 from argparse import Namespace
-from pathlib import Path
 
+from host.errors import OptionError, check_options, readable_file
+from host.protocol import generated_dataplane as dp
 from host.softswitch.server import TLSFiles
 
 #: Largest ``--slots``: ``slot_base``/``num_slots`` are 16-bit fields of ``set_job``, and each
@@ -20,10 +21,6 @@ MAX_SLOTS = 1 << 16
 MAX_BATCH = 1 << 16
 #: P4Runtime device ids are uint64.
 MAX_DEVICE_ID = (1 << 64) - 1
-
-
-class OptionError(ValueError):
-    """A bad option; the message is one line naming the flag."""
 
 
 def parse_hostport(text: str, flag: str) -> tuple[str, int]:
@@ -36,18 +33,6 @@ def parse_hostport(text: str, flag: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _file(path: str, flag: str) -> Path:
-    p = Path(path)
-    if not p.is_file():
-        raise OptionError(f"{flag} {path}: no such file")
-    try:
-        with p.open("rb"):
-            pass
-    except OSError as exc:
-        raise OptionError(f"{flag} {path}: cannot read it ({exc.strerror})") from None
-    return p
-
-
 def tls_files(cert: str | None, key: str | None, ca: str | None) -> TLSFiles | None:
     """The server's TLS files from ``--tls-cert/--tls-key/--tls-ca`` (None: plain text)."""
     if cert is None and key is None and ca is None:
@@ -55,8 +40,8 @@ def tls_files(cert: str | None, key: str | None, ca: str | None) -> TLSFiles | N
     if cert is None or key is None:
         raise OptionError("--tls-cert and --tls-key: give both (PEM files; docs/security.md "
                           "shows how to make them)")
-    files = TLSFiles(_file(cert, "--tls-cert"), _file(key, "--tls-key"),
-                     _file(ca, "--tls-ca") if ca else None)
+    files = TLSFiles(readable_file(cert, "--tls-cert"), readable_file(key, "--tls-key"),
+                     readable_file(ca, "--tls-ca") if ca else None)
     # gRPC only reads the PEM when the port is added (and logs to stderr): check it here.
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
@@ -79,18 +64,13 @@ def check_switch_options(args: Namespace, error: type[Exception] = OptionError) 
     Checks ``--slots``, ``--batch``, ``--device-id``, ``--grpc``, ``--p4info``,
     ``--stats-interval`` and the TLS files (stored back as ``args.tls``).
     """
-    try:
-        _check(args)
-    except OptionError as exc:
-        if error is OptionError:
-            raise
-        raise error(str(exc)) from None
+    check_options(_check, args, error)
 
 
 def _check(args: Namespace) -> None:
     if not 1 <= args.slots <= MAX_SLOTS:
         raise OptionError(f"--slots {args.slots}: give 1..{MAX_SLOTS} (slot fields are 16 bits; "
-                          "the P4 program has 256)")
+                          f"the P4 program has {dp.THC_SLOTS})")
     if not 1 <= args.batch <= MAX_BATCH:
         raise OptionError(f"--batch {args.batch}: give 1..{MAX_BATCH}")
     if not 0 <= args.device_id <= MAX_DEVICE_ID:
@@ -102,7 +82,7 @@ def _check(args: Namespace) -> None:
     if args.p4info not in (None, "default"):
         from host.softswitch.p4info import load_p4info
 
-        path = _file(args.p4info, "--p4info")
+        path = readable_file(args.p4info, "--p4info")
         try:
             args.p4info_message = load_p4info(path)
         except Exception as exc:  # protobuf text and binary parsers raise several kinds

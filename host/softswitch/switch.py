@@ -2,7 +2,10 @@
 
 :class:`SoftSwitch` receives batches of frames from all its ports (``recvmmsg`` into one
 preallocated buffer), runs :class:`~host.softswitch.pipeline.Pipeline` on the batch and sends
-the outputs grouped by egress port (``sendmmsg``). The P4Runtime server runs in gRPC worker
+the outputs grouped by egress port (``sendmmsg``) from a second thread, so that the kernel's
+send work of batch k (the system call releases the GIL) runs on the other core while batch
+k + 1 is received and processed (:attr:`SoftSwitch.send_thread`; outputs double-buffered).
+The P4Runtime server runs in gRPC worker
 threads; a write compiles a new configuration snapshot that the loop picks up with its next
 batch, and a pipeline commit starts from empty aggregation state and zeroed counters, exactly
 like loading a program onto a P4 target.
@@ -16,6 +19,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import grpc
 import numpy as np
@@ -28,10 +32,13 @@ from host.softswitch import config as cfgmod
 from host.softswitch.entities import EntityStore
 from host.softswitch.netio import SOCKADDR_IN, MsgBatch, Port, UdpPort
 from host.softswitch.p4info import P4InfoIndex
-from host.softswitch.pipeline import ROW, THC_OFF, Counters, Pipeline
+from host.softswitch.pipeline import ROW, THC_OFF, Counters, Outputs, Pipeline
 from host.softswitch.server import P4RuntimeService, TLSFiles, start_server
 
 log = logging.getLogger(__name__)
+
+#: Offset of the IPv4 destination address in a frame.
+_DST = fr.offset("dst")
 
 
 def _at(field: str) -> slice:
@@ -68,7 +75,11 @@ class SoftSwitch:
         self.lens = np.zeros(batch, dtype=np.int64)
         self.inports = np.zeros(batch, dtype=np.int64)
         self.stamps = np.zeros(batch, dtype=np.int64)
-        self.txb = MsgBatch(len(self.pipeline.out.lens), self.pipeline.out.buf)
+        #: send each batch's outputs from a second thread (set before :meth:`run`)
+        self.send_thread = True
+        self._spare_out = Outputs(256)
+        self._tx_pool: ThreadPoolExecutor | None = None
+        self._tx_future: Future | None = None
         self.stop_event = threading.Event()
         self.tx_lost = 0
         self.batches = 0
@@ -193,9 +204,9 @@ class SoftSwitch:
         n = out.n
         if n == 0:
             return
-        if self.txb.buf is not out.buf or self.txb.capacity < len(out.lens):
-            self.txb = MsgBatch(len(out.lens), out.buf)
-        txb = self.txb
+        txb = getattr(out, "txb", None)   # one message batch per output buffer
+        if txb is None or txb.buf is not out.buf or txb.capacity < len(out.lens):
+            txb = out.txb = MsgBatch(len(out.lens), out.buf)
         order = out.order
         ports = out.ports[order]
         off = self.p_off[ports]
@@ -206,7 +217,7 @@ class SoftSwitch:
         if udp.any():
             names = txb.names[:n]
             names["family"] = socket.AF_INET
-            dst = out.buf[order, 30:34].view(">u4")[:, 0].astype(np.uint32)
+            dst = out.buf[order, _DST:_DST + 4].view(">u4")[:, 0].astype(np.uint32)
             peer = self.p_peer[ports]
             uniq, inv = np.unique(dst, return_inverse=True)
             get = self.learned.get
@@ -226,7 +237,11 @@ class SoftSwitch:
             if p is None:
                 self.tx_lost += e - a
                 continue
-            self.tx_lost += (e - a) - txb.send(p.fd, a, e - a)
+            gso = getattr(p, "gso", None)
+            if gso is not None and not gso.disabled:
+                self.tx_lost += (e - a) - gso.send(p.fd, txb, a, e)
+            else:
+                self.tx_lost += (e - a) - txb.send(p.fd, a, e - a)
 
     def poll_once(self, ep: select.epoll, fd2port: dict[int, Port], timeout: float) -> int:
         """Receive one batch from the ready ports, process it, send the outputs."""
@@ -240,7 +255,11 @@ class SoftSwitch:
         got: list[tuple[int, int]] = []
         for fd, _ in events:
             p = fd2port[fd]
-            if uniform is not None:
+            gro = getattr(p, "gro", None)
+            if gro is not None:
+                # coalesced trains, split into rows (one datagram each) like recvmmsg's
+                k = gro.recv_into(fd, rxb, n, B - n, p.offset)
+            elif uniform is not None:
                 k = rxb.recv_prepared(fd, n, B - n)
             else:
                 k = rxb.recv(fd, n, B - n, p.offset, p.named)
@@ -262,8 +281,25 @@ class SoftSwitch:
             if self.any_udp:
                 self._udp_rx(n)
             out = self.pipeline.process(rxb.buf, self.lens, self.inports, n, stamps)
-            self._send(out)
+            if self._tx_pool is not None:
+                self._send_beside(out)
+            else:
+                self._send(out)
         return n
+
+    def _send_beside(self, out: Outputs) -> None:
+        """Send ``out`` on the send thread once the previous batch is out; the pipeline
+        fills the other output buffer meanwhile (frames leave in batch order)."""
+        self._flush_sends()
+        self.pipeline.out, self._spare_out = self._spare_out, out
+        assert self._tx_pool is not None
+        self._tx_future = self._tx_pool.submit(self._send, out)
+
+    def _flush_sends(self) -> None:
+        """Wait until the send thread has sent the last batch handed to it."""
+        fut, self._tx_future = self._tx_future, None
+        if fut is not None:
+            fut.result()
 
     def echo_once(self, ep: select.epoll, fd2port: dict[int, Port], timeout: float) -> int:
         """The plain receive-and-send loop on the same sockets and batches (benchmark limit):
@@ -292,7 +328,13 @@ class SoftSwitch:
             ep.register(fd, select.EPOLLIN)
         log.info("software switch running%s: ports %s", " (echo)" if echo else "",
                  " ".join(p.describe() for p in self.ports.values()))
+        if echo:   # the plain loop moves single datagrams
+            for p in self.ports.values():
+                if getattr(p, "gro", None) is not None:
+                    p.set_gro(False)
         step = self.echo_once if echo else self.poll_once
+        if self.send_thread and not echo:
+            self._tx_pool = ThreadPoolExecutor(1, thread_name_prefix="softswitch-tx")
         try:
             while not self.stop_event.is_set():
                 try:
@@ -304,6 +346,14 @@ class SoftSwitch:
                     if self.errors <= 10:
                         log.exception("data plane error (batch dropped)")
         finally:
+            if self._tx_pool is not None:
+                try:
+                    self._flush_sends()
+                except Exception:
+                    self.errors += 1
+                    log.exception("data plane error (last batch)")
+                self._tx_pool.shutdown(wait=True)
+                self._tx_pool = None
             ep.close()
 
     def stop(self) -> None:
@@ -328,4 +378,9 @@ class SoftSwitch:
             "drops": {int(i): int(v) for i, v in enumerate(c.drops) if v},
             "contributions": int(c.contributions.sum()), "results": int(c.results.sum()),
             "resent": int(c.resent.sum()), "outcomes": dict(pl.outcomes), "time": time.time(),
+            # UDP ports: coalesced trains received (UDP_GRO) and multi-datagram sends (GSO)
+            "gro_trains": sum(p.gro.trains for p in self.ports.values()
+                              if getattr(p, "gro", None) is not None),
+            "gso_trains": sum(p.gso.trains for p in self.ports.values()
+                              if getattr(p, "gso", None) is not None),
         }

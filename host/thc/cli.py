@@ -48,16 +48,31 @@ def configure(parser: argparse.ArgumentParser) -> None:
         description="Each input .npy file is one worker's gradient (same shape, float dtype). "
         "Writes the decoded average and reports its error against the true average.",
     )
-    rt.add_argument("--inputs", nargs="+", required=True, metavar="W.npy")
-    rt.add_argument("--output", required=True, metavar="AVG.npy")
+    rt.add_argument("--inputs", nargs="+", required=True, metavar="W.npy",
+                    help="one .npy file per worker: its gradient (same shape, float dtype; "
+                         "netco thc make-inputs writes examples)")
+    rt.add_argument("--output", required=True, metavar="AVG.npy",
+                    help="where to write the decoded average (.npy, float32)")
     rt.add_argument("--round", type=int, default=0, help="round number (keys the randomness)")
     rt.add_argument("--json", action="store_true", help="print one JSON object")
     add_codec_args(rt)
     rt.set_defaults(func=run_roundtrip)
     tb = sub.add_parser("table", help="print the table for (b, g, p) and its predicted error")
     add_codec_args(tb)
-    tb.add_argument("--json", action="store_true")
+    tb.add_argument("--json", action="store_true", help="print one JSON object")
     tb.set_defaults(func=run_table)
+    mk = sub.add_parser(
+        "make-inputs",
+        help="write example worker gradients (.npy) for roundtrip",
+        description="Write one .npy file per worker: Gaussian noise around a shared signal, like "
+        "gradients of the same model on different batches (PREFIX0.npy, PREFIX1.npy, ...).",
+    )
+    mk.add_argument("--workers", type=int, default=3, help="number of files (default 3)")
+    mk.add_argument("--elements", type=int, default=10_000,
+                    help="elements per file (default 10000)")
+    mk.add_argument("--prefix", default="w", help="file name prefix (default w: w0.npy, w1.npy, ...)")
+    mk.add_argument("--seed", type=int, default=0, help="seed of the data (default 0)")
+    mk.set_defaults(func=run_make_inputs)
 
 
 def _load(path: str) -> np.ndarray:
@@ -165,6 +180,29 @@ def run_roundtrip(args: argparse.Namespace) -> int:
         print(f"{report['workers']} workers, {arrays[0].size} elements: NMSE {report['nmse']:.5f}, "
               f"{res.bytes_up} B up / {res.bytes_down} B down per worker "
               f"(fp32: {report['fp32_bytes']} B), {res.lane_bits}-bit lanes -> {args.output}")
+    return 0
+
+
+def make_inputs(workers: int, elements: int, seed: int = 0) -> list[np.ndarray]:
+    """``workers`` float32 arrays: a shared signal plus each worker's own noise."""
+    rng = np.random.default_rng(seed)
+    signal = rng.standard_normal(elements).astype(np.float32)
+    return [signal + 0.5 * rng.standard_normal(elements).astype(np.float32)
+            for _ in range(workers)]
+
+
+def run_make_inputs(args: argparse.Namespace) -> int:
+    if not 1 <= args.workers <= 256:
+        raise UsageError(f"--workers {args.workers}: give 1..256")
+    if args.elements < 1:
+        raise UsageError(f"--elements {args.elements}: must be at least 1")
+    paths = [f"{args.prefix}{r}.npy" for r in range(args.workers)]
+    for p, a in zip(paths, make_inputs(args.workers, args.elements, args.seed), strict=True):
+        try:
+            np.save(p, a)
+        except OSError as exc:
+            raise UsageError(f"--prefix {args.prefix}: cannot write {p} ({exc.strerror or exc})") from None
+    print(f"wrote {' '.join(paths)} ({args.elements} float32 elements each)")
     return 0
 
 

@@ -284,26 +284,46 @@ class THCCodec:
         if norms.numel() != lay.n_chunks:
             raise ValueError(f"got {norms.numel()} norms for {lay.n_chunks} chunks")
         self._check_norms(lay, norms)
-        skey = signs_key(self.cfg.seed, stream, round)
-        rkey = rounding_key(self.cfg.seed, stream, worker, round)
         nb = packed_size(lay.padded, self.cfg.bits)
         res = torch.empty_like(flat) if residual else None
+        payload = torch.empty(nb, dtype=torch.uint8, device=flat.device)
+        self.encode_into(flat, norms, lay.segments, payload, worker=worker, round=round,
+                         stream=stream, residual=res)
+        return Encoded(payload, lay, norms, res)
+
+    def encode_into(self, flat: torch.Tensor, norms: torch.Tensor, segments, payload: torch.Tensor,
+                    *, worker: int, round: int, stream: int = 0,
+                    residual: torch.Tensor | None = None) -> None:
+        """Encode only the chunks of ``segments`` into their bytes of ``payload``.
+
+        ``segments`` is a part of ``self.layout(flat.numel()).segments`` or of its
+        :func:`~host.thc.layout.split_layout` pieces, each starting at an even padded offset;
+        ``flat`` the whole flat float32 tensor, ``norms`` all global chunk norms, ``payload``
+        the whole packed buffer (``packed_size(layout.padded)`` bytes) and ``residual`` the
+        whole error memory or None. Every coordinate's randomness is keyed by its position,
+        so encoding the parts one by one writes the same bytes as :meth:`encode` (what the
+        pipelined all-reduce relies on: encode part i + 1 while part i is on the wire).
+        """
+        skey = signs_key(self.cfg.seed, stream, round)
+        rkey = rounding_key(self.cfg.seed, stream, worker, round)
+        lay = self.layout(flat.numel())
         if self._use_fused(flat):
-            payload = torch.empty(nb, dtype=torch.uint8)
-            for seg in lay.segments:
+            for seg in segments:
                 bad = fused.encode_segment(self, flat, seg, self._consts(seg, norms), skey, rkey,
-                                           payload, res)
+                                           payload, residual)
                 if bad >= 0:
                     raise _too_large(lay, seg.first + bad, "its transform overflows")
-            return Encoded(payload, lay, norms, res)
-        q = torch.empty(lay.padded, dtype=torch.uint8, device=flat.device)
-        for seg in lay.segments:
+            return
+        bits = self.cfg.bits
+        for seg in segments:
             k = self._consts(seg, norms)
-            qs, rs = self._encode_segment_torch(lay, flat, seg, k, skey, rkey, residual)
-            q[seg.offset : seg.offset + seg.padded_total] = qs
-            if res is not None:
-                res[seg.start : seg.start + seg.numel] = rs
-        return Encoded(pack_indices(q, self.cfg.bits), lay, norms, res)
+            qs, rs = self._encode_segment_torch(lay, flat, seg, k, skey, rkey,
+                                                residual is not None)
+            packed = pack_indices(qs, bits)
+            b0 = seg.offset // 2 if bits <= 4 else seg.offset
+            payload[b0 : b0 + packed.numel()] = packed
+            if residual is not None:
+                residual[seg.start : seg.start + seg.numel] = rs
 
     def _pad(self, flat: torch.Tensor, seg: Segment) -> torch.Tensor:
         """The segment's chunks as rows ``(count, padded)``, zero-padded."""
@@ -401,14 +421,25 @@ class THCCodec:
                 raise ValueError("every contribution count must be >= 1")
         elif count < 1:
             raise ValueError(f"contribution count m={count} must be >= 1")
-        skey = signs_key(self.cfg.seed, stream, round)
         dev = torch.device(device) if device is not None else sums.device
         out = torch.empty(numel, dtype=torch.float32, device=dev)
+        self.decode_into(sums, count, norms, lay.segments, out, round=round, stream=stream)
+        return out.to(dtype)
+
+    def decode_into(self, sums: torch.Tensor, count: int | torch.Tensor, norms: torch.Tensor,
+                    segments, out: torch.Tensor, *, round: int, stream: int = 0) -> None:
+        """Decode only the chunks of ``segments`` into their elements of ``out`` (float32,
+        the whole flat result); ``sums`` (and a per-coordinate ``count``) cover all padded
+        coordinates, ``norms`` all chunks. Parts decoded one by one give what :meth:`decode`
+        gives (the signs are keyed by position)."""
+        skey = signs_key(self.cfg.seed, stream, round)
+        dev = out.device
+        per_coord = not isinstance(count, int)
         if dev.type == "cpu" and self._use_fused(out):
-            for seg in lay.segments:
+            for seg in segments:
                 fused.decode_segment(self, sums, count, seg, self._consts(seg, norms), skey, out)
         else:
-            for seg in lay.segments:
+            for seg in segments:
                 k = self._consts(seg, norms)
                 n = seg.padded_total
                 s = sums[seg.offset : seg.offset + n].to(dev, torch.float32).view(seg.count, -1)
@@ -422,7 +453,6 @@ class THCCodec:
                 D = sign_tensor(skey, seg.offset, n, dev)
                 back = (fwht_(yhat, seg.block) * k.rs * D).view(seg.count, seg.padded)
                 out[seg.start : seg.start + seg.numel] = back[:, : seg.length].reshape(-1)
-        return out.to(dtype)
 
     # ------------------------------------------------------------------ conveniences
     def indices(self, enc: Encoded) -> torch.Tensor:

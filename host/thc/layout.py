@@ -105,3 +105,28 @@ def make_layout(numel: int, cfg: THCConfig) -> Layout:
         offset = segs[0].padded_total if segs else 0
         segs.append(Segment(n_full, 1, start, offset, rest, padded, block))
     return Layout(numel, tuple(segs))
+
+
+def split_layout(lay: Layout, part_coords: int, align: int = 1) -> list[tuple[Segment, ...]]:
+    """Cut a layout into parts of about ``part_coords`` padded coordinates, at chunk bounds.
+
+    Every part starts at a padded offset that is a multiple of ``align`` (the coordinates of
+    one network packet, so that a part is a whole number of packets); a segment whose chunks
+    are not multiples of ``align`` is not cut and joins the part before it (only the short
+    last chunk of a tensor can be such). Parts in order cover every chunk once; each part is
+    a tuple of (sub-)segments for :meth:`THCCodec.encode_into`/``decode_into``.
+    """
+    parts: list[list[Segment]] = []
+    for seg in lay.segments:
+        if seg.padded % align or seg.offset % align:
+            if parts:
+                parts[-1].append(seg)
+            else:
+                parts.append([seg])
+            continue
+        k = max(1, part_coords // seg.padded)
+        for i in range(0, seg.count, k):
+            c = min(k, seg.count - i)
+            parts.append([Segment(seg.first + i, c, seg.start + i * seg.length,
+                                  seg.offset + i * seg.padded, seg.length, seg.padded, seg.block)])
+    return [tuple(p) for p in parts]

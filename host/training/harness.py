@@ -17,7 +17,6 @@ A rank that fails (e.g. NaN gradients) writes its error and exits cleanly; the p
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -69,7 +68,7 @@ class TrainConfig:
     threads : int
         torch intra-op threads per worker.
     progress : bool
-        tqdm progress bar on stderr (rank 0).
+        Progress on stderr (rank 0): a tqdm bar on a terminal, plain lines otherwise.
     inject_nan : tuple of int, optional
         (rank, step): that rank's loss becomes NaN at that step (tests and demonstrations).
     network : NetworkSpec, optional
@@ -135,9 +134,9 @@ def _train(rank: int, cfg: TrainConfig) -> dict:
     records: list[dict] = []
     bar = None
     if rank == 0 and cfg.progress:
-        from tqdm import tqdm
+        from host.training.progress import Progress
 
-        bar = tqdm(total=steps, desc=f"{cfg.task}/{cfg.spec.label}", file=sys.stderr, leave=False)
+        bar = Progress(steps, f"{cfg.task}/{cfg.spec.label}")
     try:
         for step in range(steps):
             x, y = task.batch(step, rank, n)
@@ -173,7 +172,7 @@ def _train(rank: int, cfg: TrainConfig) -> dict:
                 ev = task.evaluate(model)
                 rec["metric"], rec["eval_loss"] = ev.metric, ev.loss
                 if bar is not None:
-                    bar.set_postfix({task.metric_name: f"{ev.metric:.4f}"})
+                    bar.show(**{task.metric_name: f"{ev.metric:.4f}"})
             records.append(rec)
             if bar is not None:
                 bar.update(1)

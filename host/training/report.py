@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 FP32_BYTES = 4
 
@@ -117,19 +117,26 @@ def gaps(summaries: dict[str, dict], higher_is_better: bool, reference: str = "n
 
 
 def plot_comparison(runs: Sequence[dict], path: str, *, link_mbps: float | None = None,
-                    target: float | None = None, time_basis: str = "emulated") -> None:
+                    target: float | None = None, labels: Mapping[str, str] | None = None,
+                    time_basis: str = "emulated") -> None:
     """One PNG: metric vs step, metric vs cumulative bytes (per worker, sent + received) and,
     with ``link_mbps``, metric vs time: the emulated time (``time_basis="emulated"``) or the
     measured wall-clock time of the steps on shaped links (``"measured"``); one line per
-    compressor."""
+    compressor.
+
+    ``labels`` maps a run's compressor to its name in the legend and title (default: the
+    compressor's label, as the tables print it); one legend under all panels names every line
+    and the target."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     panels = 3 if link_mbps else 2
     fig, axes = plt.subplots(1, panels, figsize=(5.2 * panels, 4.2), constrained_layout=True)
-    for run in runs:
+    styles = ("-", "--", "-.", ":")
+    for i, run in enumerate(runs):
         recs = run["records"]
         steps, metric, mbytes, secs = [], [], [], []
         total = 0
@@ -142,15 +149,18 @@ def plot_comparison(runs: Sequence[dict], path: str, *, link_mbps: float | None 
                 metric.append(r["metric"])
                 mbytes.append(total / 1e6)
                 secs.append(wall if time_basis == "measured" else r.get("emulated_s"))
-        label = run["compressor"]
-        axes[0].plot(steps, metric, label=label)
-        axes[1].plot(mbytes, metric, label=label)
+        label = (labels or {}).get(run["compressor"], run["compressor"])
+        # Dashes keep a run visible where another one follows it step for step.
+        style = {"label": label, "linestyle": styles[i % len(styles)]}
+        axes[0].plot(steps, metric, **style)
+        axes[1].plot(mbytes, metric, **style)
         if link_mbps:
-            axes[2].plot(secs, metric, label=label)
+            axes[2].plot(secs, metric, **style)
     name = runs[0]["metric_name"].replace("_", " ")
     axes[0].set_xlabel("step")
     axes[1].set_xlabel("MB sent + received per worker (cumulative)")
     axes[1].set_xscale("log")
+    axes[1].xaxis.set_minor_formatter(NullFormatter())  # minor labels of a short log axis overlap
     if link_mbps:
         axes[2].set_xlabel(
             f"measured wall-clock time, links shaped to {link_mbps:g} Mbit/s (s)"
@@ -160,9 +170,12 @@ def plot_comparison(runs: Sequence[dict], path: str, *, link_mbps: float | None 
         ax.set_ylabel(f"held-out {name}")
         ax.grid(alpha=0.3)
         if target is not None:
-            ax.axhline(target, color="grey", lw=0.8, ls="--")
-    axes[0].legend()
+            ax.axhline(target, color="grey", lw=0.8, ls="--", label=f"target {name} {target:g}")
+    handles, names = axes[0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="outside lower center", ncol=min(len(names), 4), frameon=False)
     r0 = runs[0]
-    fig.suptitle(f"{r0['task']}: {r0['workers']} workers, seed {r0['seed']}")
+    compared = " vs ".join((labels or {}).get(r["compressor"], r["compressor"]) for r in runs)
+    fig.suptitle(f"{r0['task']}, {r0['workers']} workers, seed {r0['seed']}: held-out {name} of "
+                 f"{compared}")
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +23,7 @@ from host.protocol.layout import (
     INDEX_BITS,
     INDICES,
     LANES,
+    MAX_WORKERS,
     NORMS,
     NORMS_PER_PACKET,
     THC_HEADER_BYTES,
@@ -31,6 +33,8 @@ from host.protocol.layout import (
 )
 from host.thc.codec import Encoded, THCCodec
 from host.thc.feedback import ErrorFeedback
+from host.thc.layout import Segment, split_layout
+from host.thc.packing import packed_size
 from host.transport.ports import Endpoint
 from host.transport.slots import SlotConfig, SlotWindow
 
@@ -74,8 +78,8 @@ class JobSpec:
     uplink: str = "indices"
 
     def __post_init__(self) -> None:
-        if not 0 <= self.rank < self.world <= 32:
-            raise ValueError(f"rank={self.rank}, world={self.world}: need 0 <= rank < world <= 32")
+        if not 0 <= self.rank < self.world <= MAX_WORKERS:
+            raise ValueError(f"rank={self.rank}, world={self.world}: need 0 <= rank < world <= {MAX_WORKERS}")
         if self.uplink not in UPLINKS:
             raise ValueError(f"uplink={self.uplink!r}: use one of {', '.join(UPLINKS)}")
 
@@ -96,7 +100,7 @@ def uplink_values(packed: np.ndarray, table: np.ndarray) -> np.ndarray:
     moved to the worker so that the switch only adds). Values must fit 8 bits (g ≤ 255).
     """
     t = np.asarray(table, dtype=np.int64)
-    if t.size and int(t.max()) > 255:
+    if t.size and int(t.max()) >= 1 << VALUE_BITS:
         raise ValueError(f"values uplink: table values up to {int(t.max())} do not fit 8 bits")
     byte = np.arange(256)
     pair = np.stack([t[byte >> 4], t[byte & 0x0F]], axis=1).astype(np.uint8)   # (256, 2)
@@ -132,10 +136,24 @@ class NetworkAggregator:
     spec : JobSpec
     slots : SlotConfig, optional
         Timeouts and the ``exact``/``partial`` policy.
+    pipeline_coords : int
+        :meth:`allreduce` cuts a tensor into parts of about this many coordinates and
+        overlaps them: part i + 1 is encoded (and part i - 1 decoded) while part i is on the
+        wire, its exchange running in C with the GIL released on a network thread. 0 turns
+        it off (one encode, one exchange, one decode). The results are bit-identical.
     """
 
-    def __init__(self, endpoint: Endpoint, spec: JobSpec, slots: SlotConfig | None = None) -> None:
+    #: Default part size of the pipelined all-reduce (coordinates; 4096 packets of 256).
+    PIPELINE_COORDS = 1 << 20
+
+    def __init__(self, endpoint: Endpoint, spec: JobSpec, slots: SlotConfig | None = None,
+                 pipeline_coords: int | None = None) -> None:
         self.ep = endpoint
+        self.pipeline_coords = self.PIPELINE_COORDS if pipeline_coords is None else pipeline_coords
+        #: seconds of the last allreduce: {"norms", "encode", "network", "decode", "total"}
+        #: (encode/decode: time spent in the codec on the calling thread; network: the
+        #: exchanges' own time on the network thread, overlapped with the codec when pipelined)
+        self.last_timing: dict[str, float] = {}
         self.spec = spec
         self.window = SlotWindow(endpoint, spec.job_id, spec.rank, spec.world, spec.num_slots, slots,
                                  round_base=spec.round_base)
@@ -169,7 +187,7 @@ class NetworkAggregator:
         offsets = np.arange(n_pk, dtype=np.int64) * NORMS_PER_PACKET
         out = np.zeros(n_pk * NORMS_PER_PACKET, dtype=np.float32)
         # the maxima's float32 bit patterns, copied as 32-bit lanes
-        self.window.exchange_into("norm", MsgType.NORM, 32, body.view(np.uint8), counts, offsets,
+        self.window.exchange_into("norm", MsgType.NORM, NORMS.bits, body.view(np.uint8), counts, offsets,
                                   MsgType.NORM_RESULT, out.view(np.uint32), 4)
         size = THC_HEADER_BYTES + nb
         self.bytes_sent += n_pk * size
@@ -234,19 +252,138 @@ class NetworkAggregator:
 
         All workers must call this in the same order with tensors of the same shape.
         ``feedback`` applies and updates this worker's error memory (key ``stream``).
+        Tensors of at least two parts (``pipeline_coords``) go through the pipelined path
+        (:meth:`_allreduce_pipelined`), with the same result.
         """
+        t0 = time.perf_counter()
         x = feedback.apply(stream, tensor) if feedback else tensor.reshape(-1).to(torch.float32)
         norms = self.max_floats(codec.chunk_norms(x))
         rnd = self._round
         self._round += 1
+        t1 = time.perf_counter()
+        parts = self._parts(codec, x.numel()) if x.device.type == "cpu" else [()]
+        if len(parts) > 1:
+            out = self._allreduce_pipelined(x, codec, norms, rnd, stream, feedback, parts)
+            self.last_timing["norms"] = t1 - t0
+            self.last_timing["total"] = time.perf_counter() - t0
+            return out.to(tensor.dtype).reshape(tensor.shape)
         enc = codec.encode(x, norms, worker=self.spec.rank, round=rnd, stream=stream,
                            residual=feedback is not None)
         if feedback is not None:
             feedback.store(stream, enc.residual)
+        t2 = time.perf_counter()
         sums, count = self.sum_encoded(enc, codec)
+        t3 = time.perf_counter()
         out = codec.decode(sums, count, norms, x.numel(), round=rnd, stream=stream,
                            dtype=tensor.dtype)
+        t4 = time.perf_counter()
+        self.last_timing = {"norms": t1 - t0, "encode": t2 - t1, "network": t3 - t2,
+                            "decode": t4 - t3, "total": t4 - t0, "parts": 1}
         return out.reshape(tensor.shape)
+
+    def _parts(self, codec: THCCodec, numel: int) -> list[tuple[Segment, ...]]:
+        """The pipeline's parts of a tensor (whole packets each), or one part when off."""
+        lay = codec.layout(numel)
+        if self.pipeline_coords <= 0 or lay.padded < 2 * self.pipeline_coords \
+                or codec.cfg.bits > INDEX_BITS:
+            return [lay.segments]
+        return split_layout(lay, self.pipeline_coords, COORDS_PER_PACKET)
+
+    def _allreduce_pipelined(self, x: torch.Tensor, codec: THCCodec, norms: torch.Tensor,
+                             rnd: int, stream: int, feedback: ErrorFeedback | None,
+                             parts: list[tuple[Segment, ...]]) -> torch.Tensor:
+        """Encode, exchange and decode ``parts`` overlapped; returns the flat float32 average.
+
+        The calling thread encodes part after part and hands each to a single network thread,
+        which runs the parts' exchanges in order (C slot loop, GIL released; results land
+        straight in one lane buffer); finished parts are decoded as soon as they are back,
+        between encodes. The slot rounds are those of one exchange of all packets split in
+        exchanges per part, so every worker must use the same parts (same tensor size and
+        ``pipeline_coords``).
+        """
+        flat = x.reshape(-1).to(torch.float32).contiguous()
+        lay = codec.layout(flat.numel())
+        P = lay.padded
+        n_pk = -(-P // COORDS_PER_PACKET)
+        world = self.spec.world
+        values = self.spec.uplink == "values"
+        nb_pk = LANES[VALUE_BITS].nbytes if values else INDICES.nbytes
+        up_bits = VALUE_BITS if values else INDEX_BITS
+        payload = torch.zeros(max(packed_size(P, codec.cfg.bits), n_pk * INDICES.nbytes),
+                              dtype=torch.uint8)
+        raw = payload.numpy()
+        sums = np.zeros(n_pk * COORDS_PER_PACKET, dtype=np.uint32)
+        cnt = np.full(n_pk, world, dtype=np.int32)
+        res = torch.empty_like(flat) if feedback is not None else None
+        out = torch.empty(flat.numel(), dtype=torch.float32)
+        sums_t = torch.from_numpy(sums)
+        lb = self.spec.lane_bits
+        timing = {"encode": 0.0, "network": 0.0, "decode": 0.0}
+
+        def exchange(k0: int, k1: int) -> float:
+            t = time.perf_counter()
+            body = raw[k0 * INDICES.nbytes : k1 * INDICES.nbytes]
+            if values:
+                body = uplink_values(body, codec.table)
+            offsets = np.arange(k0, k1, dtype=np.int64) * COORDS_PER_PACKET
+            counts = np.minimum(COORDS_PER_PACKET, P - offsets)
+            self.window.exchange_into("data", MsgType.DATA, up_bits, body, counts, offsets,
+                                      MsgType.RESULT,
+                                      sums[k0 * COORDS_PER_PACKET : k1 * COORDS_PER_PACKET],
+                                      lb // 8, cnt[k0:k1])
+            return time.perf_counter() - t
+
+        per_coord: list[torch.Tensor | None] = [None]
+
+        def decode(part: tuple[Segment, ...], k0: int, k1: int) -> None:
+            c = cnt[k0:k1]
+            if int(c.min()) < 1:
+                raise RuntimeError("the switch returned a sum without contributions")
+            if bool((c == world).all()):
+                count: int | torch.Tensor = world
+            else:
+                if per_coord[0] is None:
+                    per_coord[0] = torch.full((n_pk * COORDS_PER_PACKET,), world, dtype=torch.int32)
+                pc = per_coord[0]
+                pc[k0 * COORDS_PER_PACKET : k1 * COORDS_PER_PACKET] = torch.from_numpy(
+                    np.repeat(c, COORDS_PER_PACKET))
+                count = pc
+            codec.decode_into(sums_t, count, norms, part, out, round=rnd, stream=stream)
+
+        pending: list[tuple[tuple[Segment, ...], int, int, Future]] = []
+
+        def finish_head() -> None:
+            part, k0, k1, fut = pending.pop(0)
+            timing["network"] += fut.result()
+            t = time.perf_counter()
+            decode(part, k0, k1)
+            timing["decode"] += time.perf_counter() - t
+
+        pool = ThreadPoolExecutor(1, thread_name_prefix="netco-net")
+        try:
+            for part in parts:
+                t = time.perf_counter()
+                codec.encode_into(flat, norms, part, payload, worker=self.spec.rank, round=rnd,
+                                  stream=stream, residual=res)
+                timing["encode"] += time.perf_counter() - t
+                p0 = part[0].offset
+                p1 = part[-1].offset + part[-1].padded_total
+                k0, k1 = p0 // COORDS_PER_PACKET, -(-p1 // COORDS_PER_PACKET)
+                pending.append((part, k0, k1, pool.submit(exchange, k0, k1)))
+                while pending and pending[0][3].done():
+                    finish_head()
+            while pending:
+                finish_head()
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        if feedback is not None:
+            feedback.store(stream, res)
+        self.bytes_sent += n_pk * (THC_HEADER_BYTES + nb_pk)
+        self.bytes_received += n_pk * (THC_HEADER_BYTES + COORDS_PER_PACKET * lb // 8)
+        self.last_count = int(cnt.min())
+        timing["parts"] = len(parts)
+        self.last_timing = timing
+        return out
 
 
 @dataclass(frozen=True)

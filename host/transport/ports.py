@@ -33,6 +33,41 @@ MAX_DATAGRAM = fr.MAX_DATAGRAM
 ETH_P_IP = fr.ETHERTYPE_IPV4
 SOL_PACKET = 263  # linux/socket.h (not exported by Python's socket module)
 PACKET_IGNORE_OUTGOING = 23  # linux/if_packet.h (Linux >= 4.20)
+UDP_SEGMENT, UDP_GRO = 103, 104  # linux/udp.h (Linux >= 4.18 / 5.0)
+
+#: Datagrams per UDP_SEGMENT message of the C slot loop over UDP (``UdpEndpoint.gso``): the
+#: kernel segments one send into up to this many datagrams and, on loopback or a veth whose
+#: receiver set UDP_GRO, hands the train to the receiving socket in one piece. The wire
+#: carries the same datagrams either way. ``NETCO_UDP_GSO=0`` (read when an endpoint is made)
+#: turns it off — e.g. for a packet capture on ``lo``, which shows a train as one packet.
+UDP_GSO_SEGMENTS = 64
+
+
+def udp_gso_supported() -> bool:
+    """Whether this kernel has UDP GSO and GRO (``UDP_SEGMENT``/``UDP_GRO``, Linux >= 5.0)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.setsockopt(socket.IPPROTO_UDP, UDP_SEGMENT, 1400)
+            s.setsockopt(socket.IPPROTO_UDP, UDP_GRO, 1)
+        except OSError:
+            return False
+    return True
+
+
+_GSO_OK: bool | None = None
+
+
+def _gso_default() -> int:
+    global _GSO_OK
+    if UDP_GSO_SEGMENTS <= 1 or os.environ.get("NETCO_UDP_GSO", "1") == "0":
+        return 0
+    if _GSO_OK is None:
+        _GSO_OK = udp_gso_supported()
+    return UDP_GSO_SEGMENTS if _GSO_OK else 0
+
+
 #: Ethernet type, IPv4 version/IHL, protocol, destination address, UDP destination port and
 #: length of an Ethernet/IPv4/UDP frame (the fields a received frame is filtered on).
 _FRAME = fr.frame_struct(("ethertype", "verihl", "proto", "dst", "dport", "udp_len"))
@@ -217,10 +252,14 @@ class UdpEndpoint:
     mmsg : bool
         Batch system calls with ``sendmmsg``/``recvmmsg`` where libc has them (Linux);
         False: one ``sendto``/``recv_into`` per datagram.
+    gso : int, optional
+        Datagrams per ``UDP_SEGMENT`` message in the C slot loop, results received as
+        ``UDP_GRO`` trains (default :data:`UDP_GSO_SEGMENTS` where the kernel has both; 0 off).
     """
 
     def __init__(self, switch: tuple[str, int], bind: tuple[str, int] = ("127.0.0.1", 0),
-                 batch: int = 256, bufsize: int = 8 << 20, mmsg: bool = True) -> None:
+                 batch: int = 256, bufsize: int = 8 << 20, mmsg: bool = True,
+                 gso: int | None = None) -> None:
         self.switch = switch
         self.batch = batch
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -233,6 +272,8 @@ class UdpEndpoint:
         self._tx = self._rx = None
         self._b = None
         self._dest = _sockaddr_in(*switch)
+        #: datagrams per UDP_SEGMENT message when the C slot loop drives this socket (0: off)
+        self.gso = _gso_default() if gso is None else gso
         if mmsg and HAVE_MMSG:
             self._tx = _MsgRing(batch, MAX_DATAGRAM, self._dest)
             self._rx = _MsgRing(batch, MAX_DATAGRAM)
@@ -244,14 +285,19 @@ class UdpEndpoint:
         """The bound local (host, port)."""
         return self.sock.getsockname()
 
+    @staticmethod
+    def default_gso() -> int:
+        """Datagrams per UDP_SEGMENT message a new endpoint uses (0: GSO/GRO off here)."""
+        return _gso_default()
+
     def native(self, size: int) -> tuple | None:
         """What the C slot loop needs to drive this socket itself (``slots._slotloop``):
-        (fd, raw=0, destination sockaddr, -, -, THC port, batch); None without sendmmsg or when
+        (fd, raw=0, destination sockaddr, -, -, THC port, batch, gso); None without sendmmsg or when
         ``send_many``/``recv_many`` were replaced on this object (a test's hook must see every
         datagram)."""
         if self._tx is None or _hooked(self):
             return None
-        return (self.sock.fileno(), 0, self._dest, b"", b"", THC_UDP_PORT, self.batch)
+        return (self.sock.fileno(), 0, self._dest, b"", b"", THC_UDP_PORT, self.batch, self.gso)
 
     def send_many(self, datagrams: Sequence[bytes | bytearray | memoryview]) -> None:
         if self._tx is not None:
@@ -333,12 +379,12 @@ class RawEndpoint:
 
     def native(self, size: int) -> tuple | None:
         """What the C slot loop needs to drive this socket itself for datagrams of ``size``
-        bytes: (fd, raw=1, -, frame prefix, own IPv4 address, THC port, batch); None without
+        bytes: (fd, raw=1, -, frame prefix, own IPv4 address, THC port, batch, 0); None without
         sendmmsg or with replaced ``send_many``/``recv_many`` (as :meth:`UdpEndpoint.native`)."""
         if self._tx is None or _hooked(self):
             return None
         return (self.sock.fileno(), 1, b"", self._prefix(size), self._src, THC_UDP_PORT,
-                self.batch)
+                self.batch, 0)
 
     def send_many(self, datagrams: Sequence[bytes | bytearray | memoryview]) -> None:
         if self._tx is not None:

@@ -428,7 +428,7 @@ class SlotWindow:
             self.exchange(kind, msg_type, lane_bits, payloads, list(map(int, elem_counts)),
                           list(map(int, offsets)), on_result, result_type)
             return
-        fd, raw, dest, prefix, my_ip, thc_port, batch = spec
+        fd, raw, dest, prefix, my_ip, thc_port, batch, gso = spec
         W = self.num_slots
         rounds = self.next_round[kind]
         base = rounds.copy()
@@ -446,7 +446,7 @@ class SlotWindow:
             ec, of, base, W, out, lanes, lane_bytes, counts, int(result_type), self.job_id,
             self.world, cfg.rto, cfg.max_rto, cfg.give_up, cfg.deadline,
             cfg.policy == "partial", -1.0 if self.srtt is None else self.srtt, self.rttvar,
-            self.backoff)
+            self.backoff, gso)
         self.srtt = None if srtt < 0 else srtt
         self.rttvar, self.backoff = rttvar, backoff
         st = self.stats

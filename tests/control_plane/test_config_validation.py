@@ -266,3 +266,37 @@ def test_32_bit_lanes_refused_on_bmv2_only():
     with pytest.raises(ConfigError, match=r"jobs\[0\]\.lane_bits: 32-bit lanes are not supported on BMv2"):
         parse_config(cfg("bmv2"))
     assert parse_config(cfg("softswitch")).jobs[0].lane_bits == 32
+
+
+def test_yaml_syntax_error_is_one_line_naming_file_line_and_column(tmp_path: Path) -> None:
+    p = tmp_path / "broken.yaml"
+    p.write_text('switches:\n  - {name: s1, address: "127.0.0.1:1", addr: 10.0.0.254\nhosts: []\n')
+    with pytest.raises(ConfigError) as exc:
+        load_config(p)
+    (line,) = exc.value.lines()
+    assert line == (f"{p}: line 3, column 6: not valid YAML: expected ',' or '}}', but got ':' "
+                    "(while parsing a flow mapping started at line 2, column 5)")
+    assert "unicode string" not in str(exc.value) and "^" not in str(exc.value)
+
+
+def test_toml_syntax_error_is_one_line(tmp_path: Path) -> None:
+    p = tmp_path / "broken.toml"
+    p.write_text("a = [\nb = 1\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(p)
+    (line,) = exc.value.lines()
+    assert line.startswith(f"{p}: not valid TOML: ") and "line 2" in line
+
+
+def test_an_invalid_host_is_not_also_an_unknown_member() -> None:
+    """The host's own problem is reported; the job naming it gets no false 'unknown host'."""
+    def breaks(raw: dict) -> None:
+        raw["hosts"][0]["mac"] = "02:00:00:00:00:0z"
+
+    problems = bad(breaks)
+    assert len(problems) == 1 and problems[0].startswith("hosts[0].mac:"), problems
+    problems = bad(lambda r: r["switches"][1].__setitem__("addr", "10.0.255"))
+    assert len(problems) == 1 and problems[0].startswith("switches[1].addr:"), problems
+    # A name defined nowhere is still unknown.
+    problems = bad(lambda r: r["jobs"][0]["members"].append("h99"))
+    assert any("unknown host 'h99'" in p for p in problems), problems

@@ -91,3 +91,43 @@ def test_binary_file_is_one_line(tmp_path: Path, capsys) -> None:
         assert netco_main(["controller", action, str(p)]) == 2
         err = capsys.readouterr().err
         assert "not a text file" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_finsy_gnmi_warning_is_logged_once(caplog) -> None:
+    import logging
+
+    from control_plane.controller import FINSY_ONCE
+
+    FINSY_ONCE.seen.clear()
+    log = logging.getLogger("finsy")
+    with caplog.at_level(logging.WARNING, logger="finsy"):
+        for sw in ("s1", "s1", "s2"):
+            log.warning("[%s|Switch._run&] gNMI is not implemented", sw)
+        log.warning("something else")
+        log.warning("something else")
+    msgs = [r.getMessage() for r in caplog.records]
+    assert msgs == ["[s1|Switch._run&] gNMI is not implemented", "something else", "something else"]
+
+
+def test_status_watch_options_are_checked(good: Path, capsys) -> None:
+    for args, message in (
+        (["--rounds", "2"], "--rounds and --workers go with --watch SECONDS"),
+        (["--workers", "http://127.0.0.1:9200/metrics"], "--rounds and --workers go with --watch"),
+        (["--watch", "-1"], "--watch and --rounds must not be negative"),
+        (["--watch", "1", "--json"], "--watch draws a table"),
+    ):
+        assert netco_main(["controller", "status", str(good), *args]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("netco controller: error: ") and message in err and err.count("\n") == 1
+
+
+def test_several_problems_are_one_line_each(tmp_path: Path, capsys) -> None:
+    p = tmp_path / "bad.yaml"
+    p.write_text(GOOD.replace('"02:00:00:00:00:01"', '"02:00:00:00:00:0z"').replace('"s1:2"', '"s1:9x"'))
+    assert netco_main(["controller", "show", str(p)]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        f"netco controller: error: {p}: hosts[0].mac: '02:00:00:00:00:0z' is not a MAC address; "
+        "write it like 02:00:00:00:00:01",
+        f"netco controller: error: {p}: hosts[1].attach: port '9x' must be a number, e.g. 's1:1'",
+    ]

@@ -12,12 +12,8 @@ to be right.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import socket
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -27,14 +23,14 @@ from control_plane.config import parse_config
 from control_plane.controller import Controller
 from host.protocol import codec
 from host.protocol import layout as lay
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _free(kind: int) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from host.softswitch.launch import (
+    free_tcp_port,
+    free_udp_port,
+    spawn_process,
+    stop_process,
+    switch_command,
+    wait_listening,
+)
 
 
 class Switches:
@@ -46,36 +42,21 @@ class Switches:
         self.grpc: dict[str, int] = {}
 
     def start(self, name: str, ports: list[str]) -> str:
-        self.grpc[name] = _free(socket.SOCK_STREAM)
-        cmd = [sys.executable, "-m", "host.softswitch", "--grpc", f"127.0.0.1:{self.grpc[name]}"]
-        for p in ports:
-            cmd += ["--port", p]
-        with open(self.workdir / f"{name}.log", "w") as log:
-            self.procs[name] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-                                                env={**os.environ, "PYTHONPATH": str(REPO)})
+        """Start switch ``name`` (``--port`` values ``ports``) without waiting; its address."""
+        self.grpc[name] = free_tcp_port()
+        self.procs[name] = spawn_process(switch_command(ports, self.grpc[name]), self.log(name))
         return f"127.0.0.1:{self.grpc[name]}"
+
+    def log(self, name: str) -> Path:
+        return self.workdir / f"{name}.log"
 
     def wait(self) -> None:
         for name, port in self.grpc.items():
-            end = time.monotonic() + 30
-            while True:
-                assert self.procs[name].poll() is None, (self.workdir / f"{name}.log").read_text()
-                with socket.socket() as s:
-                    if s.connect_ex(("127.0.0.1", port)) == 0:
-                        break
-                assert time.monotonic() < end, f"{name} did not open its gRPC port"
-                time.sleep(0.05)
+            wait_listening(self.procs[name], port, self.log(name), what=name)
 
     def stop(self) -> None:
         for p in self.procs.values():
-            if p.poll() is None:
-                os.kill(p.pid, signal.SIGTERM)
-        for p in self.procs.values():
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                os.kill(p.pid, signal.SIGKILL)
-                p.wait(5)
+            stop_process(p)
 
 
 @pytest.fixture
@@ -112,7 +93,7 @@ def aggregate_once(cfg, job_id: int, socks: dict, switch_port: dict, seed: int =
 
 
 def test_single_switch_job_aggregates(switches: Switches) -> None:
-    port = {"h1": _free(socket.SOCK_DGRAM), "h2": _free(socket.SOCK_DGRAM), "h3": _free(socket.SOCK_DGRAM)}
+    port = {"h1": free_udp_port(), "h2": free_udp_port(), "h3": free_udp_port()}
     addr = switches.start("s1", [f"{i}=udp:127.0.0.1:{port[h]}" for i, h in enumerate(port, start=1)])
     switches.wait()
     ips = {"h1": "127.0.0.11", "h2": "127.0.0.12", "h3": "127.0.0.13"}
@@ -145,8 +126,8 @@ def test_single_switch_job_aggregates(switches: Switches) -> None:
 
 def test_two_level_tree_aggregates(switches: Switches) -> None:
     """leaf0 (a0, a1) and leaf1 (b0, b1) under root; the tree is derived from the links."""
-    hp = {h: _free(socket.SOCK_DGRAM) for h in ("a0", "a1", "b0", "b1")}
-    t = [_free(socket.SOCK_DGRAM) for _ in range(4)]
+    hp = {h: free_udp_port() for h in ("a0", "a1", "b0", "b1")}
+    t = [free_udp_port() for _ in range(4)]
     addr = {
         "leaf0": switches.start("leaf0", [f"1=udp:127.0.0.1:{hp['a0']}", f"2=udp:127.0.0.1:{hp['a1']}",
                                           f"3=tunnel:127.0.0.1:{t[0]},peer=127.0.0.1:{t[1]}"]),

@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,18 +28,16 @@ import pytest
 from control_plane.cli.main import main as netco_main
 from control_plane.config import parse_config
 from control_plane.controller import Controller, NotPrimaryError
-
-REPO = Path(__file__).resolve().parents[2]
-#: the compiled program; NETCO_TEST_P4BUILD names another build folder (e.g. a local p4c run)
-P4BUILD = Path(os.environ.get("NETCO_TEST_P4BUILD", REPO / "p4" / "build"))
-BMV2_JSON = P4BUILD / "netco.json"
-BMV2_P4INFO = P4BUILD / "netco.p4info.txtpb"
-
-
-def _free_port(kind: int = socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from host.paths import REPO
+from host.softswitch.launch import (
+    free_tcp_port,
+    free_udp_port,
+    spawn_process,
+    start_switch_process,
+    wait_listening,
+)
+from tests.support.aggnet import P4_INFO as BMV2_P4INFO
+from tests.support.aggnet import P4_JSON as BMV2_JSON
 
 
 class Target:
@@ -48,8 +45,8 @@ class Target:
 
     def __init__(self, kind: str, nports: int, workdir: Path, name: str) -> None:
         self.kind, self.nports, self.workdir, self.name = kind, nports, workdir, name
-        self.grpc = _free_port()
-        self.udp = [_free_port(socket.SOCK_DGRAM) for _ in range(nports)]
+        self.grpc = free_tcp_port()
+        self.udp = [free_udp_port() for _ in range(nports)]
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -57,26 +54,16 @@ class Target:
         return f"127.0.0.1:{self.grpc}"
 
     def start(self) -> None:
+        log = self.workdir / f"{self.name}.log"
         if self.kind == "softswitch":
-            cmd = [sys.executable, "-m", "host.softswitch", "--grpc", self.address]
-            for i, p in enumerate(self.udp, start=1):
-                cmd += ["--port", f"{i}=udp:127.0.0.1:{p}"]
-        else:
-            cmd = [shutil.which("simple_switch_grpc") or "simple_switch_grpc", "--device-id", "1",
-                   "-L", "off", "--no-p4", "--thrift-port", str(_free_port()), "--",
-                   "--grpc-server-addr", self.address]
-        log = open(self.workdir / f"{self.name}.log", "a")  # noqa: SIM115 (kept open by the child)
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-                                     env={**os.environ, "PYTHONPATH": str(REPO)})
-        end = time.monotonic() + 30
-        while time.monotonic() < end:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited: {(self.workdir / f'{self.name}.log').read_text()}")
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.grpc)) == 0:
-                    return
-            time.sleep(0.05)
-        raise RuntimeError(f"{self.name}: gRPC port not open")
+            ports = {i: f"udp:127.0.0.1:{p}" for i, p in enumerate(self.udp, start=1)}
+            self.proc = start_switch_process(ports, self.grpc, log)
+            return
+        cmd = [shutil.which("simple_switch_grpc") or "simple_switch_grpc", "--device-id", "1",
+               "-L", "off", "--no-p4", "--thrift-port", str(free_tcp_port()), "--",
+               "--grpc-server-addr", self.address]
+        self.proc = spawn_process(cmd, log)
+        wait_listening(self.proc, self.grpc, log, what=self.name)
 
     def kill(self) -> None:
         """Hard stop (a crashed switch): SIGKILL by PID."""
@@ -301,8 +288,7 @@ def test_watch_mode_heals_a_restarted_switch(clean, tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "control_plane.cli.main", "controller", "apply", str(path),
            "--watch", "0.3", "--json", "--timeout", "5"]
     errf = open(tmp_path / "watch.err", "w")  # noqa: SIM115 (the child writes it)
-    watcher = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, text=True,
-                               cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    watcher = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, text=True, cwd=REPO)
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [lines.put(json.loads(x)) for x in watcher.stdout], daemon=True).start()
 

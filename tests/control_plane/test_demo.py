@@ -18,7 +18,7 @@ def test_demo_quick_falls_back_to_loopback_with_emulated_time(tmp_path, capsys, 
 
     monkeypatch.setattr(isolate, "check_available", unavailable)
     out, png = tmp_path / "demo.json", tmp_path / "demo.png"
-    rc = main(["demo", "--quick", "--task", "digits", "--workers", "2", "--json", "--out", str(out),
+    rc = main(["demo", "--steps", "6", "--task", "digits", "--workers", "2", "--json", "--out", str(out),
                "--plot", str(png)])
     assert rc == 0
     captured = capsys.readouterr()
@@ -53,7 +53,7 @@ def _namespaces() -> str | None:
 @pytest.mark.skipif(_namespaces() is not None, reason=f"{_namespaces()}")
 def test_demo_quick_on_the_shaped_rack_measures_time(tmp_path, capsys):
     out, png = tmp_path / "demo.json", tmp_path / "demo.png"
-    rc = main(["demo", "--quick", "--task", "digits", "--workers", "2", "--link-mbps", "100",
+    rc = main(["demo", "--steps", "6", "--task", "digits", "--workers", "2", "--link-mbps", "100",
                "--json", "--out", str(out), "--plot", str(png)])
     assert rc == 0
     capsys.readouterr()
@@ -71,6 +71,39 @@ def test_demo_quick_on_the_shaped_rack_measures_time(tmp_path, capsys):
     for h in ("h1", "h2"):
         assert rep["rack"]["tbf"][h]["up"]["bytes"] >= thc["total_bytes_sent"] + none["total_bytes_sent"]
     assert rep["switch"][0]["counters"]["ingress.thc_slot.contributions"]["0"] > 0
+
+
+def test_demo_switch_without_testbed_is_refused(capsys):
+    assert main(["demo", "--switch", "bmv2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("netco demo: error: --switch bmv2 picks the switch of a testbed")
+    assert err.count("\n") == 1
+
+
+def test_demo_bmv2_missing_names_the_demos_flag(capsys):
+    import os
+    import shutil
+
+    if os.geteuid() != 0:
+        pytest.skip("--testbed needs root; the error before it is tested above")
+    if shutil.which("simple_switch_grpc"):
+        pytest.skip("BMv2 is installed: the demo would run on it")
+    assert main(["demo", "--testbed", "mininet", "--switch", "bmv2"]) == 2
+    err = capsys.readouterr().err
+    assert "simple_switch_grpc is not on PATH" in err and "--switch softswitch" in err
+    assert "--target" not in err and err.count("\n") == 1
+
+
+def test_demo_table_columns_line_up():
+    from control_plane.cli.demo import format_columns
+
+    text = format_columns(("", "THC via switch", "fp32 all-reduce"),
+                          [("held-out accuracy", "0.9", "0.91"),
+                           ("bytes down / worker / step", "1,234", "123,456")])
+    lines = text.splitlines()
+    assert len({len(line) for line in lines}) == 1
+    assert lines[2].startswith("bytes down / worker / step  ")
+    assert lines[1].endswith("0.91") and lines[2].endswith("123,456")
 
 
 @pytest.mark.root

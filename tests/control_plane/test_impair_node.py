@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -21,9 +20,9 @@ from control_plane.testbed.impair.forwarder import Forwarder, open_packet_socket
 from control_plane.testbed.impair.node import configure, forwarder_command, kernel_has_netem
 from control_plane.testbed.impair.probe import check, measure, open_probe_socket, probe
 from host.netns import in_netns
+from host.paths import REPO
 
 pytestmark = pytest.mark.root
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _sh(cmd: list[str], stdin: str | None = None) -> str:

@@ -9,7 +9,6 @@ effect must fail at ``up`` and leave nothing behind.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,26 +17,14 @@ from control_plane.config import DEFAULT_BMV2_JSON, load_config
 from control_plane.testbed.impair import ImpairmentError
 from control_plane.testbed.net import Testbed, with_free_ports
 from control_plane.testbed.worker import tensor
-from host.protocol.layout import COORDS_PER_PACKET, NORMS_PER_PACKET, DropReason
+from host.paths import REPO
+from host.protocol.layout import DropReason
 from host.thc.simulate import allreduce as simulate
+from tests.support.testbed import leftovers, packets_per_allreduce
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet]
-REPO = Path(__file__).resolve().parents[2]
 TOPO = REPO / "mininet" / "two_buildings.yaml"
 TARGETS = ["softswitch", pytest.param("bmv2", marks=pytest.mark.bmv2)]
-
-
-def leftovers(tag: str, markers: list[str]) -> list[str]:
-    """Our interfaces, and processes whose command line names a P4Runtime address or our workdir."""
-    found = [n for n in os.listdir("/sys/class/net") if n.startswith(tag)]
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if any(m in cmd for m in markers):
-            found.append(f"pid {pid}: {cmd[:80]}")
-    return found
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -64,8 +51,7 @@ def test_tree_over_impaired_wan(target, tmp_path):
             ref = simulate(codec, [tensor(seed, r, k, size) for r in range(4)], round=k).average
             for r in range(4):
                 torch.testing.assert_close(outs[r][k], ref, rtol=0, atol=0)
-        per_worker = rounds * (-(-codec.layout(size).padded // COORDS_PER_PACKET)
-                               + -(-codec.chunk_norms(torch.zeros(size)).numel() // NORMS_PER_PACKET))
+        per_worker = rounds * packets_per_allreduce(codec, size)
         ctr = tb.counters()
         # each leaf adds its two workers; the parent adds the two leaves' partial sums
         for sw in ("a-leaf", "b-leaf", "wan"):

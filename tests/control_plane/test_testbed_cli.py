@@ -16,9 +16,9 @@ import pytest
 from control_plane.cli.main import main as netco
 from control_plane.config import load_config
 from control_plane.testbed.net import with_free_ports
+from host.paths import REPO
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet]
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _topo_on_free_ports(tmp_path: Path) -> Path:

@@ -5,7 +5,6 @@ software target. Every tree switch must add exactly its direct contributors' pac
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,11 +12,11 @@ import torch
 from control_plane.config import load_config
 from control_plane.testbed.net import Testbed, with_free_ports
 from control_plane.testbed.worker import tensor
-from host.protocol.layout import COORDS_PER_PACKET, NORMS_PER_PACKET
+from host.paths import REPO
 from host.thc.simulate import allreduce as simulate
+from tests.support.testbed import packets_per_allreduce
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet]
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("topo", ["leaf_spine", "buildings"])
@@ -39,8 +38,7 @@ def test_topology_file_aggregates_along_its_tree(topo, tmp_path):
         codec = tb.codec(job)
         ref = simulate(codec, [tensor(11, r, 0, size) for r in range(n)]).average
         assert all(torch.equal(o[0], ref) for o in outs)
-        per_worker = (-(-codec.layout(size).padded // COORDS_PER_PACKET)
-                      + -(-codec.chunk_norms(torch.zeros(size)).numel() // NORMS_PER_PACKET))
+        per_worker = packets_per_allreduce(codec, size)
         ctr = tb.counters()
         for node in job.tree:
             kids = sum(1 for c in job.tree if c.parent == node.switch)

@@ -15,10 +15,10 @@ from control_plane.config import load_config
 from control_plane.testbed.impair import Impairment
 from control_plane.testbed.net import Testbed, with_free_ports
 from control_plane.testbed.worker import tensor
+from host.paths import REPO
 from host.thc.simulate import allreduce as simulate
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet]
-REPO = Path(__file__).resolve().parents[2]
 WAN = "b-leaf:3-wan:2"
 
 CASES = {

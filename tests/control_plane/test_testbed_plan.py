@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 
@@ -13,8 +12,8 @@ from control_plane.testbed import targets
 from control_plane.testbed.impair import Impairment
 from control_plane.testbed.plan import IFNAMSIZ, PlanError, make_plan
 from control_plane.testbed.targets import TestbedError, choose_target, switch_command
+from host.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 TOPOS = sorted((REPO / "mininet").glob("*.yaml"))
 
 

@@ -10,41 +10,20 @@ and drop nothing but retransmissions, and teardown must leave no interface or pr
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from control_plane.config import DEFAULT_BMV2_JSON, load_config
 from control_plane.testbed.net import Testbed, with_free_ports
 from control_plane.testbed.worker import tensor
-from host.protocol.layout import COORDS_PER_PACKET, NORMS_PER_PACKET, DropReason
+from host.paths import REPO
+from host.protocol.layout import DropReason
 from host.thc.simulate import allreduce as simulate
+from tests.support.testbed import leftovers, packets_per_allreduce
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet]
-REPO = Path(__file__).resolve().parents[2]
 TARGETS = ["softswitch", pytest.param("bmv2", marks=pytest.mark.bmv2)]
-
-
-def leftovers(tag: str, markers: list[str]) -> list[str]:
-    """Our interfaces, and processes whose command line names a P4Runtime address or our workdir."""
-    found = [n for n in os.listdir("/sys/class/net") if n.startswith(tag)]
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if any(m in cmd for m in markers):
-            found.append(f"pid {pid}: {cmd[:80]}")
-    return found
-
-
-def packets_per_allreduce(codec, size: int) -> int:
-    """DATA plus NORM packets one worker sends for one tensor of ``size`` elements."""
-    padded = codec.layout(size).padded
-    norms = codec.chunk_norms(torch.zeros(size))
-    return -(-padded // COORDS_PER_PACKET) + -(-norms.numel() // NORMS_PER_PACKET)
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -39,8 +39,9 @@ from control_plane.scaleacross.plan import resolve_plan
 from control_plane.scaleacross.scenario import load_scenario
 from control_plane.testbed.net import Testbed, with_free_ports
 from control_plane.testbed.worker import tensor
-from host.protocol.layout import COORDS_PER_PACKET, NORMS_PER_PACKET, DropReason
+from host.protocol.layout import DropReason
 from host.thc.simulate import allreduce as simulate
+from tests.support.testbed import leftovers, packets_per_allreduce
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet]
 DATA = Path(__file__).resolve().parent / "scaleacross" / "data"
@@ -52,18 +53,6 @@ NOISE = 3  # packets an idle link may carry (nothing is expected; a margin again
 def plan_for(sync: str) -> dict:
     sc = load_scenario(DATA / "tiny_two_buildings.yaml")
     return build_network_plan(sc, resolve_plan(sc.with_parallel(dp_sync=sync)))
-
-
-def leftovers(tag: str, markers: list[str]) -> list[str]:
-    found = [n for n in os.listdir("/sys/class/net") if n.startswith(tag)]
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if any(m in cmd for m in markers):
-            found.append(f"pid {pid}: {cmd[:80]}")
-    return found
 
 
 @pytest.mark.parametrize("target", ["softswitch", pytest.param("bmv2", marks=pytest.mark.bmv2)])
@@ -118,8 +107,7 @@ def test_plan_paths_and_trees_on_testbed(target, tmp_path, capsys):
             ref = simulate(codec, [tensor(seed, r, 0, size) for r in range(4)], round=0).average
             for r in range(4):
                 torch.testing.assert_close(outs[r][0], ref, rtol=0, atol=0)
-            per_worker = (-(-codec.layout(size).padded // COORDS_PER_PACKET)
-                          + -(-codec.chunk_norms(torch.zeros(size)).numel() // NORMS_PER_PACKET))
+            per_worker = packets_per_allreduce(codec, size)
             for b in ("A", "B"):
                 up, down = d[f"{b}-x{root[1]}"]
                 assert up >= per_worker and down >= per_worker, (name, b, d)  # partials up, results down

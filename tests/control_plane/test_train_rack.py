@@ -28,7 +28,7 @@ def test_train_on_the_rack_reports_measured_time(tmp_path, capsys):
     assert rc == 0
     table = capsys.readouterr().out
     assert "meas. s" in table and "emul. s" not in table
-    assert "measured wall clock, links shaped to 200 Mbit/s" in table
+    assert "measured wall-clock time to target, links shaped to 200 Mbit/s" in table
     rep = json.loads(out.read_text())
     assert rep["time_basis"] == "measured"
     assert rep["network"] == "namespace rack, links shaped to 200 Mbit/s"

@@ -6,45 +6,18 @@ job (own job id, counter index and slot range), so tests share one started switc
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 
 from host.protocol import codec
 from host.protocol import layout as lay
 from host.protocol.layout import DropReason, Flag, MsgType
-from tests.support.aggnet import INTRUDER, WORKERS, AggregationNetwork, SwitchJob, Worker
-from tests.support.frames import thc_frame, thc_only, wait_count
+from tests.support.aggnet import INTRUDER, WORKERS, SwitchJob
+from tests.support.frames import collect, thc_frame, thc_only, wait_count
+from tests.support.jobs import SWITCH, expected_sums, new_job
 
 #: THC default table, b = 4, g = 30 (docs/protocol.md; THC paper defaults)
-TABLE = [0, 3, 5, 7, 9, 11, 13, 14, 16, 17, 19, 21, 23, 25, 27, 30]
 C = lay.COORDS_PER_PACKET
-SWITCH = "s0"
-_ids: dict[int, itertools.count] = {}  # per started network: next job index
-
-
-def lane_bits_check(n: int, g: int) -> int:
-    """Tiny local version of the lane rule (THC step 10), independent of the layout helper."""
-    return 8 if n * g <= 255 else 16 if n * g <= 65535 else 32
-
-
-def new_job(net: AggregationNetwork, hosts: list[str], lane_bits: int | None = None,
-            table: list[int] = TABLE, num_slots: int = 4) -> SwitchJob:
-    k = next(_ids.setdefault(id(net), itertools.count(0)))
-    assert k < 16, "more jobs than MAX_JOBS in p4/v1model/include/size.p4"
-    contributors = []
-    for rank, name in enumerate(hosts):
-        h = net.hosts[name]
-        contributors.append(Worker(rank=rank, port=h.port, ip=h.ip, mac=h.mac))
-    job = SwitchJob(job_id=100 + k, index=k, table=table,
-                    lane_bits=lane_bits or lane_bits_check(len(hosts), max(table)),
-                    self_ip=net.switch_ip(SWITCH), contributors=contributors,
-                    slot_base=k * num_slots, num_slots=num_slots)
-    net.install_job(SWITCH, job)
-    for name in hosts:
-        net.flush(name)
-    return job
 
 
 def data(net, job: SwitchJob, host: str, rank: int, slot: int, rnd: int, idx: np.ndarray,
@@ -52,28 +25,6 @@ def data(net, job: SwitchJob, host: str, rank: int, slot: int, rnd: int, idx: np
     h = codec.Header(msg_type=MsgType.DATA, job_id=job.job_id if job_id is None else job_id,
                      slot=slot, round=rnd, rank=rank, flags=flags, chunk_offset=chunk_offset)
     return thc_frame(net.hosts[host], job.self_ip, h, idx)
-
-
-def expected_sums(idxs: list[np.ndarray], table=TABLE) -> np.ndarray:
-    t = np.asarray(table)
-    return np.sum([t[i] for i in idxs], axis=0)
-
-
-def collect(net, hosts, timeout=2.0):
-    """THC messages received by each host within ``timeout``.
-
-    Results are multicast at once, so after the first host got one the others get 0.3 s more.
-    """
-    import time
-
-    out = {}
-    deadline = time.monotonic() + timeout
-    for h in hosts:
-        got = thc_only(net.recv(h, count=1, timeout=max(0.0, deadline - time.monotonic())))
-        if got:
-            deadline = min(deadline, time.monotonic() + 0.3)
-        out[h] = got + thc_only(net.recv(h, count=8, timeout=0.05))
-    return out
 
 
 def drops_delta(before: dict[int, int], after: dict[int, int]) -> dict[DropReason, int]:

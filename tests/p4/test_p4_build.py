@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from host.paths import P4_BUILD, REPO
 
 
 def _build_module():
@@ -89,15 +89,42 @@ def test_stamp_detects_edited_outputs(tmp_path, monkeypatch):
 
 
 def test_build_without_p4c_says_so_and_changes_nothing(tmp_path):
-    before = {p: p.read_bytes() for p in (REPO / "p4" / "build").rglob("*") if p.is_file()}
+    before = {p: p.read_bytes() for p in P4_BUILD.rglob("*") if p.is_file()}
     # A PATH with python's directory but no p4c.
     if shutil.which("p4c", path=str(Path(sys.executable).parent)):
         pytest.skip("p4c sits next to python; cannot hide it")
     proc = _netco("p4", "build", "--json", path=str(Path(sys.executable).parent))
-    assert proc.returncode == 3, proc.stderr
+    # The committed outputs match the sources (test_committed_outputs_are_fresh): no error.
+    assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["p4c"] is None and "p4c not found" in report["message"]
-    assert {p: p.read_bytes() for p in (REPO / "p4" / "build").rglob("*") if p.is_file()} == before
+    assert "nothing to compile" in report["message"]
+    assert {p: p.read_bytes() for p in P4_BUILD.rglob("*") if p.is_file()} == before
+
+
+def test_make_without_p4c_exits_0_when_fresh_and_uses_the_python_on_path():
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    if shutil.which("p4c", path=env["PATH"]) or shutil.which("p4c-tofino", path=env["PATH"]):
+        pytest.skip("a P4 compiler is on PATH; cannot test its absence")
+    env.pop("NETCO_TOFINO_P4C", None)
+    proc = subprocess.run(["make", "-s", "-C", str(REPO / "p4")], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["v1model", "tofino", "tofino2"], proc.stdout
+    assert all("nothing to compile" in line for line in lines)
+
+
+def test_build_without_p4c_fails_when_outputs_are_stale(monkeypatch):
+    build = _build_module()
+    monkeypatch.setattr(build.shutil, "which", lambda name, *a, **k: None)
+    monkeypatch.setattr(build, "is_stale", lambda: (True, "p4/build outputs differ"))
+    code, report = build.build(None)
+    assert code == build.NO_P4C
+    assert report["message"].startswith("p4c not found on PATH: p4/build outputs differ")
+    assert "install p4c" in report["message"]
 
 
 @pytest.mark.parametrize("target", ("v1model", "tofino", "tofino2"))

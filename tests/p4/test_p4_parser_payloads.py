@@ -9,13 +9,12 @@ lane width, so that a width changed on either side fails here (and CI), not on a
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
+from host.paths import REPO
 from host.protocol import layout as lay
 
-REPO = Path(__file__).resolve().parents[2]
 V1MODEL_PARSER = REPO / "p4" / "v1model" / "include" / "parser.p4"
 TNA_PARSER = REPO / "p4" / "tna" / "include" / "parser.p4"
 TNA_TARGET = REPO / "p4" / "tna" / "include" / "target.p4"

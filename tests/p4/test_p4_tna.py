@@ -21,10 +21,11 @@ from finsy.proto import p4i
 from control_plane.config import ConfigError, parse_config
 from control_plane.desired import desired_state, parse_p4info_text
 from control_plane.p4names import pipeline_prefix, program_view
+from host.paths import REPO, V1MODEL_P4INFO
+from host.protocol import generated_dataplane as dp
 from host.protocol import layout as lay
 
-REPO = Path(__file__).resolve().parents[2]
-V1_P4INFO = REPO / "p4" / "build" / "netco.p4info.txtpb"
+V1_P4INFO = V1MODEL_P4INFO
 TNA = ("tofino", "tofino2")
 #: v1model objects the TNA program does not have, and why (p4/README.md, "Tofino").
 V1_ONLY_TABLES = {"ingress.thc_load.tables"}   # workers send table values: no lookup
@@ -64,6 +65,36 @@ def test_per_target_constants_cover_a_packet():
     assert k["THC_WORD_REGISTERS"] == k["TNA_PASSES"] * k["THC_CELLS"]
     words = (REPO / "p4/tna/include/control/generated_words_apply.p4").read_text()
     assert words.count(".apply(") == k["TNA_WORDS_PER_PASS"]
+
+
+#: Sizes each target sets for itself: the TNA's slot pool (and what follows from it) is its own.
+PER_TARGET_SIZES = {"THC_SLOTS"}
+
+
+def size_drift(target_p4: Path) -> list[str]:
+    """The sizes ``target_p4`` restates from ``p4/v1model/include/size.p4`` (every name both
+    define, but the per-target ones) that differ from the generated constants."""
+    tna, v1 = GEN.tna_constants(target_p4), GEN.v1model_sizes()
+    shared = (set(tna) & set(v1)) - PER_TARGET_SIZES
+    assert {"MAX_JOBS", "SENDERS_TABLE_SIZE", "MEMBERS_TABLE_SIZE", "ROUTES_TABLE_SIZE"} <= shared
+    return [f"{n} = {tna[n]}, generated {getattr(dp, n)}" for n in sorted(shared)
+            if tna[n] != getattr(dp, n)]
+
+
+def test_tna_restates_the_generated_sizes():
+    """``p4/tna/include/target.p4`` cannot include the v1model ``size.p4``: the sizes it restates
+    must equal the generated ones the controller and the software target use, so that a drift
+    fails CI without a compiler (p4/README.md, "Tofino")."""
+    assert size_drift(GEN.TNA_TARGET) == [], "p4/tna/include/target.p4 differs from size.p4"
+
+
+def test_tna_size_check_sees_a_drift(tmp_path):
+    drifted = tmp_path / "target.p4"
+    text = GEN.TNA_TARGET.read_text()
+    line = f"#define MAX_JOBS {dp.MAX_JOBS}\n"
+    assert line in text
+    drifted.write_text(text.replace(line, f"#define MAX_JOBS {dp.MAX_JOBS * 2}\n"))
+    assert size_drift(drifted) == [f"MAX_JOBS = {dp.MAX_JOBS * 2}, generated {dp.MAX_JOBS}"]
 
 
 def test_generated_p4_is_fresh():

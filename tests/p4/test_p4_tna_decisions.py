@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from host.paths import REPO
+
 P4 = REPO / "p4"
 
 

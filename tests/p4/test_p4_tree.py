@@ -13,9 +13,9 @@ from host.protocol import codec
 from host.protocol import layout as lay
 from host.protocol.layout import DropReason, Flag, MsgType
 from tests.support.aggnet import AggregationNetwork, SwitchJob, Worker
-from tests.support.frames import thc_frame, thc_only, wait_count
+from tests.support.frames import collect, thc_frame, thc_only, wait_count
+from tests.support.jobs import TABLE
 
-TABLE = [0, 3, 5, 7, 9, 11, 13, 14, 16, 17, 19, 21, 23, 25, 27, 30]
 C = lay.COORDS_PER_PACKET
 RANKS = {"a0": 0, "a1": 1, "b0": 2, "b1": 3}
 LEAF = {"a0": "leaf0", "a1": "leaf0", "b0": "leaf1", "b1": "leaf1"}
@@ -51,20 +51,6 @@ def send_data(net, host: str, slot: int, rnd: int, idx: np.ndarray, flags: int =
     net.send(host, thc_frame(net.hosts[host], net.switch_ip(LEAF[host]), hd, idx))
 
 
-def results(net, timeout=2.0):
-    """THC messages at each host; once one host got a result, the others get 0.3 s more."""
-    import time
-
-    out = {}
-    deadline = time.monotonic() + timeout
-    for h in HOSTS:
-        got = thc_only(net.recv(h, count=1, timeout=max(0.0, deadline - time.monotonic())))
-        if got:
-            deadline = min(deadline, time.monotonic() + 0.3)
-        out[h] = got + thc_only(net.recv(h, count=4, timeout=0.05))
-    return out
-
-
 def test_tree_sums_exactly(tree, tree_job):
     net = tree
     rng = np.random.default_rng(1)
@@ -73,7 +59,7 @@ def test_tree_sums_exactly(tree, tree_job):
         idxs = {h: rng.integers(0, 16, C) for h in HOSTS}
         for h in HOSTS:
             send_data(net, h, 0, rnd, idxs[h])
-        got = results(net)
+        got = collect(net, HOSTS, more=4)
         want = np.sum([t[i] for i in idxs.values()], axis=0)
         for h in HOSTS:
             assert len(got[h]) == 1, f"{h}: {len(got[h])} results in round {rnd}"
@@ -92,7 +78,7 @@ def test_tree_norm_maximum(tree, tree_job):
         hd = codec.Header(msg_type=MsgType.NORM, job_id=7, slot=1, round=0, rank=RANKS[h],
                           lane_bits=32)
         net.send(h, thc_frame(net.hosts[h], net.switch_ip(LEAF[h]), hd, norms[h]))
-    got = results(net)
+    got = collect(net, HOSTS, more=4)
     for h in HOSTS:
         assert len(got[h]) == 1 and got[h][0].msg.msg_type is MsgType.NORM_RESULT
         assert got[h][0].msg.header.count == 4
@@ -114,14 +100,14 @@ def test_tree_retransmissions_never_double_count(tree, tree_job):
             if v != root_before.get(k, 0)} == {DropReason.DUPLICATE: 1}
     send_data(net, "b0", 2, 0, idxs["b0"])
     send_data(net, "b1", 2, 0, idxs["b1"])
-    got = results(net)
+    got = collect(net, HOSTS, more=4)
     want = np.sum([t[i] for i in idxs.values()], axis=0)
     for h in HOSTS:
         assert len(got[h]) == 1 and got[h][0].msg.header.count == 4
         np.testing.assert_array_equal(got[h][0].msg.values, want)
     # The leaf stored the root's result: b1's retransmission is answered by leaf1 alone.
     send_data(net, "b1", 2, 0, idxs["b1"], flags=Flag.RETX)
-    got = results(net, timeout=1.0)
+    got = collect(net, HOSTS, more=4, timeout=1.0)
     assert [len(got[h]) for h in HOSTS] == [0, 0, 0, 1]
     r = got["b1"][0]
     assert r.msg.header.flags & Flag.RESENT and r.msg.header.count == 4

@@ -13,9 +13,9 @@ import pytest
 from host.protocol import codec
 from host.protocol import layout as lay
 from host.protocol.layout import MsgType
-from tests.p4.test_p4_aggregation import TABLE, collect, new_job
 from tests.support.aggnet import WORKERS
-from tests.support.frames import thc_frame
+from tests.support.frames import collect, thc_frame
+from tests.support.jobs import TABLE, new_job
 
 C = lay.COORDS_PER_PACKET
 

@@ -39,6 +39,7 @@ from typing import Any
 import finsy as fy
 
 from host.netns import in_netns
+from host.paths import P4_BUILD
 from host.protocol import layout as lay
 from host.softswitch.launch import (
     AsyncLoop,
@@ -46,13 +47,14 @@ from host.softswitch.launch import (
     free_tcp_port,
     free_udp_port,
     p4info_path,
+    spawn_process,
     start_switch_process,
     stop_process,
+    wait_listening,
 )
 
-REPO = Path(__file__).resolve().parents[2]
 #: the compiled program BMv2 runs (``NETCO_TEST_P4BUILD`` names another build folder)
-P4BUILD = Path(os.environ.get("NETCO_TEST_P4BUILD", REPO / "p4" / "build"))
+P4BUILD = Path(os.environ.get("NETCO_TEST_P4BUILD", P4_BUILD))
 P4_JSON = P4BUILD / "netco.json"
 P4_INFO = P4BUILD / "netco.p4info.txtpb"
 
@@ -443,18 +445,6 @@ def _tunnel_socket(own: str, peer: str) -> socket.socket:
     return s
 
 
-def _wait_tcp(port: int, proc: subprocess.Popen, timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode} during start")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"{what}: gRPC port {port} not open after {timeout} s")
-
-
 class Bmv2Network(AggregationNetwork):
     """BMv2 ``simple_switch_grpc`` target on veth pairs and network namespaces (root)."""
 
@@ -482,9 +472,8 @@ class Bmv2Network(AggregationNetwork):
         sw.log_path = self.workdir / f"{sw.name}.log"
         cmd = [exe, "--device-id", "1", "-L", "off", "--no-p4", "--thrift-port", str(thrift),
                *ifs, "--", "--grpc-server-addr", f"127.0.0.1:{sw.grpc_port}"]
-        with open(sw.log_path, "w") as logf:
-            sw.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT)
-        _wait_tcp(sw.grpc_port, sw.proc, 20.0, f"simple_switch_grpc {sw.name}")
+        sw.proc = spawn_process(cmd, sw.log_path)
+        wait_listening(sw.proc, sw.grpc_port, sw.log_path, 20.0, f"simple_switch_grpc {sw.name}")
 
     def _connect(self, sw: _Switch) -> None:
         assert self._loop is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,3 +71,19 @@ def wait_count(net, host: Host, dst_ip: str, job_id: int, rank: int, slot: int, 
             if r.msg.header.flags & lay.Flag.PEEK and r.msg.header.round == rnd:
                 seen = r.msg.header.count
     return seen
+
+
+def collect(net, hosts, timeout: float = 2.0, more: int = 8) -> dict[str, list[Received]]:
+    """THC messages received by each host within ``timeout``.
+
+    Results are multicast at once, so after the first host got one the others get 0.3 s more
+    (and each host up to ``more`` further messages).
+    """
+    out = {}
+    deadline = time.monotonic() + timeout
+    for h in hosts:
+        got = thc_only(net.recv(h, count=1, timeout=max(0.0, deadline - time.monotonic())))
+        if got:
+            deadline = min(deadline, time.monotonic() + 0.3)
+        out[h] = got + thc_only(net.recv(h, count=more, timeout=0.05))
+    return out

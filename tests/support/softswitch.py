@@ -18,9 +18,10 @@ from host.protocol import layout as lay
 from host.softswitch.frames import ipv4_checksum, read_frame, thc_frame
 from host.softswitch.p4info import netco_p4info
 from host.softswitch.switch import SoftSwitch
+from host.thc.table import DEFAULT_TABLE
 
 #: THC default table (b = 4, g = 30; Li et al. NSDI 2024 artifact)
-TABLE = [0, 3, 5, 7, 9, 11, 13, 14, 16, 17, 19, 21, 23, 25, 27, 30]
+TABLE = list(DEFAULT_TABLE)
 SELF_IP = "10.0.0.254"
 C = lay.COORDS_PER_PACKET
 

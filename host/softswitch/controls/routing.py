@@ -7,7 +7,7 @@ import numpy as np
 
 from host.softswitch.config import Compiled
 from host.softswitch.controls.checksum import ipv4_checksum_rows
-from host.softswitch.controls.common import OFF_DST, OFF_TTL, ROW_DTYPE, R
+from host.softswitch.controls.common import DST_MAC, OFF_DST, OFF_TTL, ROW_DTYPE, SRC_MAC, R
 
 
 class Routing:
@@ -35,8 +35,8 @@ class Routing:
             o = out.buf[out.n: out.n + 1]
             n = int(L[i])
             o[0, :n] = b[i, :n]
-            o[0, 0:6] = np.frombuffer(dmac, dtype=np.uint8)
-            o[0, 6:12] = np.frombuffer(smac, dtype=np.uint8)
+            o[0, DST_MAC] = np.frombuffer(dmac, dtype=np.uint8)
+            o[0, SRC_MAC] = np.frombuffer(smac, dtype=np.uint8)
             o[0, OFF_TTL] = ttl - 1
             ipv4_checksum_rows(o, o.view(ROW_DTYPE)[:, 0])
             out.lens[out.n] = n

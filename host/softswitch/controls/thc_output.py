@@ -11,6 +11,7 @@ from host.protocol import layout as lay
 from host.softswitch.config import Compiled
 from host.softswitch.controls import thc_members
 from host.softswitch.controls.common import (
+    DST_MAC,
     ETH,
     F_RESENT,
     IP4,
@@ -26,6 +27,7 @@ from host.softswitch.controls.common import (
     RESULT_TTL,
     ROW_DTYPE,
     ROW_DTYPE_HDR,
+    SRC_MAC,
     T_NORM_PARTIAL,
     T_NORM_RESULT,
     T_PARTIAL,
@@ -72,9 +74,8 @@ class ThcOutput:
         hv["dst"] = np.where(is_up, job["parent_addr"][e_jn], np.where(is_ans_e, old_src, hv["dst"]))
         if is_ans_e.any():
             a = np.flatnonzero(is_ans_e)
-            macs = H[a, 0:12].copy()
-            H[a, 0:6] = macs[:, 6:12]
-            H[a, 6:12] = macs[:, 0:6]
+            dmac, smac = H[a, DST_MAC].copy(), H[a, SRC_MAC].copy()
+            H[a, DST_MAC], H[a, SRC_MAC] = smac, dmac
         pay = self.sums[e_cell]
         for i in np.flatnonzero(e_cell < 0).tolist():
             # status answer: the payload is what the packet itself loaded (not meaningful)

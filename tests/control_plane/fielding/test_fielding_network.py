@@ -11,19 +11,14 @@ detection.
 from __future__ import annotations
 
 import os
-import signal
 import socket
-import subprocess
-import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from control_plane.embedded import free_port
 from control_plane.fielding.clusterer import FieldingClusterer
 from control_plane.fielding.config import FieldingConfig
 from control_plane.fielding.network import (
@@ -33,6 +28,7 @@ from control_plane.fielding.network import (
     touched_jobs,
 )
 from control_plane.reconcile import normalise
+from host.softswitch.launch import free_port, spawn_process, stop_process, switch_command, wait_listening
 from host.thc import THCCodec
 from host.thc.simulate import allreduce as simulated_allreduce
 from host.transport.job import NetworkAggregator, session_round_base
@@ -40,7 +36,6 @@ from host.transport.ports import UdpEndpoint
 from tests.support.aggnet import P4_INFO, P4_JSON, Bmv2Network
 from tests.support.frames import thc_frame, thc_only
 
-REPO = Path(__file__).resolve().parents[3]
 CLIENTS = [f"c{i}" for i in range(8)]
 IP = {c: f"127.0.0.{21 + i}" for i, c in enumerate(CLIENTS)}
 
@@ -198,32 +193,15 @@ class SoftSwitch:
     def __init__(self, workdir: Path, name: str, ports: list[str]) -> None:
         self.grpc = free_port(socket.SOCK_STREAM)
         self.port: dict[str, int] = {}  # client -> UDP port, where the test sets it
-        cmd = [sys.executable, "-m", "host.softswitch", "--grpc", f"127.0.0.1:{self.grpc}"]
-        for spec in ports:
-            cmd += ["--port", spec]
         self.log = workdir / f"{name}.log"
-        with open(self.log, "w") as f:
-            self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=REPO,
-                                         env={**os.environ, "PYTHONPATH": str(REPO)})
+        self.proc = spawn_process(switch_command(ports, self.grpc), self.log)
 
     def wait(self) -> SoftSwitch:
-        end = time.monotonic() + 30
-        while True:
-            assert self.proc.poll() is None, self.log.read_text()
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.grpc)) == 0:
-                    return self
-            assert time.monotonic() < end, "the software switch did not open its gRPC port"
-            time.sleep(0.05)
+        wait_listening(self.proc, self.grpc, self.log)
+        return self
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
+        stop_process(self.proc)
 
 
 @pytest.fixture(scope="module")

@@ -23,8 +23,8 @@ from control_plane.scaleacross.install import (
 from control_plane.scaleacross.netplan import build_network_plan
 from control_plane.scaleacross.plan import resolve_plan
 from control_plane.scaleacross.scenario import parse_scenario
+from host.paths import REPO
 
-REPO = Path(__file__).resolve().parents[3]
 DATA = Path(__file__).resolve().parent / "data"
 TINY = yaml.safe_load((DATA / "tiny_two_buildings.yaml").read_text())
 TOPO = read_topology(DATA / "two_uplinks.yaml")

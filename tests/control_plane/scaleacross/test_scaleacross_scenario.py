@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
 
 from control_plane.scaleacross.plan import resolve_plan
 from control_plane.scaleacross.scenario import ScenarioError, load_scenario, parse_scenario
+from host.paths import SCALEACROSS_SCENARIOS
 from tests.support.scaleacross import SMALL, raw, scenario
 
-SCENARIOS = sorted((Path(__file__).parents[3] / "control_plane/scaleacross/scenarios").glob("*"))
+SCENARIOS = sorted(SCALEACROSS_SCENARIOS.glob("*"))
 
 
 def test_json_and_yaml_load_the_same(tmp_path):

@@ -50,3 +50,12 @@ def test_a_model_that_fits_nowhere_has_no_feasible_plan():
     sc = scenario(model={"layers": 64, "hidden": 16384, "heads": 128},
                   cluster={"buildings": [{"gpus": 8}, {"gpus": 8}]})
     assert search(sc).n_feasible == 0
+
+
+def test_search_text_says_less_or_more_time_than_megatron():
+    from control_plane.scaleacross.cli import _fmt_breakdown, _vs_megatron
+
+    assert _vs_megatron(43.72) == "43.7% less time than Megatron's default"
+    assert _vs_megatron(-5.0) == "5.0% more time than Megatron's default"
+    assert _vs_megatron(0.01) == "as fast as Megatron's default"
+    assert _fmt_breakdown({"compute": 0.9021, "bubble": 0.0}) == "compute 0.902 s"

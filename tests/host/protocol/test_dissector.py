@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from host.paths import REPO
 from host.protocol import codec
 from host.protocol import dissector as gen
 from host.protocol import layout as lay
@@ -36,7 +37,7 @@ def test_check_reports_a_stale_script(tmp_path, capsys):
 
 def test_script_ships_with_the_package():
     assert gen.dissector_path().is_file()
-    pyproject = tomllib.loads((Path(gen.__file__).parents[2] / "pyproject.toml").read_text())
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert "*.lua" in pyproject["tool"]["setuptools"]["package-data"]["host.protocol"]
 
 

@@ -5,17 +5,15 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
+from host.paths import REPO
 from host.protocol import codec
 from host.protocol import layout as lay
 from host.protocol import scapy_layers as sl
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 def test_scapy_header_fields_follow_layout():

@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
+from host.paths import REPO
 
 
 @pytest.mark.parametrize("generator", ["c", "python"])

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import socket
-import threading
 import time
 import urllib.request
 
@@ -24,6 +23,7 @@ from host.thc import THCCodec
 from host.transport.job import JobSpec, NetworkAggregator
 from host.transport.ports import UdpEndpoint
 from host.transport.slots import SlotConfig
+from tests.support.transport import run_workers
 
 
 def scrape(url: str) -> dict[tuple[str, tuple], float]:
@@ -55,20 +55,7 @@ def run_allreduce(net: EmbeddedNetwork, numel: int, slots: SlotConfig) -> list[N
         a = net.address(r)
         aggs.append(NetworkAggregator(UdpEndpoint(a.switch, bind=(a.ip, 0)),
                                       JobSpec(net.job_id, r, n, num_slots=net.num_slots), slots))
-    errs: list = []
-
-    def go(r: int) -> None:
-        try:
-            aggs[r].allreduce(xs[r], codec_)
-        except BaseException as exc:
-            errs.append(exc)
-
-    ts = [threading.Thread(target=go, args=(r,), daemon=True) for r in range(n)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(60)
-    assert not errs and not any(t.is_alive() for t in ts)
+    run_workers(n, lambda r: aggs[r].allreduce(xs[r], codec_))
     return aggs
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import socket
 import subprocess
 import sys
@@ -11,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from control_plane.cli.main import main
+from host.protocol import generated_dataplane as dp
+from host.softswitch.cli import configure
 from host.softswitch.launch import free_tcp_port
 from host.softswitch.server import MAX_WRITE_UPDATES
 from host.softswitch.switch import SoftSwitch
@@ -22,6 +25,18 @@ def _free_udp() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_slot_pool_defaults_to_the_p4_programs():
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    assert parser.parse_args([]).slots == dp.THC_SLOTS
+    assert f"default {dp.THC_SLOTS}" in parser.format_help()
+    sw = SoftSwitch()
+    try:
+        assert sw.pipeline.pool_slots == dp.THC_SLOTS
+    finally:
+        sw.close()
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -171,3 +186,41 @@ def test_a_restarted_server_gets_its_address_back(tmp_path):
         assert b.serve(addr) == addr
     finally:
         b.stop()
+
+
+def test_metrics_port_in_use_is_one_line(capsys):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        rc = main(["switch", "--port", f"1=udp:127.0.0.1:{_free_udp()}", "--grpc", "127.0.0.1:0",
+                   "--metrics-port", str(port)])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"netco switch: error: --metrics-port: metrics: cannot listen on 127.0.0.1:{port}")
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_switch_serves_its_counters_for_prometheus(tmp_path):
+    import urllib.request
+
+    ready = tmp_path / "ready"
+    metrics = free_tcp_port()
+    proc = subprocess.Popen([*NETCO, "switch", "--port", f"1=udp:127.0.0.1:{_free_udp()}",
+                             "--grpc", "127.0.0.1:0", "--p4info", "default",
+                             "--metrics-port", str(metrics), "--ready-file", str(ready)],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + 60
+        while not ready.exists():
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < end, "netco switch did not start"
+            time.sleep(0.1)
+        text = urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=10).read().decode()
+        assert 'netco_switch_jobs{switch="s1"} 0.0' in text
+        assert "netco_switch_frames_received_total" in text
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert f"metrics http://127.0.0.1:{metrics}/metrics" in err

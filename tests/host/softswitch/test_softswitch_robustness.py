@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from scapy.packet import fuzz
 
+from host.paths import REPO
 from host.protocol import codec
 from host.protocol import layout as lay
 from host.protocol.layout import MsgType
@@ -276,7 +277,7 @@ async def _read_all(client):
 
 
 def test_bad_port_spec_is_a_usage_error(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     for spec, words in (("x=udp:1.2.3.4:5", "N=KIND"), ("1=udp:localhost", "IP:PORT"),
                         ("1=tunnel:127.0.0.1:5", "peer")):
         p = subprocess.run([sys.executable, "-m", "host.softswitch", "--port", spec],

@@ -16,12 +16,13 @@ from host.protocol import codec
 from host.protocol import layout as lay
 from host.protocol.layout import Flag, MsgType
 from host.softswitch.frames import udp_frame
+from host.thc.table import DEFAULT_TABLE
 from tests.support.aggnet import Bmv2Network, SoftswitchNetwork, SwitchJob, Worker
 
 pytestmark = [pytest.mark.root, pytest.mark.bmv2, pytest.mark.p4c]
 
 HOSTS = ["w0", "w1", "w2", "x"]
-TABLE = [0, 3, 5, 7, 9, 11, 13, 14, 16, 17, 19, 21, 23, 25, 27, 30]
+TABLE = list(DEFAULT_TABLE)   # THC's default table (b = 4, g = 30)
 C = lay.COORDS_PER_PACKET
 SWITCH_MAC = "02:00:00:00:ff:fe"
 

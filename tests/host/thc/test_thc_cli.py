@@ -145,7 +145,8 @@ def test_roundtrip_error_needs_no_float64_copies(tmp_path, capsys):
 
 
 def test_bench_codec_prints_the_schema(capsys):
-    rc = main(["bench", "codec", "--sizes", "4096", "--repeat", "1", "--nmse-elements", "8192"])
+    rc = main(["bench", "codec", "--sizes", "4096", "--repeat", "1", "--nmse-elements", "8192",
+               "--json"])
     assert rc == 0
     rep = json.loads(capsys.readouterr().out)
     row = rep["throughput"][0]
@@ -165,3 +166,47 @@ def test_help_lists_subcommands(capsys):
     out = capsys.readouterr().out
     for cmd in ("demo", "thc", "bench", "train", "explore", "fielding"):
         assert cmd in out
+
+
+def test_bench_codec_prints_tables_by_default(capsys):
+    rc = main(["bench", "codec", "--sizes", "4096", "--repeat", "1", "--nmse-elements", "8192"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert not out.lstrip().startswith("{")
+    lines = out.splitlines()
+    assert any(line.split()[:2] == ["4,096", "torch"] or line.split()[:2] == ["4,096", "fused"]
+               for line in lines), out
+    assert "encode ms" in out and "NMSE of one encode/decode" in out
+    assert any(line.startswith("gaussian") for line in lines)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--sizes", "0"], "--sizes 0: must be at least 1"),
+    (["--sizes", "4096", "-3"], "--sizes -3: must be at least 1"),
+    (["--repeat", "0"], "--repeat 0: must be at least 1"),
+    (["--nmse-elements", "0"], "--nmse-elements 0: must be at least 1"),
+])
+def test_bench_codec_bad_sizes_are_one_line(capsys, args, message):
+    assert main(["bench", "codec", *args]) == 2
+    err = capsys.readouterr().err
+    assert err == f"netco bench: error: {message}\n"
+
+
+def test_make_inputs_feeds_roundtrip(tmp_path, capsys):
+    prefix = str(tmp_path / "g")
+    assert main(["thc", "make-inputs", "--workers", "3", "--elements", "5000", "--prefix", prefix]) == 0
+    files = [f"{prefix}{r}.npy" for r in range(3)]
+    arrays = [np.load(f) for f in files]
+    assert [a.shape for a in arrays] == [(5000,)] * 3 and arrays[0].dtype == np.float32
+    assert not np.array_equal(arrays[0], arrays[1])
+    capsys.readouterr()
+    out = str(tmp_path / "avg.npy")
+    assert main(["thc", "roundtrip", "--inputs", *files, "--output", out, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["nmse"] < 0.05
+
+
+def test_make_inputs_bad_prefix_is_one_line(tmp_path, capsys):
+    bad = str(tmp_path / "missing" / "w")
+    assert main(["thc", "make-inputs", "--prefix", bad]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("netco thc: error: --prefix ") and err.count("\n") == 1

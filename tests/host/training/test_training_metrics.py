@@ -13,8 +13,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from control_plane.cli.train import network_for, session
-from control_plane.embedded import free_port
 from host.ddp.baselines import CompressorSpec
+from host.softswitch.launch import free_port
 from host.thc.config import THCConfig
 from host.training.harness import TrainConfig, train
 

@@ -166,6 +166,10 @@ def test_compare_set_labels():
     (["--testbed", "rack"], "--link-mbps"),
     (["--testbed", "rack", "--link-mbps", "100", "--start-iter", "2"], "--start-iter"),
     (["--testbed", "rack", "--link-mbps", "100", "--switch", "127.0.0.1:9"], "--switch"),
+    (["--compressor", "thc", "--compare"], "--compressor thc with --compare"),
+    (["--compressor", "none", "--aggregator", "network"], "--aggregator network sums THC"),
+    (["--metrics-port", "9200"], "--metrics-port: .* add --aggregator network"),
+    (["--metrics-port", "65535", "--workers", "2", "--aggregator", "network"], "--metrics-port=65535"),
 ])
 def test_cli_rejects_bad_input_naming_the_field(argv, field):
     p = argparse.ArgumentParser()
@@ -173,3 +177,55 @@ def test_cli_rejects_bad_input_naming_the_field(argv, field):
     args = p.parse_args(["--task", "digits", *argv])
     with pytest.raises(UsageError, match=field):
         cli.run(args)
+
+
+def test_progress_writes_plain_lines_when_not_a_terminal():
+    import io
+
+    from host.training.progress import Progress
+
+    out = io.StringIO()
+    p = Progress(20, "digits/thc", out=out, tty=False)
+    for step in range(20):
+        if step == 9:
+            p.show(accuracy="0.8123")
+        p.update()
+    p.close()
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "digits/thc: step 2/20"
+    assert lines[-1] == "digits/thc: step 20/20, accuracy 0.8123"
+    assert len(lines) == 10 and "\r" not in out.getvalue()
+
+
+def test_progress_draws_a_bar_on_a_terminal():
+    import io
+
+    from host.training.progress import Progress
+
+    out = io.StringIO()
+    p = Progress(5, "digits/thc", out=out, tty=True)
+    for _ in range(5):
+        p.update()
+    p.close()
+    assert "\r" in out.getvalue() and "step 5/5" not in out.getvalue()
+
+
+def test_plot_names_runs_as_the_tables_do(tmp_path, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figs = []
+    monkeypatch.setattr(plt, "close", figs.append)
+    runs = [{"task": "digits", "workers": 2, "seed": 0, "metric_name": "accuracy", "compressor": c,
+             "records": [_run(i, 0.1 * i, 100, 200, 0.01) | {"emulated_s": 0.1 * i}
+                         for i in range(1, 6)]} for c in ("thc", "none")]
+    plot_comparison(runs, str(tmp_path / "p.png"), link_mbps=100.0, target=0.3,
+                    labels={"thc": "THC via switch", "none": "fp32 all-reduce"})
+    (fig,) = figs
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "THC via switch", "fp32 all-reduce", "target accuracy 0.3"]
+    assert all(ax.get_legend() is None for ax in fig.axes)
+    assert "THC via switch vs fp32 all-reduce" in fig._suptitle.get_text()

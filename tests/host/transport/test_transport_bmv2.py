@@ -29,15 +29,22 @@ import torch
 from host.netns import in_netns
 from host.protocol.layout import COORDS_PER_PACKET, lane_bits_for
 from host.thc import THCCodec
-from host.thc.lanes import aggregate_packed
-from host.thc.simulate import allreduce as simulated_allreduce
 from host.transport.faults import FaultyEndpoint
 from host.transport.job import JobSpec, NetworkAggregator, RawNetworkSpec
 from host.transport.ports import RawEndpoint
 from host.transport.slots import SlotConfig, SlotTimeoutError
 from tests.support.aggnet import P4_JSON, WORKERS, Bmv2Network, SwitchJob, Worker
-
-from .test_transport_udp import FAULT_IDS, FAULTS, run_workers, worker_data
+from tests.support.transport import (
+    FAULT_IDS,
+    FAULTS,
+    assert_bit_identical,
+    assert_exact_sums,
+    assert_faults_in_effect,
+    encode_all,
+    packed_sums,
+    run_workers,
+    worker_data,
+)
 
 pytestmark = [pytest.mark.root, pytest.mark.bmv2]
 
@@ -112,10 +119,9 @@ def test_exact_integer_sums(bmv2, n):
     spec = raw_spec(bmv2, job, n)
     for numel in (1, 4097, 70_001):
         xs = worker_data(n, numel, numel + n)
-        norms = torch.stack([codec.chunk_norms(x) for x in xs]).amax(0)
-        encs = [codec.encode(x, norms, worker=r, round=0) for r, x in enumerate(xs)]
+        encs = encode_all(codec, xs)
         padded = encs[0].layout.padded
-        want = aggregate_packed([e.payload for e in encs], codec.table, 30, 4, padded)
+        want = packed_sums(codec, encs, padded)
         # spec.connect is the launchers' path; every size is a new session on the same job
         session = replace(spec, round_base=1 + (numel << 8))
         aggs = [session.connect(r, n) for r in range(n)]
@@ -123,9 +129,7 @@ def test_exact_integer_sums(bmv2, n):
             got = run_workers(n, lambda r: aggs[r].sum_encoded(encs[r], codec))  # noqa: B023
         finally:
             close_all(aggs)
-        for sums, count in got:
-            assert count == n
-            np.testing.assert_array_equal(sums.numpy().astype(np.int64), want.astype(np.int64))
+        assert_exact_sums(got, n, want)
 
 
 def test_per_datagram_raw_endpoints_sum_exactly(bmv2):
@@ -135,17 +139,14 @@ def test_per_datagram_raw_endpoints_sum_exactly(bmv2):
     job = install_job(bmv2, n, codec)
     spec = raw_spec(bmv2, job, n)
     xs = worker_data(n, numel, 5)
-    norms = torch.stack([codec.chunk_norms(x) for x in xs]).amax(0)
-    encs = [codec.encode(x, norms, worker=r, round=0) for r, x in enumerate(xs)]
-    want = aggregate_packed([e.payload for e in encs], codec.table, 30, 4, encs[0].layout.padded)
+    encs = encode_all(codec, xs)
+    want = packed_sums(codec, encs)
     aggs = [aggregator(spec, r, n, SlotConfig(), mmsg=False) for r in range(n)]
     try:
         got = run_workers(n, lambda r: aggs[r].sum_encoded(encs[r], codec))
     finally:
         close_all(aggs)
-    for sums, count in got:
-        assert count == n
-        np.testing.assert_array_equal(sums.numpy().astype(np.int64), want.astype(np.int64))
+    assert_exact_sums(got, n, want)
 
 
 def test_allreduce_equals_the_in_process_protocol(bmv2):
@@ -160,9 +161,7 @@ def test_allreduce_equals_the_in_process_protocol(bmv2):
         got = run_workers(n, lambda r: aggs[r].allreduce(xs[r], codec))
     finally:
         close_all(aggs)
-    ref = simulated_allreduce(codec, xs, round=0).average
-    for g in got:
-        assert torch.equal(g, ref)
+    assert_bit_identical(codec, xs, got)
 
 
 @pytest.mark.parametrize("faults", FAULTS, ids=FAULT_IDS)
@@ -180,17 +179,8 @@ def test_sums_stay_exact_under_faults(bmv2, faults):
     finally:
         close_all(aggs)
     elapsed = time.monotonic() - t0
-    ref = simulated_allreduce(codec, xs, round=0).average
-    for g in got:
-        assert torch.equal(g, ref)
-    st = [a.ep.stats for a in aggs]
-    if faults.get("loss_pct"):
-        assert sum(s.dropped for s in st) > 0  # the fault was really in effect
-        assert sum(a.window.stats.retransmits for a in aggs) > 0
-    if faults.get("dup_pct"):
-        assert sum(s.duplicated for s in st) > 0
-    if faults.get("reorder_pct"):
-        assert sum(s.delayed for s in st) > 0
+    assert_bit_identical(codec, xs, got)
+    assert_faults_in_effect(faults, [a.ep.stats for a in aggs], aggs)
     print(f"BMv2, faults {faults}: completed in {elapsed:.2f} s")
 
 

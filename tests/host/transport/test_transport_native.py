@@ -15,21 +15,29 @@ import threading
 
 import numpy as np
 import pytest
-import torch
 
 from control_plane.embedded import EmbeddedNetwork
 from host.protocol import codec as wire
-from host.protocol.layout import COORDS_PER_PACKET, THC_HEADER, THC_HEADER_BYTES, MsgType
+from host.protocol.layout import COORDS_PER_PACKET, THC_HEADER, MsgType
 from host.thc import THCCodec
-from host.thc.lanes import aggregate_packed
-from host.thc.simulate import allreduce as simulated_allreduce
 from host.transport import slots as slots_mod
 from host.transport.faults import FaultyRelay
 from host.transport.job import JobSpec, NetworkAggregator
 from host.transport.ports import RawEndpoint, UdpEndpoint
 from host.transport.slots import SlotConfig, SlotTimeoutError, SlotWindow
-
-from .test_transport_udp import FAULT_IDS, FAULTS, run_workers, sums_with_a_dying_worker, worker_data
+from tests.support.scripted import scripted_exchange
+from tests.support.transport import (
+    FAULT_IDS,
+    FAULTS,
+    assert_bit_identical,
+    assert_exact_sums,
+    assert_faults_in_effect,
+    encode_all,
+    packed_sums,
+    run_workers,
+    sums_with_a_dying_worker,
+    worker_data,
+)
 
 pytestmark = pytest.mark.skipif(slots_mod._slotloop is None,
                                 reason="the C slot loop (host/transport/_slotloop) is not built")
@@ -38,98 +46,8 @@ _I = {f.name: i for i, f in enumerate(THC_HEADER)}
 H = wire.HEADER_STRUCT
 
 
-class ScriptedSwitch:
-    """A UDP 'switch' for one worker that answers by a fixed script and records every packet.
-
-    The first transmission of packets with ``offset // 256 % 7 == 3`` is dropped; every 5th
-    packet is answered twice (a duplicate); every 9th also gets a stale answer (previous round);
-    packets with ``offset // 256 % 11 == 4`` get a partial result (count 1, bitmap of rank 0).
-    Result lanes are ``(payload byte * 3 + slot) & 0xFFFF`` as 16-bit lanes.
-    """
-
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(0.05)
-        self.log: list[tuple] = []
-        self.seen: set[tuple[int, int]] = set()
-        self.stop = threading.Event()
-        self.t = threading.Thread(target=self.run, daemon=True)
-        self.t.start()
-
-    @property
-    def address(self) -> tuple[str, int]:
-        return self.sock.getsockname()
-
-    def answer(self, h: tuple, payload: bytes, rnd: int, count: int, bm: int) -> bytes:
-        out = list(h)
-        out[_I["msg_type"]] = int(MsgType.RESULT)
-        out[_I["round"]] = rnd & 0xFFFFFFFF
-        out[_I["slot_set"]] = rnd & 1
-        out[_I["flags"]] = 0
-        out[_I["count"]] = count
-        out[_I["bitmap"]] = bm
-        lanes = ((np.frombuffer(payload, dtype=np.uint8).astype(np.uint32) * 3 + h[_I["slot"]])
-                 & 0xFFFF)
-        body = np.zeros(COORDS_PER_PACKET, dtype=">u2")
-        body[: lanes.size] = lanes
-        return H.pack(*out) + body.tobytes()
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                d, addr = self.sock.recvfrom(4096)
-            except TimeoutError:
-                continue
-            h = H.unpack_from(d)
-            payload = d[THC_HEADER_BYTES:]
-            self.log.append((h[_I["slot"]], h[_I["round"]], h[_I["slot_set"]], h[_I["flags"]],
-                             h[_I["elem_count"]], h[_I["chunk_offset"]], payload))
-            k = h[_I["chunk_offset"]] // COORDS_PER_PACKET
-            key = (h[_I["slot"]], h[_I["round"]])
-            first = key not in self.seen
-            self.seen.add(key)
-            if first and k % 7 == 3:
-                continue
-            partial = k % 11 == 4
-            a = self.answer(h, payload, h[_I["round"]], 1 if partial else 2, 1 if partial else 3)
-            self.sock.sendto(a, addr)
-            if k % 5 == 0:
-                self.sock.sendto(a, addr)
-            if k % 9 == 0:
-                self.sock.sendto(self.answer(h, payload, h[_I["round"]] - 1, 2, 3), addr)
-
-    def close(self) -> None:
-        self.stop.set()
-        self.t.join(2)
-        self.sock.close()
-
-
-def _scripted_exchange(native: bool, n: int = 300, W: int = 16, expect: bool | None = None) -> tuple:
-    sw = ScriptedSwitch()
-    ep = UdpEndpoint(sw.address, bind=("127.0.0.1", 0))
-    win = SlotWindow(ep, job_id=7, rank=0, world=2, num_slots=W,
-                     config=SlotConfig(rto=0.15, max_rto=0.4), round_base=0xFFFFFFF0)
-    win.native = native
-    rng = np.random.default_rng(5)
-    payload = rng.integers(0, 256, size=n * 128, dtype=np.uint8)
-    counts = np.full(n, COORDS_PER_PACKET, dtype=np.int64)
-    counts[-1] = 17
-    offsets = np.arange(n, dtype=np.int64) * COORDS_PER_PACKET
-    out = np.zeros(n * COORDS_PER_PACKET, dtype=np.uint32)
-    cnt = np.zeros(n, dtype=np.int32)
-    try:
-        win.exchange_into("data", MsgType.DATA, 4, payload, counts, offsets, MsgType.RESULT,
-                          out, 2, cnt)
-    finally:
-        ep.close()
-        sw.close()
-    assert win.last_native == (native if expect is None else expect)
-    return win, out, cnt, sw.log, payload
-
-
 def test_c_loop_sends_and_accepts_exactly_what_the_python_loop_does():
-    runs = [_scripted_exchange(native) for native in (True, False)]
+    runs = [scripted_exchange(native) for native in (True, False)]
     (wc, oc, cc, logc, payload), (wp, op, cp, logp, _) = runs
     np.testing.assert_array_equal(oc, op)
     np.testing.assert_array_equal(cc, cp)
@@ -197,9 +115,8 @@ def test_c_and_python_loops_give_the_same_exact_sums(n):
     codec = THCCodec()
     numel = 70_001
     xs = worker_data(n, numel, 21)
-    norms = torch.stack([codec.chunk_norms(x) for x in xs]).amax(0)
-    encs = [codec.encode(x, norms, worker=r, round=0) for r, x in enumerate(xs)]
-    want = aggregate_packed([e.payload for e in encs], codec.table, 30, 4, encs[0].layout.padded)
+    encs = encode_all(codec, xs)
+    want = packed_sums(codec, encs)
     with EmbeddedNetwork(n, num_slots=32) as net:
         results = {}
         for i, native in enumerate((True, False, True)):
@@ -219,9 +136,7 @@ def test_c_and_python_loops_give_the_same_exact_sums(n):
             assert all(a.window.last_native == native for a in aggs)
             results[i] = got
     for got in results.values():
-        for sums, count in got:
-            assert count == n
-            np.testing.assert_array_equal(sums.numpy().astype(np.int64), want.astype(np.int64))
+        assert_exact_sums(got, n, want)
 
 
 def test_c_loop_allreduce_equals_the_in_process_protocol():
@@ -239,9 +154,7 @@ def test_c_loop_allreduce_equals_the_in_process_protocol():
             for a in aggs:
                 a.ep.close()
     assert all(a.window.last_native for a in aggs)
-    ref = simulated_allreduce(codec, xs, round=0).average
-    for g in got:
-        assert torch.equal(g, ref)
+    assert_bit_identical(codec, xs, got)
 
 
 def _relayed(net: EmbeddedNetwork, rank: int, slots: SlotConfig, **faults):
@@ -270,18 +183,10 @@ def test_c_loop_sums_stay_exact_under_faults(faults):
                 a.ep.close()
                 relay.close()
     assert all(a.window.last_native for a in aggs)
-    ref = simulated_allreduce(codec, xs, round=0).average
-    for g in got:
-        assert torch.equal(g, ref)
-    st = [relay.stats for _, relay in pairs]
-    if faults.get("loss_pct"):
-        assert sum(s.dropped for s in st) > 0
-        assert sum(a.window.stats.retransmits for a in aggs) > 0
+    assert_bit_identical(codec, xs, got)
+    assert_faults_in_effect(faults, [relay.stats for _, relay in pairs], aggs)
     if faults.get("dup_pct"):
-        assert sum(s.duplicated for s in st) > 0
         assert sum(a.window.stats.stray_results for a in aggs) > 0   # duplicates ignored
-    if faults.get("reorder_pct"):
-        assert sum(s.delayed for s in st) > 0
 
 
 def test_c_loop_worker_killed_mid_round_partial_sums_are_exact_per_packet():
@@ -290,8 +195,7 @@ def test_c_loop_worker_killed_mid_round_partial_sums_are_exact_per_packet():
     n, numel = 4, 64 * 256
     codec = THCCodec()
     xs = worker_data(n, numel, 9)
-    norms = torch.stack([codec.chunk_norms(x) for x in xs]).amax(0)
-    encs = [codec.encode(x, norms, worker=r, round=0) for r, x in enumerate(xs)]
+    encs = encode_all(codec, xs)
     with EmbeddedNetwork(n, num_slots=8) as net:
         slots = SlotConfig(policy="partial", deadline=0.3, rto=0.02, max_rto=0.1)
         aggs = [NetworkAggregator(UdpEndpoint(net.address(r).switch, bind=(net.address(r).ip, 0)),
@@ -329,7 +233,7 @@ def test_endpoints_expose_their_socket_only_with_mmsg():
 
 def test_without_the_extension_the_python_loop_runs(monkeypatch):
     monkeypatch.setattr(slots_mod, "_slotloop", None)
-    _win, out, cnt, log, _ = _scripted_exchange(True, n=40, W=8, expect=False)
+    _win, out, cnt, log, _ = scripted_exchange(True, n=40, W=8, expect=False)
     assert (cnt > 0).all() and len(log) >= 40 and out.any()
 
 

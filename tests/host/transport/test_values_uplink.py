@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from control_plane.embedded import EmbeddedNetwork
 from host.protocol import codec as wire
 from host.protocol import layout as lay
 from host.thc import THCCodec
-from host.thc.lanes import aggregate_packed
 from host.transport.job import JobSpec, NetworkAggregator, uplink_values
 from host.transport.ports import UdpEndpoint
-
-from .test_transport_udp import new_session, run_workers, worker_data
+from tests.support.transport import encode_all, new_session, packed_sums, run_workers, worker_data
 
 
 def test_uplink_values_maps_nibbles_through_the_table():
@@ -60,9 +57,8 @@ def test_values_uplink_sums_equal_indices_uplink(net, numel):
     n = net.workers
     codec = THCCodec()
     xs = worker_data(n, numel, numel + 7)
-    norms = torch.stack([codec.chunk_norms(x) for x in xs]).amax(0)
-    encs = [codec.encode(x, norms, worker=r, round=0) for r, x in enumerate(xs)]
-    want = aggregate_packed([e.payload for e in encs], codec.table, 30, 4, encs[0].layout.padded)
+    encs = encode_all(codec, xs)
+    want = packed_sums(codec, encs)
     results = {}
     for uplink in ("indices", "values"):
         base = new_session(net)

@@ -1,0 +1,52 @@
+"""``benchmarks/transport.py`` end to end in a tiny configuration (no timings asserted): every
+goodput row carries the kernel limit of the C echo (``kecho.c``, built here) and its fraction,
+the all-reduce block its network, codec and gloo times; the C echo itself counts every
+datagram with and without GSO trains. No root (the veth part is skipped)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from host.transport import kecho
+
+REPO = Path(__file__).resolve().parents[3]
+
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler for kecho.c")
+
+
+@pytest.mark.parametrize("gso", [1, 64])
+def test_kernel_echo_counts_round_trips(gso):
+    rates = kecho.udp_limit(2, 156, 284, gso=gso, count=3000, window=64)
+    assert len(rates) == 2 and all(r > 0 for r in rates)
+
+
+def test_kernel_echo_rejects_bad_arguments():
+    with pytest.raises(RuntimeError, match="bad arguments"):
+        kecho.udp_limit(2, 156, 284, gso=64, count=100, window=0)
+
+
+def test_benchmark_rows_carry_kernel_fractions_and_allreduce_split():
+    p = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "transport.py"), "--json", "--workers", "2",
+         "--coords", "8192", "--limit-packets", "2000", "--slots", "16",
+         "--allreduce-elements", "40000", "--repeats", "1", "--no-veth",
+         "--pipeline-coords", "8192"],
+        capture_output=True, text=True, timeout=600, check=False)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout)
+    (row,) = out["udp"]
+    assert row["kernel_limit_packets_per_s"] > 0
+    assert row["fraction_of_kernel_limit"] == pytest.approx(
+        row["packets_per_s"] / row["kernel_limit_packets_per_s"])
+    assert row["fraction_of_limit"] > 0     # the Python echo column stays
+    ar = out["allreduce"]
+    for key in ("thc_s", "network_s", "codec_s", "gloo_s"):
+        assert ar[key] > 0, key
+    assert ar["parts"] > 1                   # the pipelined path ran
+    assert ar["nmse_first_1000"] < 0.1       # THC's error, not garbage

@@ -1,0 +1,46 @@
+"""The packet suites' jobs on one switch: THC's default table, the lane rule, a job over
+some of the switch's hosts (installed through the aggregation harness) and the sums to expect."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from host.protocol import generated_dataplane as dp
+from host.thc.table import DEFAULT_TABLE
+from tests.support.aggnet import AggregationNetwork, SwitchJob, Worker
+
+#: THC's default table (b = 4, g = 30)
+TABLE = list(DEFAULT_TABLE)
+#: the switch of the single-switch topology
+SWITCH = "s0"
+_ids: dict[int, itertools.count] = {}  # per started network: next job index
+
+
+def lane_bits_check(n: int, g: int) -> int:
+    """Tiny local version of the lane rule (THC step 10), independent of the layout helper."""
+    return 8 if n * g <= 255 else 16 if n * g <= 65535 else 32
+
+
+def new_job(net: AggregationNetwork, hosts: list[str], lane_bits: int | None = None,
+            table: list[int] = TABLE, num_slots: int = 4) -> SwitchJob:
+    k = next(_ids.setdefault(id(net), itertools.count(0)))
+    assert k < dp.MAX_JOBS, "more jobs than MAX_JOBS in p4/v1model/include/size.p4"
+    contributors = []
+    for rank, name in enumerate(hosts):
+        h = net.hosts[name]
+        contributors.append(Worker(rank=rank, port=h.port, ip=h.ip, mac=h.mac))
+    job = SwitchJob(job_id=100 + k, index=k, table=table,
+                    lane_bits=lane_bits or lane_bits_check(len(hosts), max(table)),
+                    self_ip=net.switch_ip(SWITCH), contributors=contributors,
+                    slot_base=k * num_slots, num_slots=num_slots)
+    net.install_job(SWITCH, job)
+    for name in hosts:
+        net.flush(name)
+    return job
+
+
+def expected_sums(idxs: list[np.ndarray], table=TABLE) -> np.ndarray:
+    t = np.asarray(table)
+    return np.sum([t[i] for i in idxs], axis=0)

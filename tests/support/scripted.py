@@ -1,0 +1,107 @@
+"""A scripted switch for the slot window's C and Python loops (drops, duplicates, stale answers,
+partial counts) and one exchange through it (``tests/host/transport``)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import numpy as np
+
+from host.protocol import codec as wire
+from host.protocol.layout import COORDS_PER_PACKET, THC_HEADER, THC_HEADER_BYTES, MsgType
+from host.transport.ports import UdpEndpoint
+from host.transport.slots import SlotConfig, SlotWindow
+
+_I = {f.name: i for i, f in enumerate(THC_HEADER)}
+H = wire.HEADER_STRUCT
+
+
+class ScriptedSwitch:
+    """A UDP 'switch' for one worker that answers by a fixed script and records every packet.
+
+    The first transmission of packets with ``offset // 256 % 7 == 3`` is dropped; every 5th
+    packet is answered twice (a duplicate); every 9th also gets a stale answer (previous round);
+    packets with ``offset // 256 % 11 == 4`` get a partial result (count 1, bitmap of rank 0).
+    Result lanes are ``(payload byte * 3 + slot) & 0xFFFF`` as 16-bit lanes.
+    """
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.05)
+        self.log: list[tuple] = []
+        self.seen: set[tuple[int, int]] = set()
+        self.stop = threading.Event()
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.sock.getsockname()
+
+    def answer(self, h: tuple, payload: bytes, rnd: int, count: int, bm: int) -> bytes:
+        out = list(h)
+        out[_I["msg_type"]] = int(MsgType.RESULT)
+        out[_I["round"]] = rnd & 0xFFFFFFFF
+        out[_I["slot_set"]] = rnd & 1
+        out[_I["flags"]] = 0
+        out[_I["count"]] = count
+        out[_I["bitmap"]] = bm
+        lanes = ((np.frombuffer(payload, dtype=np.uint8).astype(np.uint32) * 3 + h[_I["slot"]])
+                 & 0xFFFF)
+        body = np.zeros(COORDS_PER_PACKET, dtype=">u2")
+        body[: lanes.size] = lanes
+        return H.pack(*out) + body.tobytes()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                d, addr = self.sock.recvfrom(4096)
+            except TimeoutError:
+                continue
+            h = H.unpack_from(d)
+            payload = d[THC_HEADER_BYTES:]
+            self.log.append((h[_I["slot"]], h[_I["round"]], h[_I["slot_set"]], h[_I["flags"]],
+                             h[_I["elem_count"]], h[_I["chunk_offset"]], payload))
+            k = h[_I["chunk_offset"]] // COORDS_PER_PACKET
+            key = (h[_I["slot"]], h[_I["round"]])
+            first = key not in self.seen
+            self.seen.add(key)
+            if first and k % 7 == 3:
+                continue
+            partial = k % 11 == 4
+            a = self.answer(h, payload, h[_I["round"]], 1 if partial else 2, 1 if partial else 3)
+            self.sock.sendto(a, addr)
+            if k % 5 == 0:
+                self.sock.sendto(a, addr)
+            if k % 9 == 0:
+                self.sock.sendto(self.answer(h, payload, h[_I["round"]] - 1, 2, 3), addr)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.t.join(2)
+        self.sock.close()
+
+
+def scripted_exchange(native: bool, n: int = 300, W: int = 16, expect: bool | None = None) -> tuple:
+    sw = ScriptedSwitch()
+    ep = UdpEndpoint(sw.address, bind=("127.0.0.1", 0))
+    win = SlotWindow(ep, job_id=7, rank=0, world=2, num_slots=W,
+                     config=SlotConfig(rto=0.15, max_rto=0.4), round_base=0xFFFFFFF0)
+    win.native = native
+    rng = np.random.default_rng(5)
+    payload = rng.integers(0, 256, size=n * 128, dtype=np.uint8)
+    counts = np.full(n, COORDS_PER_PACKET, dtype=np.int64)
+    counts[-1] = 17
+    offsets = np.arange(n, dtype=np.int64) * COORDS_PER_PACKET
+    out = np.zeros(n * COORDS_PER_PACKET, dtype=np.uint32)
+    cnt = np.zeros(n, dtype=np.int32)
+    try:
+        win.exchange_into("data", MsgType.DATA, 4, payload, counts, offsets, MsgType.RESULT,
+                          out, 2, cnt)
+    finally:
+        ep.close()
+        sw.close()
+    assert win.last_native == (native if expect is None else expect)
+    return win, out, cnt, sw.log, payload
