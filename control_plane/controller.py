@@ -115,7 +115,9 @@ class Controller:
     timeout : float
         Seconds to wait for a switch to accept the connection and arbitration.
     tls : finsy.GRPCCredentialsTLS, optional
-        Connect over TLS with these credentials (:func:`control_plane.options.tls_credentials`).
+        Connect to every switch over TLS with these credentials
+        (:func:`control_plane.options.tls_credentials`, the ``--tls-*`` flags); without them a
+        switch's ``tls`` block in the file applies (:meth:`credentials`).
     """
 
     def __init__(self, cfg: NetworkConfig, p4info: p4i.P4Info | None = None,
@@ -154,6 +156,15 @@ class Controller:
                                   "controller.bmv2_json")
         return Path(blob)
 
+    def credentials(self, sw: SwitchSpec) -> fy.GRPCCredentialsTLS | None:
+        """TLS credentials for ``sw``: the controller's flags if given, else the switch's
+        ``tls`` block, else None (plain text)."""
+        if self.tls is not None or sw.tls is None:
+            return self.tls
+        t = sw.tls
+        return fy.GRPCCredentialsTLS(cacert=t.ca, cert=t.cert, private_key=t.key,
+                                     target_name_override=t.server_name or "")
+
     @contextlib.asynccontextmanager
     async def session(self, sw: SwitchSpec, write: bool) -> AsyncIterator[fy.Switch]:
         """A connected finsy switch; with ``write`` it pushes the pipeline when primary."""
@@ -162,7 +173,7 @@ class Controller:
             p4blob=self._blob(sw) if write else None,
             device_id=sw.device_id,
             initial_election_id=self.election_id if write else READ_ONLY_ELECTION_ID,
-            channel_credentials=self.tls,
+            channel_credentials=self.credentials(sw),
         )
         client = fy.Switch(sw.name, sw.address, opts)
         try:
