@@ -75,6 +75,10 @@ class MsgBatch:
         self.name_ptr = self.names.ctypes.data + SOCKADDR_IN.itemsize * np.arange(capacity, dtype=np.uint64)
         self.iov["base"] = self.rows
         self.iov["len"] = ROW
+        #: messages the kernel refused to send (skipped; see :meth:`send`)
+        self.refused = 0
+        #: errno of the last refused message
+        self.last_error = 0
 
     def rebind(self, buf: np.ndarray) -> None:
         """Point the I/O vectors at a new buffer of the same shape."""
@@ -136,18 +140,26 @@ class MsgBatch:
         return np.where(ok, t[:, 0] * 1_000_000_000 + t[:, 1], 0)
 
     def send(self, fd: int, start: int, count: int) -> int:
-        """Send messages ``start..start+count`` (headers prepared by the caller)."""
-        sent = 0
-        while sent < count:
-            k = _sendmmsg(fd, self.hdr.ctypes.data + MMSG.itemsize * (start + sent), count - sent, 0)
+        """Send messages ``start..start+count`` (headers prepared by the caller); returns how
+        many left. A message the kernel refuses (``sendmmsg`` fails on it: an unreachable or
+        invalid destination, EINVAL, EACCES, ...) is skipped and counted in :attr:`refused`;
+        its neighbours are still sent (issue 16, C2)."""
+        sent = done = 0
+        while done < count:
+            k = _sendmmsg(fd, self.hdr.ctypes.data + MMSG.itemsize * (start + done), count - done, 0)
             if k < 0:
                 e = ctypes.get_errno()
                 if e == errno.EINTR:
                     continue
                 if e in (errno.EAGAIN, errno.ENOBUFS, errno.ECONNREFUSED):
                     return sent   # the rest is lost, as on a congested link
-                raise OSError(e, os.strerror(e))
+                # sendmmsg fails only on its first message: skip that one
+                self.refused += 1
+                self.last_error = e
+                done += 1
+                continue
             sent += k
+            done += k
         return sent
 
 
