@@ -71,17 +71,20 @@ class EmbeddedNetwork:
         process: :attr:`switch` is then the :class:`~host.softswitch.switch.SoftSwitch`
         itself (its counters, e.g. for :func:`host.softswitch.metrics.start_switch_metrics`).
         It shares this process's interpreter, so it is slower under load.
+    job : dict, optional
+        More fields of the job in the controller file (``lane_bits``, ``policy``, ...).
     """
 
     def __init__(self, workers: int, job_id: int = 1, num_slots: int = 64,
                  thc: dict | None = None, workdir: Path | None = None, echo: bool = False,
-                 in_process: bool = False) -> None:
+                 in_process: bool = False, job: dict | None = None) -> None:
         if not 1 <= workers <= 32:
             raise ValueError(f"workers={workers}: need 1..32 (the switch's bitmap)")
         self.workers = workers
         self.job_id = job_id
         self.num_slots = num_slots
         self.thc = thc
+        self.job_extra = dict(job or {})
         self.echo = echo
         self.in_process = in_process
         #: the in-process switch (``in_process=True``), else None
@@ -111,6 +114,7 @@ class EmbeddedNetwork:
                      "num_slots": self.num_slots}
         if self.thc:
             job["thc"] = self.thc
+        job.update(self.job_extra)
         return {
             "switches": [{"name": "s1", "address": f"127.0.0.1:{self.grpc_port}",
                           "addr": "127.0.0.254", "target": "softswitch",
@@ -128,6 +132,21 @@ class EmbeddedNetwork:
         if self.in_process:
             self._start_in_process()
             return self._configure()
+        self._start_process(timeout)
+        return self._configure()
+
+    def restart_switch(self, timeout: float = 30.0) -> None:
+        """Kill the switch process (SIGKILL: a crash, all aggregation state lost), start a new
+        one on the same ports and P4Runtime address, and apply the controller file again."""
+        if self.proc is None:
+            raise RuntimeError("restart_switch: the switch runs in this process (in_process)")
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        self._start_process(timeout)
+        self._configure()
+
+    def _start_process(self, timeout: float) -> None:
         cmd = [sys.executable, "-m", "host.softswitch", "--grpc", f"127.0.0.1:{self.grpc_port}",
                "--slots", str(max(256, self.num_slots))]
         for r, p in enumerate(self.ports):
@@ -136,7 +155,7 @@ class EmbeddedNetwork:
             cmd.append("--echo")
         path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
         env = {**os.environ, "PYTHONPATH": path}
-        with open(self.log_path, "w") as logf:
+        with open(self.log_path, "a") as logf:
             self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env)
         end = time.monotonic() + timeout
         while True:
@@ -150,7 +169,6 @@ class EmbeddedNetwork:
                 self.stop()
                 raise RuntimeError(f"software switch did not open 127.0.0.1:{self.grpc_port} in {timeout} s")
             time.sleep(0.05)
-        return self._configure()
 
     def _start_in_process(self) -> None:
         from host.softswitch.netio import UdpPort

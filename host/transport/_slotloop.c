@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -31,7 +32,7 @@
 #define RAW_HDR THC_OFFSET
 
 /* Header fields the loop writes and reads: byte offset and width (1, 2 or 4), big endian. */
-enum { F_SLOT, F_ROUND, F_SET, F_CNT, F_OFF, F_FLAGS, F_TYPE, F_JOB, F_COUNT, F_BITMAP, NF };
+enum { F_SLOT, F_ROUND, F_SET, F_CNT, F_OFF, F_FLAGS, F_TYPE, F_JOB, F_COUNT, F_BITMAP, F_LANE, NF };
 
 typedef struct {
     int off[NF], width[NF];
@@ -87,6 +88,20 @@ typedef struct {
     /* config */
     double rto_min, max_rto, give_up, deadline;
     int partial;
+    /* issue 16, H4: ranks missing from the last partial result; while any is, a packet asks
+     * for its slot's sum (DEADLINE) after fast_deadline() instead of the full deadline */
+    uint64_t suspects;
+    double suspect_wait; /* > 0: fixed fast deadline (SlotConfig.suspect_wait) */
+    /* issue 16, H3: each slot's last answered packet (as a RETX datagram) of this exchange's
+     * kind and of the other kind, re-sent when a slot has waited two retransmissions, so
+     * that workers stuck on an older round after a switch restart can complete it */
+    uint8_t *rep_this;
+    int32_t *rep_this_len;
+    const uint8_t *rep_other;
+    const int32_t *rep_other_len;
+    int rep_rows, rep_other_rows;
+    double next_repair;
+    long long repairs, fast_deadlines;
     /* estimator */
     int have_srtt;
     double srtt, rttvar, backoff;
@@ -95,6 +110,7 @@ typedef struct {
     uint32_t *out_round;
     double *first_sent, *rto, *due;
     char *retried, *asked_deadline;
+    int *retries;
     /* rings */
     int frame; /* bytes per tx frame */
     int tx_cap, tx_n;
@@ -105,16 +121,30 @@ typedef struct {
     uint8_t *rxbuf;
     struct mmsghdr *rxh;
     struct iovec *rxv;
+    struct sockaddr_in *rxsrc; /* udp: each datagram's source */
+    uint32_t switch_ip;        /* raw: the switch's address (the prefix's destination) */
     /* stats */
     long long packets, retransmits, deadlines, stray, partial_results;
+    long long foreign; /* datagrams not from the switch: dropped (issue 16, S1) */
     long long min_count; /* -1: none yet */
     uint64_t missing;
     /* exit */
     int err;        /* errno of a failed system call, or -1: short result, -2: signal */
+    int bad_lane;   /* lane_bits of a result of another width than the job's (status 2), or 0 */
     int gave_up;    /* slot that gave up, or -1 */
     int64_t gave_up_pkt;
     uint32_t gave_up_round;
 } loop_t;
+
+/* The wait before asking for a slot's sum while ranks are suspected dead: srtt + 4 rttvar (the
+ * RTO without its floor and backoff: when every live worker's packet should be in), within
+ * [1 ms, deadline]. */
+static double fast_deadline(const loop_t *L) {
+    double d = L->suspect_wait > 0 ? L->suspect_wait
+                                   : (L->have_srtt ? L->srtt + 4 * L->rttvar : L->rto_min);
+    if (d < 0.001) d = 0.001;
+    return d < L->deadline ? d : L->deadline;
+}
 
 static double cur_rto(const loop_t *L) {
     double base = L->rto_min;
@@ -151,15 +181,8 @@ static int flush_tx(loop_t *L) {
     return 0;
 }
 
-/* Append packet i on slot s with flags to the tx ring (flushing a full ring first). */
-static int add_packet(loop_t *L, int s, int64_t i, uint32_t flags) {
-    if (L->tx_n == L->tx_cap && flush_tx(L) < 0) return -1;
-    uint8_t *fr = L->txbuf + (size_t)L->tx_n * L->frame;
-    uint8_t *h = fr;
-    if (L->raw) {
-        memcpy(fr, L->prefix, RAW_HDR);
-        h = fr + RAW_HDR;
-    }
+/* Write packet i of slot s with flags (header and payload) at h. */
+static void build_packet(const loop_t *L, uint8_t *h, int s, int64_t i, uint32_t flags) {
     int64_t r = L->base[s] + i / L->W;
     memcpy(h, L->hdr_tmpl, L->hdr_bytes);
     const fields_t *f = &L->f;
@@ -170,7 +193,44 @@ static int add_packet(loop_t *L, int s, int64_t i, uint32_t flags) {
     put_be(h + f->off[F_OFF], f->width[F_OFF], (uint32_t)L->offsets[i]);
     put_be(h + f->off[F_FLAGS], f->width[F_FLAGS], flags);
     memcpy(h + L->hdr_bytes, L->payload + (size_t)i * L->nb, (size_t)L->nb);
+}
+
+/* The next tx ring row (flushing a full ring first), its raw prefix written; NULL: error. */
+static uint8_t *tx_row(loop_t *L, size_t len) {
+    if (L->tx_n == L->tx_cap && flush_tx(L) < 0) return NULL;
+    uint8_t *fr = L->txbuf + (size_t)L->tx_n * L->frame;
+    L->txv[L->tx_n].iov_len = (L->raw ? RAW_HDR : 0) + len;
     L->tx_n++;
+    if (L->raw) {
+        memcpy(fr, L->prefix, RAW_HDR);
+        return fr + RAW_HDR;
+    }
+    return fr;
+}
+
+/* Append packet i on slot s with flags to the tx ring. */
+static int add_packet(loop_t *L, int s, int64_t i, uint32_t flags) {
+    uint8_t *h = tx_row(L, (size_t)L->hdr_bytes + (size_t)L->nb);
+    if (!h) return -1;
+    build_packet(L, h, s, i, flags);
+    return 0;
+}
+
+/* Queue every stored last-answered packet of both kinds (H3's repair). */
+static int add_repairs(loop_t *L) {
+    for (int pass = 0; pass < 2; pass++) {
+        const uint8_t *buf = pass ? L->rep_other : L->rep_this;
+        const int32_t *len = pass ? L->rep_other_len : L->rep_this_len;
+        int rows = pass ? L->rep_other_rows : L->rep_rows;
+        if (!buf) continue;
+        for (int s = 0; s < rows; s++) {
+            if (len[s] <= 0 || len[s] > MAX_DATAGRAM) continue;
+            uint8_t *h = tx_row(L, (size_t)len[s]);
+            if (!h) return -1;
+            memcpy(h, buf + (size_t)s * MAX_DATAGRAM, (size_t)len[s]);
+            L->repairs++;
+        }
+    }
     return 0;
 }
 
@@ -181,14 +241,18 @@ static int launch(loop_t *L, int s, int64_t i, double now, double r) {
     L->first_sent[s] = now;
     L->rto[s] = r;
     L->retried[s] = 0;
+    L->retries[s] = 0;
     L->asked_deadline[s] = 0;
-    L->due[s] = now + r;
+    L->due[s] = now + ((L->partial && L->suspects) ? fast_deadline(L) : r);
     return add_packet(L, s, i, 0);
 }
 
 /* Receive what waits (no blocking); returns datagrams kept, their starts/lengths in dg/dl. */
 static int recv_batch(loop_t *L, const uint8_t **dg, int *dl) {
-    for (int j = 0; j < L->batch; j++) L->rxh[j].msg_hdr.msg_flags = 0;
+    for (int j = 0; j < L->batch; j++) {
+        L->rxh[j].msg_hdr.msg_flags = 0;
+        if (!L->raw) L->rxh[j].msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
+    }
     int k = recvmmsg(L->fd, L->rxh, (unsigned)L->batch, MSG_DONTWAIT, NULL);
     if (k < 0) {
         if (errno == EAGAIN || errno == EINTR) return 0;
@@ -200,6 +264,14 @@ static int recv_batch(loop_t *L, const uint8_t **dg, int *dl) {
         const uint8_t *p = L->rxbuf + (size_t)j * L->rx_row;
         int len = (int)L->rxh[j].msg_len;
         if (!L->raw) {
+            /* results only from the switch's address and port (the destination we send to) */
+            const struct sockaddr_in *src = &L->rxsrc[j], *sw = (const struct sockaddr_in *)&L->dest;
+            if (L->rxh[j].msg_hdr.msg_namelen < sizeof(struct sockaddr_in)
+                || src->sin_family != AF_INET || src->sin_port != sw->sin_port
+                || src->sin_addr.s_addr != sw->sin_addr.s_addr) {
+                L->foreign++;
+                continue;
+            }
             dg[kept] = p;
             dl[kept++] = len;
             continue;
@@ -212,6 +284,12 @@ static int recv_batch(loop_t *L, const uint8_t **dg, int *dl) {
         if (etype != ETHERTYPE_IPV4 || p[OFF_VERIHL] != IPV4_VER_IHL || p[OFF_PROTO] != IP_PROTO_UDP
             || (int)dport != L->thc_port || dst != L->my_ip)
             continue;
+        uint32_t src;
+        memcpy(&src, p + OFF_SRC, 4);
+        if (src != L->switch_ip || (int)get_be(p + OFF_SPORT, 2) != L->thc_port) {
+            L->foreign++;
+            continue;
+        }
         int end = UDP_OFFSET + (int)ulen;
         if (end > len) end = len;
         dg[kept] = p + RAW_HDR;
@@ -232,7 +310,8 @@ static int cmp_expired(const void *a, const void *b) {
     return x->slot - y->slot;
 }
 
-/* The exchange; 0 done, 1 gave up (L->gave_up), -1 error (L->err). Runs without the GIL. */
+/* The exchange; 0 done, 1 gave up (L->gave_up), 2 a result of another lane width
+ * (L->bad_lane), -1 error (L->err). Runs without the GIL. */
 static int run_loop(loop_t *L, PyThreadState **ts) {
     const fields_t *f = &L->f;
     const int W = L->W;
@@ -303,6 +382,12 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
                 L->stray++;
                 continue;
             }
+            uint32_t lane = get_be(h + f->off[F_LANE], f->width[F_LANE]);
+            if ((int)lane != 8 * L->lane_bytes) { /* the switch runs the job at another width */
+                L->bad_lane = (int)lane;
+                rc = 2;
+                goto out;
+            }
             int64_t i = L->out_pkt[s];
             uint32_t cnt = get_be(h + f->off[F_COUNT], f->width[F_COUNT]);
             /* on_result: the lanes (big endian) into out[i*lanes ..], the count */
@@ -336,8 +421,17 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
             if ((int)cnt < L->world) {
                 L->partial_results++;
                 uint32_t bm = get_be(h + f->off[F_BITMAP], f->width[F_BITMAP]);
+                uint64_t miss = 0;
                 for (int r = 0; r < L->world; r++)
-                    if (!((bm >> r) & 1)) L->missing |= (uint64_t)1 << r;
+                    if (!((bm >> r) & 1)) miss |= (uint64_t)1 << r;
+                L->missing |= miss;
+                L->suspects = miss;
+            } else {
+                L->suspects = 0; /* everyone answered: wait the full deadline again */
+            }
+            if (L->rep_this && s < (uint32_t)L->rep_rows) {
+                build_packet(L, L->rep_this + (size_t)s * MAX_DATAGRAM, (int)s, i, FLAG_RETX);
+                L->rep_this_len[s] = L->hdr_bytes + (int32_t)L->nb;
             }
             if (L->min_count < 0 || (long long)cnt < L->min_count) L->min_count = cnt;
             done++;
@@ -370,10 +464,13 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
             int s = exp[e].slot;
             int64_t i = L->out_pkt[s];
             uint32_t flags = FLAG_RETX;
-            if (L->partial && now - L->first_sent[s] >= L->deadline) {
+            double age = now - L->first_sent[s];
+            int fast = L->partial && L->suspects && age < L->deadline && age >= fast_deadline(L);
+            if (L->partial && (age >= L->deadline || fast)) {
                 flags |= FLAG_DEADLINE;
                 if (!L->asked_deadline[s]) {
                     L->deadlines++;
+                    L->fast_deadlines += fast;
                     L->asked_deadline[s] = 1;
                 }
             } else if (!L->partial && now - L->first_sent[s] >= L->give_up) {
@@ -384,7 +481,11 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
                 goto out;
             }
             if (add_packet(L, s, i, flags) < 0) { rc = -1; goto out; }
-            if (!L->retried[s]) {
+            if (++L->retries[s] >= 2 && now >= L->next_repair) {
+                if (add_repairs(L) < 0) { rc = -1; goto out; }
+                L->next_repair = now + L->max_rto;
+            }
+            if (!L->retried[s] && !fast) { /* a fast deadline is no sign of loss */
                 L->backoff *= 2;
                 if (L->backoff > 64.0) L->backoff = 64.0;
             }
@@ -422,23 +523,28 @@ static int get_buf(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t min_
 static const char *run_doc =
     "run(fd, raw, dest, prefix, my_ip, thc_port, batch, header, fields, payload, nb, n,\n"
     "    elem_counts, offsets, base, W, out, lanes, lane_bytes, out_cnt, rtype, job_id, world,\n"
-    "    rto, max_rto, give_up, deadline, partial, srtt, rttvar, backoff)\n"
+    "    rto, max_rto, give_up, deadline, partial, srtt, rttvar, backoff, suspects,\n"
+    "    repair, repair_len, repair_other, repair_other_len, next_repair, suspect_wait)\n"
     "-> (status, srtt, rttvar, backoff, packets, retransmits, deadlines, stray, partial_results,\n"
-    "    min_count, missing_bitmap, gave_up_slot, gave_up_packet, gave_up_round)\n\n"
+    "    min_count, missing_bitmap, gave_up_slot, gave_up_packet, gave_up_round, foreign, bad_lane,\n"
+    "    suspects, next_repair, repairs, fast_deadlines)\n\n"
     "One exchange of SlotWindow (host/transport/slots.py) in C. srtt < 0: none yet.\n"
-    "status 0: done; 1: the exact policy gave up on a slot (the caller asks and raises).";
+    "status 0: done; 1: the exact policy gave up on a slot (the caller asks and raises);\n"
+    "2: a result carried bad_lane bits per lane, not 8 * lane_bytes (the caller raises).";
 
 static PyObject *py_run(PyObject *self, PyObject *args) {
     int fd, raw, thc_port, batch, W, lanes, lane_bytes, rtype, job_id, world, partial;
     Py_ssize_t nb, n;
     PyObject *odest, *oprefix, *omyip, *oheader, *ofields, *opay, *oelem, *ooff, *obase, *oout,
-        *ocnt;
-    double rto, max_rto, give_up, deadline, srtt, rttvar, backoff;
-    if (!PyArg_ParseTuple(args, "iiOOOiiOOOnnOOOiOiiOiiiddddpddd", &fd, &raw, &odest, &oprefix,
-                          &omyip, &thc_port, &batch, &oheader, &ofields, &opay, &nb, &n, &oelem,
-                          &ooff, &obase, &W, &oout, &lanes, &lane_bytes, &ocnt, &rtype, &job_id,
-                          &world, &rto, &max_rto, &give_up, &deadline, &partial, &srtt, &rttvar,
-                          &backoff))
+        *ocnt, *orep, *oreplen, *oother, *ootherlen;
+    double rto, max_rto, give_up, deadline, srtt, rttvar, backoff, next_repair, suspect_wait;
+    unsigned long long suspects;
+    if (!PyArg_ParseTuple(args, "iiOOOiiOOOnnOOOiOiiOiiiddddpdddKOOOOdd", &fd, &raw, &odest,
+                          &oprefix, &omyip, &thc_port, &batch, &oheader, &ofields, &opay, &nb, &n,
+                          &oelem, &ooff, &obase, &W, &oout, &lanes, &lane_bytes, &ocnt, &rtype,
+                          &job_id, &world, &rto, &max_rto, &give_up, &deadline, &partial, &srtt,
+                          &rttvar, &backoff, &suspects, &orep, &oreplen, &oother, &ootherlen,
+                          &next_repair, &suspect_wait))
         return NULL;
     if (W < 1 || n < 1 || batch < 1 || nb < 0 || world < 1 || world > 64
         || (lane_bytes != 1 && lane_bytes != 2 && lane_bytes != 4) || lanes < 0) {
@@ -448,7 +554,8 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
     loop_t L;
     memset(&L, 0, sizeof(L));
     Py_buffer bdest = {0}, bprefix = {0}, bmyip = {0}, bheader = {0}, bpay = {0}, belem = {0},
-              boff = {0}, bbase = {0}, bout = {0}, bcnt = {0};
+              boff = {0}, bbase = {0}, bout = {0}, bcnt = {0}, brep = {0}, breplen = {0},
+              bother = {0}, botherlen = {0};
     PyObject *result = NULL;
     int have_cnt = ocnt != Py_None;
     if (get_buf(oheader, &bheader, 0, 1, "header") < 0) goto done;
@@ -459,15 +566,36 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
     if (get_buf(obase, &bbase, 0, 8 * (Py_ssize_t)W, "base") < 0) goto done;
     if (get_buf(oout, &bout, 1, 4 * (Py_ssize_t)lanes * n, "out") < 0) goto done;
     if (have_cnt && get_buf(ocnt, &bcnt, 1, 4 * n, "out_cnt") < 0) goto done;
+    if (orep != Py_None) {
+        if (get_buf(oreplen, &breplen, 1, 4, "repair_len") < 0) goto done;
+        L.rep_rows = (int)(breplen.len / 4);
+        if (get_buf(orep, &brep, 1, (Py_ssize_t)L.rep_rows * MAX_DATAGRAM, "repair") < 0) goto done;
+        L.rep_this = brep.buf;
+        L.rep_this_len = breplen.buf;
+    }
+    if (oother != Py_None) {
+        if (get_buf(ootherlen, &botherlen, 0, 4, "repair_other_len") < 0) goto done;
+        L.rep_other_rows = (int)(botherlen.len / 4);
+        if (get_buf(oother, &bother, 0, (Py_ssize_t)L.rep_other_rows * MAX_DATAGRAM,
+                    "repair_other") < 0)
+            goto done;
+        L.rep_other = bother.buf;
+        L.rep_other_len = botherlen.buf;
+    }
     if (raw) {
         if (get_buf(oprefix, &bprefix, 0, RAW_HDR, "prefix") < 0) goto done;
         if (get_buf(omyip, &bmyip, 0, 4, "my_ip") < 0) goto done;
         memcpy(&L.my_ip, bmyip.buf, 4);
         L.prefix = bprefix.buf;
+        memcpy(&L.switch_ip, L.prefix + OFF_DST, 4);
     } else {
         if (get_buf(odest, &bdest, 0, 1, "dest") < 0) goto done;
         if (bdest.len > (Py_ssize_t)sizeof(L.dest)) {
             PyErr_SetString(PyExc_ValueError, "dest: sockaddr too long");
+            goto done;
+        }
+        if (bdest.len < (Py_ssize_t)sizeof(struct sockaddr_in)) {
+            PyErr_SetString(PyExc_ValueError, "dest: not a struct sockaddr_in");
             goto done;
         }
         memcpy(&L.dest, bdest.buf, (size_t)bdest.len);
@@ -518,7 +646,11 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
     L.backoff = backoff;
     L.min_count = -1;
     L.gave_up = -1;
-    L.frame = (raw ? RAW_HDR : 0) + L.hdr_bytes + (int)nb;
+    L.suspects = (uint64_t)suspects;
+    L.next_repair = next_repair;
+    L.suspect_wait = suspect_wait;
+    /* rows hold any datagram: repairs of the other kind may be longer than this kind's */
+    L.frame = RAW_HDR + MAX_DATAGRAM;
     L.tx_cap = batch > W ? batch : W;
     L.rx_row = MAX_DATAGRAM + RAW_HDR;
     L.out_pkt = malloc(sizeof(int64_t) * (size_t)W);
@@ -528,14 +660,16 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
     L.due = calloc((size_t)W, sizeof(double));
     L.retried = calloc((size_t)W, 1);
     L.asked_deadline = calloc((size_t)W, 1);
+    L.retries = calloc((size_t)W, sizeof(int));
     L.txbuf = malloc((size_t)L.tx_cap * (size_t)L.frame);
     L.txh = calloc((size_t)L.tx_cap, sizeof(struct mmsghdr));
     L.txv = calloc((size_t)L.tx_cap, sizeof(struct iovec));
     L.rxbuf = malloc((size_t)batch * (size_t)L.rx_row);
     L.rxh = calloc((size_t)batch, sizeof(struct mmsghdr));
     L.rxv = calloc((size_t)batch, sizeof(struct iovec));
-    if (!L.out_pkt || !L.out_round || !L.first_sent || !L.rto || !L.due || !L.retried
-        || !L.asked_deadline || !L.txbuf || !L.txh || !L.txv || !L.rxbuf || !L.rxh || !L.rxv) {
+    L.rxsrc = calloc((size_t)batch, sizeof(struct sockaddr_in));
+    if (!L.rxsrc || !L.out_pkt || !L.out_round || !L.first_sent || !L.rto || !L.due || !L.retried
+        || !L.asked_deadline || !L.retries || !L.txbuf || !L.txh || !L.txv || !L.rxbuf || !L.rxh || !L.rxv) {
         PyErr_NoMemory();
         goto done;
     }
@@ -555,6 +689,10 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
         L.rxv[j].iov_len = (size_t)L.rx_row;
         L.rxh[j].msg_hdr.msg_iov = &L.rxv[j];
         L.rxh[j].msg_hdr.msg_iovlen = 1;
+        if (!raw) {
+            L.rxh[j].msg_hdr.msg_name = &L.rxsrc[j];
+            L.rxh[j].msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
+        }
     }
     int rc;
     {
@@ -573,10 +711,12 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
         }
         goto done;
     }
-    result = Py_BuildValue("(idddLLLLLLKiLk)", rc, L.have_srtt ? L.srtt : -1.0, L.rttvar,
+    result = Py_BuildValue("(idddLLLLLLKiLkLiKdLL)", rc, L.have_srtt ? L.srtt : -1.0, L.rttvar,
                            L.backoff, L.packets, L.retransmits, L.deadlines, L.stray,
                            L.partial_results, L.min_count, (unsigned long long)L.missing,
-                           L.gave_up, (long long)L.gave_up_pkt, (unsigned long)L.gave_up_round);
+                           L.gave_up, (long long)L.gave_up_pkt, (unsigned long)L.gave_up_round,
+                           L.foreign, L.bad_lane, (unsigned long long)L.suspects,
+                           L.next_repair, L.repairs, L.fast_deadlines);
 done:
     free(L.out_pkt);
     free(L.out_round);
@@ -585,12 +725,14 @@ done:
     free(L.due);
     free(L.retried);
     free(L.asked_deadline);
+    free(L.retries);
     free(L.txbuf);
     free(L.txh);
     free(L.txv);
     free(L.rxbuf);
     free(L.rxh);
     free(L.rxv);
+    free(L.rxsrc);
     if (bdest.obj) PyBuffer_Release(&bdest);
     if (bprefix.obj) PyBuffer_Release(&bprefix);
     if (bmyip.obj) PyBuffer_Release(&bmyip);
@@ -601,6 +743,10 @@ done:
     if (bbase.obj) PyBuffer_Release(&bbase);
     if (bout.obj) PyBuffer_Release(&bout);
     if (bcnt.obj) PyBuffer_Release(&bcnt);
+    if (brep.obj) PyBuffer_Release(&brep);
+    if (breplen.obj) PyBuffer_Release(&breplen);
+    if (bother.obj) PyBuffer_Release(&bother);
+    if (botherlen.obj) PyBuffer_Release(&botherlen);
     return result;
 }
 

@@ -64,6 +64,7 @@ class ScriptedSwitch:
     def answer(self, h: tuple, payload: bytes, rnd: int, count: int, bm: int) -> bytes:
         out = list(h)
         out[_I["msg_type"]] = int(MsgType.RESULT)
+        out[_I["lane_bits"]] = 16   # what the lanes below are (the worker checks it)
         out[_I["round"]] = rnd & 0xFFFFFFFF
         out[_I["slot_set"]] = rnd & 1
         out[_I["flags"]] = 0
@@ -293,7 +294,8 @@ def test_c_loop_worker_killed_mid_round_partial_sums_are_exact_per_packet():
     norms = torch.stack([codec.chunk_norms(x) for x in xs]).amax(0)
     encs = [codec.encode(x, norms, worker=r, round=0) for r, x in enumerate(xs)]
     with EmbeddedNetwork(n, num_slots=8) as net:
-        slots = SlotConfig(policy="partial", deadline=0.3, rto=0.02, max_rto=0.1)
+        # counts must be n or n - 1 only: a generous wait once the dead rank is known
+        slots = SlotConfig(policy="partial", deadline=0.3, rto=0.02, max_rto=0.1, suspect_wait=0.1)
         aggs = [NetworkAggregator(UdpEndpoint(net.address(r).switch, bind=(net.address(r).ip, 0)),
                                   JobSpec(net.job_id, r, n, num_slots=8), slots)
                 for r in range(n - 1)]
