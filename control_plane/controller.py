@@ -315,6 +315,12 @@ def _short(exc: BaseException) -> str:
     code = getattr(status, "code", None)
     if code is not None and getattr(code, "name", None) and code.name not in first:
         first = f"{code.name}: {first}"
+    # a Write's per-update errors: what the switch refused and why (e.g. a job's slot range
+    # beyond the switch's real pool, which only the switch knows: issue 16, R3)
+    details = getattr(exc, "details", None)
+    if isinstance(details, dict) and details:
+        errs = [f"update {i}: {getattr(e, 'message', e)}" for i, e in sorted(details.items())]
+        first += "; " + "; ".join(errs[:3]) + (f"; ... ({len(errs)} in all)" if len(errs) > 3 else "")
     return first
 
 
