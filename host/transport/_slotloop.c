@@ -32,7 +32,7 @@
 #define RAW_HDR THC_OFFSET
 
 /* Header fields the loop writes and reads: byte offset and width (1, 2 or 4), big endian. */
-enum { F_SLOT, F_ROUND, F_SET, F_CNT, F_OFF, F_FLAGS, F_TYPE, F_JOB, F_COUNT, F_BITMAP, F_LANE, NF };
+enum { F_SLOT, F_ROUND, F_SET, F_CNT, F_OFF, F_FLAGS, F_TYPE, F_JOB, F_COUNT, F_BITMAP, F_LANE, F_RANK, NF };
 
 typedef struct {
     int off[NF], width[NF];
@@ -108,7 +108,7 @@ typedef struct {
     /* per slot */
     int64_t *out_pkt;
     uint32_t *out_round;
-    double *first_sent, *rto, *due;
+    double *first_sent, *rto, *due, *dl_sent;
     char *retried, *asked_deadline;
     int *retries;
     /* rings */
@@ -136,12 +136,18 @@ typedef struct {
     uint32_t gave_up_round;
 } loop_t;
 
-/* The wait before asking for a slot's sum while ranks are suspected dead: srtt + 4 rttvar (the
- * RTO without its floor and backoff: when every live worker's packet should be in), within
- * [1 ms, deadline]. */
+/* The wait before asking for a slot's sum while ranks are suspected dead: one smoothed RTT
+ * (the live workers send a slot's next round when the same multicast result reaches them, so
+ * their packets arrive within about that), within [1 ms, deadline]. While ranks are suspected,
+ * the time from a DEADLINE request to its result is an RTT sample too (results never come
+ * without one). */
 static double fast_deadline(const loop_t *L) {
-    double d = L->suspect_wait > 0 ? L->suspect_wait
-                                   : (L->have_srtt ? L->srtt + 4 * L->rttvar : L->rto_min);
+    double d = L->suspect_wait > 0 ? L->suspect_wait : (L->have_srtt ? L->srtt : L->rto_min);
+    /* one live worker (the lowest rank not suspected) asks; the others wait twice as long, as a
+     * backstop, so that the switch gets one DEADLINE per slot, not one per worker */
+    int me = (int)get_be(L->hdr_tmpl + L->f.off[F_RANK], L->f.width[F_RANK]), closer = 0;
+    while (closer < 64 && ((L->suspects >> closer) & 1)) closer++;
+    if (me != closer) d *= 2;
     if (d < 0.001) d = 0.001;
     return d < L->deadline ? d : L->deadline;
 }
@@ -242,6 +248,7 @@ static int launch(loop_t *L, int s, int64_t i, double now, double r) {
     L->rto[s] = r;
     L->retried[s] = 0;
     L->retries[s] = 0;
+    L->dl_sent[s] = 0;
     L->asked_deadline[s] = 0;
     L->due[s] = now + ((L->partial && L->suspects) ? fast_deadline(L) : r);
     return add_packet(L, s, i, 0);
@@ -406,8 +413,11 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
                 for (int q = 0; q < L->lanes; q++) o[q] = get_be(pl + 4 * q, 4);
             }
             if (L->out_cnt) L->out_cnt[i] = (int32_t)cnt;
-            if (!L->retried[s]) { /* Karn: no samples from retransmitted packets */
-                double rtt = now - L->first_sent[s];
+            /* Karn: no samples from retransmitted packets, except the DEADLINE request's own
+             * round trip while ranks are suspected dead (nothing else answers then) */
+            int dl_sample = L->retried[s] && L->suspects && L->dl_sent[s] > 0;
+            if (!L->retried[s] || dl_sample) {
+                double rtt = now - (dl_sample ? L->dl_sent[s] : L->first_sent[s]);
                 if (!have) {
                     srtt = rtt;
                     rttvar = rtt / 2;
@@ -465,7 +475,12 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
             int64_t i = L->out_pkt[s];
             uint32_t flags = FLAG_RETX;
             double age = now - L->first_sent[s];
-            int fast = L->partial && L->suspects && age < L->deadline && age >= fast_deadline(L);
+            int suspect = L->partial && L->suspects && age < L->deadline;
+            if (suspect && age < fast_deadline(L)) { /* the wait grew since: not yet */
+                L->due[s] = L->first_sent[s] + fast_deadline(L);
+                continue;
+            }
+            int fast = suspect;
             if (L->partial && (age >= L->deadline || fast)) {
                 flags |= FLAG_DEADLINE;
                 if (!L->asked_deadline[s]) {
@@ -473,6 +488,7 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
                     L->fast_deadlines += fast;
                     L->asked_deadline[s] = 1;
                 }
+                L->dl_sent[s] = now;
             } else if (!L->partial && now - L->first_sent[s] >= L->give_up) {
                 L->gave_up = s;
                 L->gave_up_pkt = i;
@@ -658,6 +674,7 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
     L.first_sent = calloc((size_t)W, sizeof(double));
     L.rto = calloc((size_t)W, sizeof(double));
     L.due = calloc((size_t)W, sizeof(double));
+    L.dl_sent = calloc((size_t)W, sizeof(double));
     L.retried = calloc((size_t)W, 1);
     L.asked_deadline = calloc((size_t)W, 1);
     L.retries = calloc((size_t)W, sizeof(int));
@@ -668,7 +685,7 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
     L.rxh = calloc((size_t)batch, sizeof(struct mmsghdr));
     L.rxv = calloc((size_t)batch, sizeof(struct iovec));
     L.rxsrc = calloc((size_t)batch, sizeof(struct sockaddr_in));
-    if (!L.rxsrc || !L.out_pkt || !L.out_round || !L.first_sent || !L.rto || !L.due || !L.retried
+    if (!L.rxsrc || !L.out_pkt || !L.out_round || !L.first_sent || !L.rto || !L.due || !L.dl_sent || !L.retried
         || !L.asked_deadline || !L.retries || !L.txbuf || !L.txh || !L.txv || !L.rxbuf || !L.rxh || !L.rxv) {
         PyErr_NoMemory();
         goto done;
@@ -723,6 +740,7 @@ done:
     free(L.first_sent);
     free(L.rto);
     free(L.due);
+    free(L.dl_sent);
     free(L.retried);
     free(L.asked_deadline);
     free(L.retries);

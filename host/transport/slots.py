@@ -73,7 +73,7 @@ def _field_spec() -> tuple[int, ...]:
         where[f.name] = (off, f.bits // 8)
         off += f.bits // 8
     names = ("slot", "round", "slot_set", "elem_count", "chunk_offset", "flags", "msg_type",
-             "job_id", "count", "bitmap", "lane_bits")
+             "job_id", "count", "bitmap", "lane_bits", "rank")
     return tuple(v for n in names for v in where[n])
 
 
@@ -117,9 +117,10 @@ class SlotConfig:
     policy : {"exact", "partial"}
     suspect_wait : float, optional
         ``partial``, while a rank is missing from the last partial result: seconds after a
-        packet's first send before asking for the sum (None: ``srtt + 4·rttvar``, about one
-        RTO, at least 1 ms). A live worker later than that is left out of that packet's sum
-        (unbiased: its count says so); a longer wait trades throughput for fewer such cases.
+        packet's first send before asking for the sum (None: the smoothed RTT, at least 1 ms;
+        twice that for all but the lowest live rank). A live worker later than that is left
+        out of that packet's sum (unbiased: its count says so); a longer wait trades
+        throughput for fewer such cases.
     """
 
     rto: float = 0.02
@@ -202,7 +203,7 @@ class SlotWindow:
         #: samples, and without it every new packet would start from the stale, short timeout.
         self.backoff = 1.0
         #: Ranks missing from the last partial result (bitmap; ``partial`` policy). While any
-        #: is, a packet asks for its slot's sum after :meth:`_fast_deadline` (about one RTO)
+        #: is, a packet asks for its slot's sum after :meth:`_fast_deadline` (about one RTT)
         #: instead of the full ``deadline``: a dead rank costs one deadline, not one per
         #: packet; a result with every rank clears it (the re-probe). Issue 16, H4.
         self.suspects = 0
@@ -223,12 +224,21 @@ class SlotWindow:
 
     def _fast_deadline(self) -> float:
         """Wait before asking for a slot's sum while ranks are suspected dead (``_slotloop.c``'s
-        ``fast_deadline``): ``srtt + 4·rttvar`` (the RTO without its floor and backoff: when every
-        live worker's packet should be in), within [1 ms, deadline]."""
+        ``fast_deadline``): one smoothed RTT (live workers send a slot's next round when the same
+        multicast result reaches them, so their packets arrive within about that), within
+        [1 ms, deadline]. While ranks are suspected, a DEADLINE request's own round trip is an
+        RTT sample (nothing else answers then)."""
         if self.cfg.suspect_wait is not None:
             d = self.cfg.suspect_wait
         else:
-            d = self.cfg.rto if self.srtt is None else self.srtt + 4 * self.rttvar
+            d = self.cfg.rto if self.srtt is None else self.srtt
+        # one live worker (the lowest rank not suspected) asks; the others wait twice as long,
+        # as a backstop, so that the switch gets one DEADLINE per slot, not one per worker
+        closer = 0
+        while self.suspects >> closer & 1:
+            closer += 1
+        if self.rank != closer:
+            d *= 2
         return min(max(d, 0.001), self.cfg.deadline)
 
     def _rto(self) -> float:
@@ -317,6 +327,7 @@ class SlotWindow:
         rto = [0.0] * W
         retried = [False] * W
         asked_deadline = [False] * W
+        dl_sent = [0.0] * W
         gen = [0] * W
         retries = [0] * W
         sent = [b""] * W   # each slot's outstanding packet as sent (for the repair store)
@@ -350,6 +361,7 @@ class SlotWindow:
             rto[s] = r
             retried[s] = False
             retries[s] = 0
+            dl_sent[s] = 0.0
             asked_deadline[s] = False
             gen[s] += 1
             due = self._fast_deadline() if partial and self.suspects else r
@@ -394,8 +406,12 @@ class SlotWindow:
                     raise _lane_mismatch(job_id, h[i_lane], result_lanes)
                 i = out_pkt[s]
                 on_result(i, h, dg)
-                if not retried[s]:  # Karn: no samples from retransmitted packets
-                    rtt = now - first_sent[s]  # inline _sample(rtt, nbuf): same arithmetic
+                # Karn: no samples from retransmitted packets, except the DEADLINE request's own
+                # round trip while ranks are suspected dead (nothing else answers then)
+                dl_sample = retried[s] and self.suspects != 0 and dl_sent[s] > 0
+                if not retried[s] or dl_sample:
+                    # inline _sample(rtt, nbuf): same arithmetic
+                    rtt = now - (dl_sent[s] if dl_sample else first_sent[s])
                     if srtt is None:
                         srtt, rttvar = rtt, rtt / 2
                     else:
@@ -440,14 +456,17 @@ class SlotWindow:
                 i = out_pkt[s]
                 flags = _RETX
                 age = now - first_sent[s]
-                fast = (partial and self.suspects != 0 and age < cfg.deadline
-                        and age >= self._fast_deadline())
+                fast = partial and self.suspects != 0 and age < cfg.deadline
+                if fast and age < self._fast_deadline():   # the wait grew since: not yet
+                    heappush(timers, (first_sent[s] + self._fast_deadline(), s, g))
+                    continue
                 if partial and (age >= cfg.deadline or fast):
                     flags |= _DEADLINE
                     if not asked_deadline[s]:
                         stats.deadlines += 1
                         stats.fast_deadlines += fast
                         asked_deadline[s] = True
+                    dl_sent[s] = now
                 elif not partial and age >= cfg.give_up:
                     self._give_up(s, out_round[s], i, build)
                 sends.append(build(s, i, flags))

@@ -241,3 +241,23 @@ def test_a_dead_rank_costs_one_deadline_not_one_per_packet(native):
         assert full.mean() > 0.5
         np.testing.assert_array_equal(sums.numpy().astype(np.int64)[full], live[full])
         assert (c >= 1).all() and (c <= n - 1).all()
+
+
+@pytest.mark.slow
+def test_twenty_switch_restarts_mid_job_never_deadlock():
+    """H3 at the issue's scale: 20 restarts mid-job (C loop), no deadlock, every sum exact."""
+    n, restarts = 3, 20
+    codec = THCCodec()
+    xs = worker_data(n, 64 * 1024, 6)
+    with EmbeddedNetwork(n, num_slots=32) as net:
+        aggs = _aggregators(net, 1, True, SlotConfig(give_up=60.0, max_rto=0.2))
+        try:
+            got, did = restarts_mid_job(net, aggs, xs, codec, restarts, iterations=restarts * 4 + 4)
+        finally:
+            for a in aggs:
+                a.ep.close()
+    assert did == restarts
+    for k in range(len(got[0])):
+        ref = simulated_allreduce(codec, xs, round=k).average
+        for per_rank in got:
+            assert torch.equal(per_rank[k], ref)
