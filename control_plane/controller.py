@@ -142,7 +142,9 @@ class Controller:
     timeout : float
         Seconds to wait for a switch to accept the connection and arbitration.
     tls : finsy.GRPCCredentialsTLS, optional
-        Connect over TLS with these credentials (:func:`control_plane.options.tls_credentials`).
+        Connect to every switch over TLS with these credentials
+        (:func:`control_plane.options.tls_credentials`, the ``--tls-*`` flags); without them a
+        switch's ``tls`` block in the file applies (:meth:`credentials`).
     """
 
     def __init__(self, cfg: NetworkConfig, p4info: p4i.P4Info | None = None,
@@ -181,6 +183,15 @@ class Controller:
                                   "controller.bmv2_json")
         return Path(blob)
 
+    def credentials(self, sw: SwitchSpec) -> fy.GRPCCredentialsTLS | None:
+        """TLS credentials for ``sw``: the controller's flags if given, else the switch's
+        ``tls`` block, else None (plain text)."""
+        if self.tls is not None or sw.tls is None:
+            return self.tls
+        t = sw.tls
+        return fy.GRPCCredentialsTLS(cacert=t.ca, cert=t.cert, private_key=t.key,
+                                     target_name_override=t.server_name or "")
+
     @contextlib.asynccontextmanager
     async def session(self, sw: SwitchSpec, write: bool) -> AsyncIterator[fy.Switch]:
         """A connected finsy switch; with ``write`` it pushes the pipeline when primary."""
@@ -189,7 +200,7 @@ class Controller:
             p4blob=self._blob(sw) if write else None,
             device_id=sw.device_id,
             initial_election_id=self.election_id if write else READ_ONLY_ELECTION_ID,
-            channel_credentials=self.tls,
+            channel_credentials=self.credentials(sw),
         )
         client = fy.Switch(sw.name, sw.address, opts)
         try:
@@ -331,6 +342,12 @@ def _short(exc: BaseException) -> str:
     code = getattr(status, "code", None)
     if code is not None and getattr(code, "name", None) and code.name not in first:
         first = f"{code.name}: {first}"
+    # a Write's per-update errors: what the switch refused and why (e.g. a job's slot range
+    # beyond the switch's real pool, which only the switch knows: issue 16, R3)
+    details = getattr(exc, "details", None)
+    if isinstance(details, dict) and details:
+        errs = [f"update {i}: {getattr(e, 'message', e)}" for i, e in sorted(details.items())]
+        first += "; " + "; ".join(errs[:3]) + (f"; ... ({len(errs)} in all)" if len(errs) > 3 else "")
     return first
 
 

@@ -69,18 +69,22 @@ class EmbeddedNetwork:
     switch_args : sequence of str
         More options for ``python -m host.softswitch`` (e.g. ``--json``: final statistics in
         the switch log on exit); not for ``in_process``.
+    job : dict, optional
+        More fields of the job in the controller file (``lane_bits``, ``policy``, ...).
     """
 
     def __init__(self, workers: int, job_id: int = 1, num_slots: int = 64,
                  thc: dict | None = None, workdir: Path | None = None, echo: bool = False,
                  in_process: bool = False, switch_args: tuple[str, ...] = (),
-                 switch_ips: list[str] | None = None, worker_ips: list[str] | None = None) -> None:
+                 switch_ips: list[str] | None = None, worker_ips: list[str] | None = None,
+                 job: dict | None = None) -> None:
         if not 1 <= workers <= lay.MAX_WORKERS:
             raise ValueError(f"workers={workers}: need 1..{lay.MAX_WORKERS} (the switch's bitmap)")
         self.workers = workers
         self.job_id = job_id
         self.num_slots = num_slots
         self.thc = thc
+        self.job_extra = dict(job or {})
         self.echo = echo
         self.switch_args = tuple(switch_args)
         self.switch_ips = list(switch_ips or ["127.0.0.1"] * workers)
@@ -118,6 +122,7 @@ class EmbeddedNetwork:
                      "num_slots": self.num_slots}
         if self.thc:
             job["thc"] = self.thc
+        job.update(self.job_extra)
         return {
             "switches": [{"name": "s1", "address": f"127.0.0.1:{self.grpc_port}",
                           "addr": "127.0.0.254", "target": "softswitch",
@@ -135,11 +140,25 @@ class EmbeddedNetwork:
         if self.in_process:
             self._start_in_process()
             return self._configure()
+        self._start_process(timeout)
+        return self._configure()
+
+    def restart_switch(self, timeout: float = 30.0) -> None:
+        """Kill the switch process (SIGKILL: a crash, all aggregation state lost), start a new
+        one on the same ports and P4Runtime address, and apply the controller file again."""
+        if self.proc is None:
+            raise RuntimeError("restart_switch: the switch runs in this process (in_process)")
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._start_process(timeout)
+        self._configure()
+
+    def _start_process(self, timeout: float) -> None:
         extra = ["--slots", str(self.pool_slots)] + (["--echo"] if self.echo else []) + list(self.switch_args)
         ports = {r + 1: f"udp:{self.switch_ips[r]}:{p}" for r, p in enumerate(self.ports)}
         self.proc = start_switch_process(ports, self.grpc_port, self.log_path, extra,
                                          timeout=timeout)
-        return self._configure()
 
     def _start_in_process(self) -> None:
         from host.softswitch.netio import UdpPort

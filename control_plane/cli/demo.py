@@ -110,7 +110,7 @@ def _network(args: argparse.Namespace, mode: str, say: Callable[..., None]) -> I
                               tuple(h.ip for h in hosts), tuple(h.gateway_mac for h in hosts),
                               tuple(h.gateway_ip for h in hosts), job_id=jb.id,
                               num_slots=jb.num_slots, granularity=jb.thc.g,
-                              round_base=session_round_base())
+                              round_base=session_round_base(), lane_bits=jb.lane_bits)
         yield spec, f"Mininet rack, {rep['target']}", lambda: []
     finally:
         tb.down()

@@ -13,6 +13,7 @@ from pathlib import Path
 from host.ddp.baselines import COMPRESSORS, CompressorSpec, compare_set
 from host.errors import UsageError
 from host.exporter import add_metrics_arguments
+from host.protocol.jobs import lane_problem
 from host.thc.config import THCConfig, THCConfigError
 from host.thc.lanes import LaneOverflowError, lane_bits
 from host.training.harness import TrainConfig, TrainingError, train
@@ -78,6 +79,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                      help="what DATA carries: 4-bit THC indices (default) or 8-bit table values "
                           "(needed by the Tofino program; docs/protocol.md)")
     add_metrics_arguments(net, "each worker's aggregation statistics (rank r on port N+r)")
+    net.add_argument("--lane-bits", type=int, choices=[0, 8, 16, 32], default=0,
+                     help="the job's result lane width, its lane_bits in the controller's file "
+                          "(default 0: derived from workers x g, the controller's default)")
     parser.add_argument("--out", help="JSON report path (default netco-train-TASK.json)")
     parser.add_argument("--plot", help="PNG path with --compare (default netco-train-TASK.png)")
     parser.add_argument("--json", action="store_true", help="print the JSON report to stdout")
@@ -124,6 +128,9 @@ def _validate(args: argparse.Namespace) -> THCConfig:
         lane_bits(args.workers, cfg.granularity)
     except (THCConfigError, LaneOverflowError) as exc:
         raise UsageError(str(exc)) from exc
+    lane = getattr(args, "lane_bits", 0)
+    if lane and (why := lane_problem(lane, args.workers, cfg.granularity)) is not None:
+        raise UsageError(f"--lane-bits={why}")
     return cfg
 
 
@@ -182,7 +189,8 @@ def network_for(args: argparse.Namespace, thc: THCConfig) -> Iterator[NetworkSpe
     if len(ips) != args.workers:
         raise UsageError(f"--worker-ips: {len(ips)} addresses for {args.workers} workers")
     yield NetworkSpec(tuple(switches), tuple(ips), job_id=args.job_id, num_slots=args.slots,
-                      granularity=thc.granularity, policy=args.policy, uplink=args.uplink)
+                      granularity=thc.granularity, policy=args.policy, uplink=args.uplink,
+                      lane_bits=args.lane_bits)
 
 
 def session(network: NetworkSpec) -> NetworkSpec:

@@ -37,6 +37,7 @@ from control_plane.config.schema import (
     PathSpec,
     SwitchSpec,
     ThcParams,
+    TlsSpec,
     TreeNode,
 )
 from control_plane.config.topology import derive_tree, shortest_paths
@@ -65,6 +66,7 @@ __all__ = [
     "PathSpec",
     "SwitchSpec",
     "ThcParams",
+    "TlsSpec",
     "TreeNode",
     "derive_tree",
     "load_config",

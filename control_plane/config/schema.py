@@ -66,6 +66,19 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class TlsSpec:
+    """How the controller reaches one switch over TLS (docs/security.md): ``ca`` signed the
+    switch's certificate; ``cert``/``key`` are the controller's client certificate for a switch
+    that requires one; ``server_name`` checks the certificate against another name than the
+    switch's address."""
+
+    ca: Path
+    cert: Path | None = None
+    key: Path | None = None
+    server_name: str | None = None
+
+
+@dataclass(frozen=True)
 class SwitchSpec:
     """A P4Runtime switch the controller manages.
 
@@ -83,6 +96,8 @@ class SwitchSpec:
     ports: tuple[int, ...] | None
     target: str
     p4blob: Path | None
+    #: P4Runtime over TLS (None: plain text, or the controller's ``--tls-*`` flags)
+    tls: TlsSpec | None = None
 
 
 @dataclass(frozen=True)

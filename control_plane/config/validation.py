@@ -40,11 +40,13 @@ from control_plane.config.schema import (
     PathSpec,
     SwitchSpec,
     ThcParams,
+    TlsSpec,
     TreeNode,
 )
 from control_plane.config.topology import derive_tree
 from host.protocol import generated_dataplane as dp
 from host.protocol import layout as lay
+from host.protocol.jobs import lane_problem
 
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,31}$")
 _MAC_RE = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
@@ -54,6 +56,40 @@ _UNKNOWN_REF = re.compile(r"^unknown (?:host|switch) '([^']*)'")
 
 # ---------------------------------------------------------------------------------------------
 # reading
+
+
+class DuplicateKeyError(yaml.YAMLError):
+    """A YAML mapping names a key twice (the message names the key and both lines)."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a mapping naming a key twice (PyYAML keeps the last
+    silently, so a repeated ``lane_bits:`` or ``members:`` would change a job unseen)."""
+
+
+def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        try:
+            first = seen.get(key)
+        except TypeError:   # an unhashable key: the constructor below reports it
+            continue
+        if first is not None:
+            raise DuplicateKeyError(f"duplicate key {key!r} on line {line} (first on line "
+                                    f"{first}): keep one")
+        seen[key] = line
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def load_yaml(text: str) -> Any:
+    """Parse YAML like ``yaml.safe_load``, refusing duplicate keys (naming the key and both
+    lines)."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)
 
 
 def load_config(path: str | Path) -> NetworkConfig:
@@ -76,10 +112,12 @@ def load_config(path: str | Path) -> NetworkConfig:
         if path.suffix == ".toml":
             raw = tomllib.loads(text)
         elif path.suffix in (".yaml", ".yml"):
-            raw = yaml.safe_load(text)
+            raw = load_yaml(text)
         else:
             raise ConfigError([f"unknown file type {path.suffix!r}; name it .yaml, .yml or .toml"],
                               str(path))
+    except DuplicateKeyError as exc:
+        raise ConfigError([str(exc)], str(path)) from None
     except (yaml.YAMLError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError([syntax_error(path, exc)], str(path)) from exc
     return parse_config(raw, base_dir=path.parent, source=str(path))
@@ -243,6 +281,31 @@ class _Validator:
         p = Path(val).expanduser()
         return p if p.is_absolute() else self.base_dir / p
 
+    def tls(self, where: str, raw: Any) -> TlsSpec | None:
+        """A switch's ``tls`` block: ``ca`` (required), ``cert`` and ``key`` (both or neither),
+        ``server_name``; every file must exist."""
+        m = self.mapping(where, raw, {"cert", "key", "server_name"}, {"ca"})
+        if m is None:
+            return None
+        files = {k: self.path(f"{where}.{k}", m.get(k)) for k in ("ca", "cert", "key")}
+        ok = files["ca"] is not None
+        for k, f in files.items():
+            if f is not None and not f.is_file():
+                self.err(f"{where}.{k}", f"{f}: no such file (a PEM file; docs/security.md)")
+                ok = False
+        if (m.get("cert") is None) != (m.get("key") is None):
+            self.err(f"{where}.{'key' if m.get('key') is None else 'cert'}",
+                     "missing: give the client certificate's cert and key together, or neither")
+            ok = False
+        name = m.get("server_name")
+        if name is not None and (not isinstance(name, str) or not name):
+            self.err(f"{where}.server_name", f"{name!r}: must be a host name")
+            ok = False
+        if not ok:
+            return None
+        assert files["ca"] is not None
+        return TlsSpec(files["ca"], files["cert"], files["key"], name)
+
     # -- sections ---------------------------------------------------------------------------
     def run(self, raw: Any) -> NetworkConfig | None:
         if raw is None:
@@ -282,7 +345,7 @@ class _Validator:
         addrs: dict[str, str] = {}
         for i, s in enumerate(self.list_of("switches", raw)):
             w = f"switches[{i}]"
-            m = self.mapping(w, s, {"device_id", "mac", "ports", "target", "p4blob"},
+            m = self.mapping(w, s, {"device_id", "mac", "ports", "target", "p4blob", "tls"},
                              {"name", "address", "addr"})
             if m is None:
                 continue
@@ -320,12 +383,13 @@ class _Validator:
             if target in ("p4runtime", "tofino") and p4blob is None:
                 self.err(f"{w}.p4blob", f"required for target {target!r}: the target's compiled "
                                         "program (device config) to push with the P4Info")
+            tls = self.tls(f"{w}.tls", m["tls"]) if "tls" in m else None
             if name is None or address is None or addr is None or mac is None or dev is None:
                 if name is not None:
                     self.broken.add(name)
                 continue
             addrs[address] = name
-            out[name] = SwitchSpec(name, address, dev, addr, mac, ports, target, p4blob)
+            out[name] = SwitchSpec(name, address, dev, addr, mac, ports, target, p4blob, tls)
         if isinstance(raw, list) and not raw:
             self.err("switches", "empty; define at least one switch")
         tna = sorted(s.name for s in out.values() if s.target in VALUES_TARGETS)
@@ -491,9 +555,8 @@ class _Validator:
                     self.err(f"{w}.lane_bits", f"{lane!r}: use one of {lay.LANE_WIDTHS} (or leave it "
                                                f"out: {need} is derived from n·g)")
                     lane = None
-                elif lane < need:
-                    self.err(f"{w}.lane_bits", f"{lane} bits cannot hold n·g = {len(members)}·{thc.g} = "
-                                               f"{len(members) * thc.g}; use {need} or more")
+                elif (why := lane_problem(lane, len(members), thc.g)) is not None:
+                    self.err(f"{w}.lane_bits", why)   # the rule workers check too (JobSpec)
                     lane = None
             if None in (name, jid, thc, nslots, lane) or bad_members or policy not in POLICIES:
                 continue

@@ -128,7 +128,8 @@ class TestbedWorkloads:
 
         def work(rank: int) -> None:
             try:
-                agg = NetworkAggregator(eps[rank], JobSpec(jb.id, rank, n, jb.num_slots, jb.thc.g), cfg)
+                agg = NetworkAggregator(eps[rank], JobSpec(jb.id, rank, n, jb.num_slots, jb.thc.g,
+                                                                 lane_bits=jb.lane_bits), cfg)
                 for rnd in range(rounds):
                     t = tensors(rank, rnd) if callable(tensors) else tensors[rank]
                     outs[rank].append(agg.allreduce(t, codec))
@@ -165,7 +166,8 @@ class TestbedWorkloads:
                    "--world", str(len(jb.members)), "--num-slots", str(jb.num_slots),
                    "--b", str(jb.thc.b), "--g", str(jb.thc.g), "--p", repr(jb.thc.p),
                    "--policy", cfg.policy, "--rto", f"{cfg.rto:g}", "--size", str(size),
-                   "--seed", str(seed), "--rounds", str(rounds), "--out", str(out)]
+                   "--seed", str(seed), "--rounds", str(rounds), "--out", str(out),
+                   "--lane-bits", str(jb.lane_bits)]
             procs[name] = (spawn(cmd, self.workdir / f"worker-{name}.log", ns_pid=self.node_pid(name)), out)
         end = time.monotonic() + timeout
         results: dict[str, dict[str, Any]] = {}

@@ -53,6 +53,20 @@ def job_problems(params: Mapping[str, int], *, pool_slots: int | None = None,
     return out
 
 
+def lane_problem(lane_bits: int, workers: int, granularity: int) -> str | None:
+    """Why result lanes of ``lane_bits`` cannot carry a job of ``workers`` workers at THC
+    granularity ``granularity`` (None: they can). The controller checks a job's ``lane_bits``
+    with it, and every worker checks the width it was given (``JobSpec.lane_bits``) the same way,
+    then each RESULT's ``lane_bits`` field against it (issue 16, S2)."""
+    if lane_bits not in lay.LANE_WIDTHS:
+        return f"{lane_bits}: use one of {', '.join(map(str, lay.LANE_WIDTHS))}"
+    need = workers * granularity
+    if need > (1 << lane_bits) - 1:
+        return (f"{lane_bits} bits cannot hold n·g = {workers}·{granularity} = {need}; "
+                f"use {lay.lane_bits_for(workers, granularity)} or more")
+    return None
+
+
 def overlaps(base: int, num: int, others: Iterable[tuple[int, int, int]]) -> int | None:
     """The job id of the first ``(job_id, slot_base, num_slots)`` sharing a slot, or None."""
     for jid, b, n in others:
@@ -61,4 +75,4 @@ def overlaps(base: int, num: int, others: Iterable[tuple[int, int, int]]) -> int
     return None
 
 
-__all__ = ["job_problems", "overlaps"]
+__all__ = ["job_problems", "lane_problem", "overlaps"]

@@ -75,6 +75,10 @@ class MsgBatch:
         self.name_ptr = self.names.ctypes.data + SOCKADDR_IN.itemsize * np.arange(capacity, dtype=np.uint64)
         self.iov["base"] = self.rows
         self.iov["len"] = ROW
+        #: messages the kernel refused to send (skipped; see :meth:`send`)
+        self.refused = 0
+        #: errno of the last refused message
+        self.last_error = 0
 
     def rebind(self, buf: np.ndarray) -> None:
         """Point the I/O vectors at a new buffer of the same shape."""
@@ -136,18 +140,26 @@ class MsgBatch:
         return np.where(ok, t[:, 0] * 1_000_000_000 + t[:, 1], 0)
 
     def send(self, fd: int, start: int, count: int) -> int:
-        """Send messages ``start..start+count`` (headers prepared by the caller)."""
-        sent = 0
-        while sent < count:
-            k = _sendmmsg(fd, self.hdr.ctypes.data + MMSG.itemsize * (start + sent), count - sent, 0)
+        """Send messages ``start..start+count`` (headers prepared by the caller); returns how
+        many left. A message the kernel refuses (``sendmmsg`` fails on it: an unreachable or
+        invalid destination, EINVAL, EACCES, ...) is skipped and counted in :attr:`refused`;
+        its neighbours are still sent (issue 16, C2)."""
+        sent = done = 0
+        while done < count:
+            k = _sendmmsg(fd, self.hdr.ctypes.data + MMSG.itemsize * (start + done), count - done, 0)
             if k < 0:
                 e = ctypes.get_errno()
                 if e == errno.EINTR:
                     continue
                 if e in (errno.EAGAIN, errno.ENOBUFS, errno.ECONNREFUSED):
                     return sent   # the rest is lost, as on a congested link
-                raise OSError(e, os.strerror(e))
+                # sendmmsg fails only on its first message: skip that one
+                self.refused += 1
+                self.last_error = e
+                done += 1
+                continue
             sent += k
+            done += k
         return sent
 
 
@@ -455,7 +467,9 @@ class GsoSender:
         self.ctrl_ptr = c.ctypes.data + 24 * np.arange(capacity, dtype=np.uint64)
 
     def send(self, fd: int, txb: MsgBatch, a: int, e: int) -> int:
-        """Send datagrams ``a..e`` of ``txb`` (names and vectors set); returns those sent."""
+        """Send datagrams ``a..e`` of ``txb`` (names and vectors set); returns those sent. A
+        message the kernel refuses is skipped and its datagrams counted in ``txb.refused``
+        (issue 16, C2), as :meth:`MsgBatch.send` does."""
         n = e - a
         if n > self.capacity:
             self._alloc(max(n, 2 * self.capacity))
@@ -481,6 +495,7 @@ class GsoSender:
         h["controllen"] = np.where(multi, 24, 0)
         h["flags"] = 0
         self.ctrl[:m, 16:18] = seg[starts].astype(np.uint16)[:, None].view(np.uint8)
+        refused = np.zeros(m, dtype=bool)
         done = 0
         while done < m:
             k = _sendmmsg(fd, self.hdr.ctypes.data + MMSG.itemsize * done, m - done, 0)
@@ -490,13 +505,20 @@ class GsoSender:
                     continue
                 if err in (errno.EAGAIN, errno.ENOBUFS, errno.ECONNREFUSED):
                     break   # the rest is lost, as on a congested link
-                if err in (errno.EIO, errno.EINVAL, errno.EOPNOTSUPP):
+                if multi[done] and err in (errno.EIO, errno.EINVAL, errno.EOPNOTSUPP):
                     self.disabled = True
                     first = a + int(starts[done])
-                    sent = int(counts[:done].sum())
-                    self.trains += int(multi[:done].sum())
+                    sent = int(counts[:done][~refused[:done]].sum())
+                    self.trains += int(multi[:done][~refused[:done]].sum())
                     return sent + txb.send(fd, first, e - first)
-                raise OSError(err, os.strerror(err))
+                # sendmmsg fails only on its first message: the kernel refuses that one (its
+                # datagrams share one destination); skip it, send the rest (issue 16, C2)
+                refused[done] = True
+                txb.refused += int(counts[done])
+                txb.last_error = err
+                done += 1
+                continue
             done += k
-        self.trains += int(multi[:done].sum())
-        return int(counts[:done].sum())
+        ok = ~refused[:done]
+        self.trains += int(multi[:done][ok].sum())
+        return int(counts[:done][ok].sum())

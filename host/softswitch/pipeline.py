@@ -98,6 +98,10 @@ class Pipeline(NativePath, ThcValidate, ThcLoad, ThcSlot, ThcAccumulate, ThcOutp
         self.rx = 0
         self.tx = 0
         self.routed = 0
+        #: rows of the last batch that passed validation (job, sender, well-formed); None: all
+        #: of them (the C fast path takes only such batches). The switch learns reply
+        #: addresses from these rows only (issue 16, H1).
+        self.accepted: np.ndarray | None = None
         #: what happened to every frame that was not dropped (software-only): contribution,
         #: resent, peek, retx_up, release (deadline without adding), parent_result, routed
         self.outcomes: Counter[str] = Counter()
@@ -116,6 +120,7 @@ class Pipeline(NativePath, ThcValidate, ThcLoad, ThcSlot, ThcAccumulate, ThcOutp
             return out
         cfg = self.cfg
         self.rx += n
+        self.accepted = None
         if self.native and self.fast and self._native(buf, lens, ports, n, stamps, cfg):
             return out
         b = buf[:n]
@@ -134,6 +139,7 @@ class Pipeline(NativePath, ThcValidate, ThcLoad, ThcSlot, ThcAccumulate, ThcOutp
             self._validate(v, L, ports, thc, reason, cfg)             # ThcValidate, ThcLoad
         reason[~thc & ~routable] = R.NOT_IPV4
         acc = np.flatnonzero(thc & (reason == 0))
+        self.accepted = acc
         if stamps is not None and acc.size > 1:
             acc = acc[np.argsort(stamps[acc], kind="stable")]
         if acc.size:   # ThcSlot, ThcAccumulate, ThcEmit, ThcOutput (ThcMembers at egress)

@@ -14,6 +14,7 @@ like loading a program onto a P4 target.
 from __future__ import annotations
 
 import logging
+import os
 import select
 import socket
 import threading
@@ -39,6 +40,10 @@ log = logging.getLogger(__name__)
 
 #: Offset of the IPv4 destination address in a frame.
 _DST = fr.offset("dst")
+
+#: Most UDP reply addresses kept (learned only from validated datagrams, so at most one per
+#: installed sender address; the bound is a guard).
+MAX_LEARNED = 4096
 
 
 def _at(field: str) -> slice:
@@ -82,6 +87,8 @@ class SoftSwitch:
         self._tx_future: Future | None = None
         self.stop_event = threading.Event()
         self.tx_lost = 0
+        #: frames the kernel refused to send (a destination it cannot reach from the port)
+        self.tx_refused = 0
         self.batches = 0
         self.errors = 0
         self.any_udp = any(isinstance(p, UdpPort) for p in self.ports.values())
@@ -160,7 +167,7 @@ class SoftSwitch:
         self.uniform = kinds.pop() if len(kinds) == 1 else None
         if self.uniform is not None:
             self.rxb.prepare(*self.uniform)
-        #: UDP peers learned from received datagrams: IPv4 address -> UDP port
+        #: UDP peers learned from validated datagrams: IPv4 address -> UDP port
         self.learned: dict[int, int] = {}
         t = np.zeros(THC_OFF, dtype=np.uint8)
         t[_at("dst_mac")] = list(fr.mac_bytes("02:00:00:00:ff:fe"))
@@ -193,12 +200,27 @@ class SoftSwitch:
         self.lens[idx] = ln + THC_OFF
         if not allrows:
             self.rxb.buf[idx] = rows
-        # learn senders where the sender changes from one datagram to the next (a port's
-        # datagrams mostly come from one host, so this is a handful per batch)
+
+    def _learn(self, n: int) -> None:
+        """Learn the UDP port of each sender among rows ``0..n-1`` that passed validation
+        (:attr:`Pipeline.accepted`: a bound job, sender and well-formed header). A datagram
+        that failed any check teaches nothing, so junk from a member's address cannot redirect
+        its results, and the table holds at most the senders the controller installed
+        (issue 16, H1 and R1)."""
+        acc = self.pipeline.accepted
+        rows = np.arange(n) if acc is None else np.sort(acc)
+        rows = rows[self.p_udp[self.inports[rows]]]
+        if rows.size == 0:
+            return
+        names = self.rxb.names[rows]
+        # a port's datagrams mostly come from one host: a handful of changes per batch
         key = (names["addr"].astype(np.int64) << 16) | names["port"]
         change = np.flatnonzero(key[1:] != key[:-1]) + 1
+        learned = self.learned
         for kk in key[[0, *change.tolist()]].tolist():
-            self.learned[kk >> 16] = kk & 0xFFFF
+            learned[kk >> 16] = kk & 0xFFFF
+        if len(learned) > MAX_LEARNED:   # only validated senders get here; a guard anyway
+            learned.clear()
 
     def _send(self, out) -> None:
         n = out.n
@@ -237,11 +259,17 @@ class SoftSwitch:
             if p is None:
                 self.tx_lost += e - a
                 continue
+            refused = txb.refused
             gso = getattr(p, "gso", None)
             if gso is not None and not gso.disabled:
                 self.tx_lost += (e - a) - gso.send(p.fd, txb, a, e)
             else:
                 self.tx_lost += (e - a) - txb.send(p.fd, a, e - a)
+            if txb.refused != refused:
+                self.tx_refused += txb.refused - refused
+                if self.tx_refused <= 10:
+                    log.warning("port %d: the kernel refused %d frame(s) (%s); sent the rest",
+                                p.number, txb.refused - refused, os.strerror(txb.last_error))
 
     def poll_once(self, ep: select.epoll, fd2port: dict[int, Port], timeout: float) -> int:
         """Receive one batch from the ready ports, process it, send the outputs."""
@@ -281,6 +309,8 @@ class SoftSwitch:
             if self.any_udp:
                 self._udp_rx(n)
             out = self.pipeline.process(rxb.buf, self.lens, self.inports, n, stamps)
+            if self.any_udp:
+                self._learn(n)
             if self._tx_pool is not None:
                 self._send_beside(out)
             else:
@@ -373,7 +403,8 @@ class SoftSwitch:
         pl = self.pipeline
         c = pl.counters
         return {
-            "rx": pl.rx, "tx": pl.tx, "tx_lost": self.tx_lost, "routed": pl.routed,
+            "rx": pl.rx, "tx": pl.tx, "tx_lost": self.tx_lost,
+            "tx_refused": self.tx_refused, "routed": pl.routed,
             "batches": self.batches, "errors": self.errors,
             "drops": {int(i): int(v) for i, v in enumerate(c.drops) if v},
             "contributions": int(c.contributions.sum()), "results": int(c.results.sum()),

@@ -127,6 +127,11 @@ class FaultyEndpoint:
         got.extend(self._due(self._held_in, time.monotonic()))
         return [memoryview(g) for g in got]
 
+    @property
+    def foreign(self) -> int:
+        """Datagrams the wrapped endpoint dropped as not from the switch."""
+        return getattr(self.inner, "foreign", 0)
+
     def close(self) -> None:
         self.inner.close()
 

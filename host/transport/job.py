@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from host.protocol.jobs import lane_problem
 from host.protocol.layout import (
     COORDS_PER_PACKET,
     INDEX_BITS,
@@ -67,6 +68,12 @@ class JobSpec:
         table values L[q] in 8-bit lanes, which the switch adds as packed words without a
         lookup (what the Tofino program needs; 8 bits per coordinate instead of 4). The
         results are the same integer sums either way.
+    lane_bits : int
+        Width of the result lanes the controller installed for the job (its ``lane_bits``;
+        0: the narrowest that holds ``world·granularity``, which is also the controller's
+        default). Checked with :func:`host.protocol.jobs.lane_problem`, the controller's rule;
+        a RESULT with another width raises :class:`~host.transport.slots.LaneMismatchError`
+        instead of being decoded as garbage (issue 16, S2).
     """
 
     job_id: int
@@ -76,16 +83,18 @@ class JobSpec:
     granularity: int = 30
     round_base: int = 1
     uplink: str = "indices"
+    lane_bits: int = 0
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank < self.world <= MAX_WORKERS:
             raise ValueError(f"rank={self.rank}, world={self.world}: need 0 <= rank < world <= {MAX_WORKERS}")
         if self.uplink not in UPLINKS:
             raise ValueError(f"uplink={self.uplink!r}: use one of {', '.join(UPLINKS)}")
-
-    @property
-    def lane_bits(self) -> int:
-        return lane_bits_for(self.world, self.granularity)
+        if not self.lane_bits:
+            object.__setattr__(self, "lane_bits", lane_bits_for(self.world, self.granularity))
+        why = lane_problem(self.lane_bits, self.world, self.granularity)
+        if why is not None:
+            raise ValueError(f"lane_bits={why}")
 
 
 #: What DATA packets may carry (JobSpec.uplink).
@@ -396,7 +405,7 @@ class NetworkSpec:
         The switch's UDP address for each rank (one entry: shared by all ranks).
     ips : tuple of str
         The address each rank binds (its IPv4 address in the controller's file).
-    job_id, num_slots, granularity, round_base : as :class:`JobSpec`.
+    job_id, num_slots, granularity, round_base, uplink, lane_bits : as :class:`JobSpec`.
     policy : {"exact", "partial"}
     """
 
@@ -408,6 +417,7 @@ class NetworkSpec:
     round_base: int = 1
     policy: str = "exact"
     uplink: str = "indices"
+    lane_bits: int = 0
 
     def connect(self, rank: int, world: int) -> NetworkAggregator:
         """The aggregator of worker ``rank`` (opens its socket)."""
@@ -419,7 +429,7 @@ class NetworkSpec:
         sw = self.switch[rank] if len(self.switch) > 1 else self.switch[0]
         ep = UdpEndpoint(sw, bind=(self.ips[rank], 0))
         spec = JobSpec(self.job_id, rank, world, self.num_slots, self.granularity, self.round_base,
-                       self.uplink)
+                       self.uplink, self.lane_bits)
         return NetworkAggregator(ep, spec, SlotConfig(policy=self.policy))
 
 
@@ -451,6 +461,7 @@ class RawNetworkSpec:
     round_base: int = 1
     policy: str = "exact"
     uplink: str = "indices"
+    lane_bits: int = 0
 
     def connect(self, rank: int, world: int) -> NetworkAggregator:
         """The aggregator of worker ``rank`` (opens its raw socket in the host's namespace)."""
@@ -462,5 +473,5 @@ class RawNetworkSpec:
             self.ifnames[rank], self.macs[rank], self.gateway_macs[rank], self.ips[rank],
             self.gateway_ips[rank]))
         spec = JobSpec(self.job_id, rank, world, self.num_slots, self.granularity, self.round_base,
-                       self.uplink)
+                       self.uplink, self.lane_bits)
         return NetworkAggregator(ep, spec, SlotConfig(policy=self.policy))

@@ -68,15 +68,22 @@ def _gso_default() -> int:
     return UDP_GSO_SEGMENTS if _GSO_OK else 0
 
 
-#: Ethernet type, IPv4 version/IHL, protocol, destination address, UDP destination port and
-#: length of an Ethernet/IPv4/UDP frame (the fields a received frame is filtered on).
-_FRAME = fr.frame_struct(("ethertype", "verihl", "proto", "dst", "dport", "udp_len"))
+#: Ethernet type, IPv4 version/IHL, protocol, source and destination address, UDP source and
+#: destination port and length of an Ethernet/IPv4/UDP frame (what a received frame is filtered
+#: on: THC to us, from the switch).
+_FRAME = fr.frame_struct(("ethertype", "verihl", "proto", "src", "dst", "sport", "dport",
+                          "udp_len"))
 
 
 class Endpoint(Protocol):
-    """What the slot engine needs from a transport (``batch``: most datagrams per receive)."""
+    """What the slot engine needs from a transport (``batch``: most datagrams per receive).
+
+    ``foreign``: datagrams dropped because they did not come from the switch (counted; only
+    what the switch sends is ever handed to the slot window).
+    """
 
     batch: int
+    foreign: int
 
     def send_many(self, datagrams: Sequence[bytes | bytearray | memoryview]) -> None: ...
 
@@ -114,6 +121,9 @@ _MMSG = np.dtype({"names": ["name", "namelen", "iov", "iovlen", "control", "cont
 _IOVEC = np.dtype({"names": ["base", "len"], "formats": ["u8", "u8"], "offsets": [0, 8],
                    "itemsize": 16})
 _MSG_DONTWAIT = 0x40
+#: struct sockaddr_in (family, port, address; network order where the kernel keeps it)
+_SOCKADDR_IN = np.dtype({"names": ["family", "port", "addr"], "formats": ["<u2", ">u2", ">u4"],
+                         "offsets": [0, 2, 4], "itemsize": 16})
 
 
 def _load_mmsg() -> tuple[Callable[..., int], Callable[..., int]] | None:
@@ -144,7 +154,8 @@ class _MsgRing:
     ``name``: a ``struct sockaddr`` every message is sent to (None: connected or raw socket).
     """
 
-    def __init__(self, capacity: int, size: int, name: bytes | None = None) -> None:
+    def __init__(self, capacity: int, size: int, name: bytes | None = None,
+                 sources: bool = False) -> None:
         self.capacity, self.size = capacity, size
         self.buf = np.zeros(capacity * size, dtype=np.uint8)
         self.mv = memoryview(self.buf)
@@ -163,6 +174,12 @@ class _MsgRing:
             self._name = np.frombuffer(name, dtype=np.uint8).copy()
             self.hdr["name"] = self._name.ctypes.data
             self.hdr["namelen"] = len(name)
+        #: receive rings: each message's source address (``struct sockaddr_in``)
+        self.sources = None
+        if sources:
+            self.sources = np.zeros(capacity, dtype=_SOCKADDR_IN)
+            self.hdr["name"] = self.sources.ctypes.data + _SOCKADDR_IN.itemsize * idx
+            self.namelen = self.hdr["namelen"]
         self.addr = self.hdr.ctypes.data
 
     def send(self, sock: socket.socket, datagrams: Sequence[bytes | bytearray | memoryview],
@@ -204,6 +221,8 @@ class _MsgRing:
     def recv(self, sock: socket.socket) -> int:
         """Receive what is waiting (up to ``capacity``; 0 when nothing), without blocking."""
         assert _MMSG_CALLS is not None
+        if self.sources is not None:
+            self.namelen[:] = _SOCKADDR_IN.itemsize
         k = _MMSG_CALLS[1](sock.fileno(), self.addr, self.capacity, _MSG_DONTWAIT, None)
         if k >= 0:
             return k
@@ -216,6 +235,19 @@ class _MsgRing:
         """The first ``k`` received messages (valid until the next :meth:`recv`)."""
         mv, size = self.mv, self.size
         return [mv[j * size : j * size + n] for j, n in enumerate(self.msg_len[:k].tolist())]
+
+    def views_from(self, k: int, addr: int, port: int) -> tuple[list[memoryview], int]:
+        """:meth:`views` of the messages from IPv4 ``addr``:``port`` only, and how many came
+        from elsewhere (needs ``sources``)."""
+        assert self.sources is not None
+        src = self.sources[:k]
+        ok = (src["addr"] == addr) & (src["port"] == port)
+        if ok.all():
+            return self.views(k), 0
+        mv, size = self.mv, self.size
+        lens = self.msg_len[:k].tolist()
+        keep = np.flatnonzero(ok).tolist()
+        return [mv[j * size : j * size + lens[j]] for j in keep], k - len(keep)
 
 
 class _Batcher:
@@ -274,9 +306,14 @@ class UdpEndpoint:
         self._dest = _sockaddr_in(*switch)
         #: datagrams per UDP_SEGMENT message when the C slot loop drives this socket (0: off)
         self.gso = _gso_default() if gso is None else gso
+        # Results are taken from the switch's address and port only (issue 16, S1): anything
+        # else is dropped and counted in ``foreign``.
+        self._src_addr = int.from_bytes(self._dest[4:8], "big")
+        self._src_port = switch[1]
+        self.foreign = 0
         if mmsg and HAVE_MMSG:
             self._tx = _MsgRing(batch, MAX_DATAGRAM, self._dest)
-            self._rx = _MsgRing(batch, MAX_DATAGRAM)
+            self._rx = _MsgRing(batch, MAX_DATAGRAM, sources=True)
         else:
             self._b = _Batcher(batch)
 
@@ -316,17 +353,23 @@ class UdpEndpoint:
                 if not self._poll.poll(_poll_ms(timeout)):
                     return []
                 k = rx.recv(self.sock)
-            return rx.views(k)
+            views, foreign = rx.views_from(k, self._src_addr, self._src_port)
+            self.foreign += foreign
+            return views
         if not self._poll.poll(_poll_ms(timeout)):
             return []
         out = []
-        recv_into = self.sock.recv_into
+        recvfrom_into = self.sock.recvfrom_into
         assert self._b is not None
+        want = (socket.inet_ntoa(self._dest[4:8]), self._src_port)
         for view in self._b.views:
             try:
-                n = recv_into(view)
+                n, src = recvfrom_into(view)
             except (BlockingIOError, InterruptedError):
                 break
+            if src != want:
+                self.foreign += 1
+                continue
             out.append(view[:n])
         return out
 
@@ -357,6 +400,8 @@ class RawEndpoint:
         self._eth = fr.ethernet_header(dst_mac, src_mac)
         self._src = socket.inet_aton(src_ip)
         self._dst = socket.inet_aton(dst_ip)
+        #: frames to our address from elsewhere than the switch (``dst_ip``, THC port): dropped
+        self.foreign = 0
         self._templates: dict[int, bytes] = {}
         self._poll = select.poll()
         self._poll.register(self.sock, select.POLLIN)
@@ -417,13 +462,16 @@ class RawEndpoint:
                     break
                 frames.append(view[:n])
         out = []
-        unpack_from, me = _FRAME.unpack_from, self._src
+        unpack_from, me, switch = _FRAME.unpack_from, self._src, self._dst
         for f in frames:
             if len(f) < fr.THC_OFFSET:
                 continue
-            etype, vihl, proto, dst, dport, udp_len = unpack_from(f)
+            etype, vihl, proto, src, dst, sport, dport, udp_len = unpack_from(f)
             if (etype != ETH_P_IP or vihl != fr.IPV4_VER_IHL or proto != fr.IP_PROTO_UDP
                     or dport != THC_UDP_PORT or dst != me):
+                continue
+            if src != switch or sport != THC_UDP_PORT:
+                self.foreign += 1
                 continue
             out.append(f[fr.THC_OFFSET : fr.UDP_OFFSET + udp_len])
         return out

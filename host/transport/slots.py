@@ -37,6 +37,7 @@ from heapq import heappop, heappush
 import numpy as np
 
 from host.protocol import codec as wire
+from host.protocol.framing import MAX_DATAGRAM
 from host.protocol.generated_dataplane import LAYOUT_HASH
 from host.protocol.layout import THC_HEADER, THC_HEADER_BYTES, Flag, MsgType
 from host.transport.ports import Endpoint
@@ -72,11 +73,12 @@ def _field_spec() -> tuple[int, ...]:
         where[f.name] = (off, f.bits // 8)
         off += f.bits // 8
     names = ("slot", "round", "slot_set", "elem_count", "chunk_offset", "flags", "msg_type",
-             "job_id", "count", "bitmap")
+             "job_id", "count", "bitmap", "lane_bits", "rank")
     return tuple(v for n in names for v in where[n])
 
 
 _C_FIELDS = _field_spec()
+_FLAGS_AT = _C_FIELDS[2 * 5]   # byte offset of ``flags`` in the header
 
 
 class SlotTimeoutError(TimeoutError):
@@ -85,6 +87,18 @@ class SlotTimeoutError(TimeoutError):
     def __init__(self, message: str, missing: list[int] | None = None) -> None:
         super().__init__(message)
         self.missing = missing
+
+
+class LaneMismatchError(RuntimeError):
+    """The switch answers with lanes of another width than the worker was told
+    (``JobSpec.lane_bits`` against the job's ``lane_bits`` at the switch): decoding them would
+    give garbage sums, so the exchange stops (issue 16, S2)."""
+
+
+def _lane_mismatch(job_id: int, got: int, want: int) -> LaneMismatchError:
+    return LaneMismatchError(
+        f"job {job_id}: the switch sends {got}-bit result lanes but this worker expects {want} "
+        f"(JobSpec.lane_bits); give the workers the job's lane_bits from the controller file")
 
 
 @dataclass
@@ -101,6 +115,12 @@ class SlotConfig:
     deadline : float
         ``partial``: seconds after a packet's first send before asking for the partial sum.
     policy : {"exact", "partial"}
+    suspect_wait : float, optional
+        ``partial``, while a rank is missing from the last partial result: seconds after a
+        packet's first send before asking for the sum (None: the smoothed RTT, at least 1 ms;
+        twice that for all but the lowest live rank). A live worker later than that is left
+        out of that packet's sum (unbiased: its count says so); a longer wait trades
+        throughput for fewer such cases.
     """
 
     rto: float = 0.02
@@ -108,12 +128,15 @@ class SlotConfig:
     give_up: float = 10.0
     deadline: float = 0.5
     policy: str = "exact"
+    suspect_wait: float | None = None
 
     def __post_init__(self) -> None:
         if self.policy not in ("exact", "partial"):
             raise ValueError(f"policy={self.policy!r}: choose 'exact' or 'partial'")
         if self.rto <= 0 or self.max_rto < self.rto:
             raise ValueError("need 0 < rto <= max_rto")
+        if self.suspect_wait is not None and not self.suspect_wait > 0:
+            raise ValueError(f"suspect_wait={self.suspect_wait}: must be > 0 (or None)")
 
 
 @dataclass
@@ -123,8 +146,14 @@ class ExchangeStats:
     packets: int = 0
     retransmits: int = 0
     deadlines: int = 0
+    #: of those, asked after the short wait while a rank was suspected dead (H4)
+    fast_deadlines: int = 0
     stray_results: int = 0
+    #: datagrams that did not come from the switch (another address or port): dropped
+    foreign_results: int = 0
     partial_results: int = 0
+    #: stored last-answered packets re-sent for workers behind after a switch restart (H3)
+    repairs: int = 0
     min_count: int | None = None
     seconds: float = 0.0
     missing_ranks: set[int] = field(default_factory=set)
@@ -173,10 +202,44 @@ class SlotWindow:
         #: under overload nearly every packet is retransmitted, Karn's rule then yields no
         #: samples, and without it every new packet would start from the stale, short timeout.
         self.backoff = 1.0
+        #: Ranks missing from the last partial result (bitmap; ``partial`` policy). While any
+        #: is, a packet asks for its slot's sum after :meth:`_fast_deadline` (about one RTT)
+        #: instead of the full ``deadline``: a dead rank costs one deadline, not one per
+        #: packet; a result with every rank clears it (the re-probe). Issue 16, H4.
+        self.suspects = 0
+        #: Per kind, each slot's last answered packet as a RETX datagram (rows of
+        #: ``MAX_DATAGRAM`` bytes, lengths; 0: none). When a slot has waited two
+        #: retransmissions, all of them are sent again (at most once per ``max_rto``): after a
+        #: switch restart lost the stored results, workers still waiting for an older round of a
+        #: slot get it completed by the contributions of those who had already moved on; a
+        #: switch that still holds the round answers with a RESENT result (ignored) or drops a
+        #: duplicate. Issue 16, H3 (docs/transport.md, "Switch restarts").
+        self.repair = {k: (np.zeros((num_slots, MAX_DATAGRAM), dtype=np.uint8),
+                           np.zeros(num_slots, dtype=np.int32)) for k in ("data", "norm")}
+        self.next_repair = 0.0
         #: Run :meth:`exchange_into` in C where possible (tests switch it off to compare).
         self.native = NATIVE
         #: Whether the last :meth:`exchange_into` ran in C.
         self.last_native = False
+
+    def _fast_deadline(self) -> float:
+        """Wait before asking for a slot's sum while ranks are suspected dead (``_slotloop.c``'s
+        ``fast_deadline``): one smoothed RTT (live workers send a slot's next round when the same
+        multicast result reaches them, so their packets arrive within about that), within
+        [1 ms, deadline]. While ranks are suspected, a DEADLINE request's own round trip is an
+        RTT sample (nothing else answers then)."""
+        if self.cfg.suspect_wait is not None:
+            d = self.cfg.suspect_wait
+        else:
+            d = self.cfg.rto if self.srtt is None else self.srtt
+        # one live worker (the lowest rank not suspected) asks; the others wait twice as long,
+        # as a backstop, so that the switch gets one DEADLINE per slot, not one per worker
+        closer = 0
+        while self.suspects >> closer & 1:
+            closer += 1
+        if self.rank != closer:
+            d *= 2
+        return min(max(d, 0.001), self.cfg.deadline)
 
     def _rto(self) -> float:
         """Current base timeout: ``(srtt + 4·rttvar)·backoff`` within [rto, max_rto] (RFC 6298)."""
@@ -213,7 +276,7 @@ class SlotWindow:
 
     def exchange(self, kind: str, msg_type: MsgType, lane_bits: int, payloads: list[memoryview],
                  elem_counts: list[int], offsets: list[int], on_result: ResultHandler,
-                 result_type: MsgType) -> None:
+                 result_type: MsgType, result_lanes: int | None = None) -> None:
         """Send ``payloads`` (packet bodies) through the window and deliver each result once.
 
         Parameters
@@ -228,6 +291,8 @@ class SlotWindow:
             Receives (packet index, header tuple, datagram) for each accepted result.
         result_type : MsgType
             The message type of the answers (RESULT or NORM_RESULT).
+        result_lanes : int, optional
+            Lane width the answers must carry; another raises :class:`LaneMismatchError`.
         """
         n = len(payloads)
         if n == 0:
@@ -249,6 +314,7 @@ class SlotWindow:
         i_cnt, i_off, i_flags = _IDX["elem_count"], _IDX["chunk_offset"], _IDX["flags"]
         i_type, i_job = _IDX["msg_type"], _IDX["job_id"]
         i_bitmap, i_count = _IDX["bitmap"], _IDX["count"]
+        i_lane = _IDX["lane_bits"]
         pack_into = _HEADER.pack_into
         unpack_from = _HEADER.unpack_from
         job_id, world, rtype = self.job_id, self.world, int(result_type)
@@ -261,7 +327,13 @@ class SlotWindow:
         rto = [0.0] * W
         retried = [False] * W
         asked_deadline = [False] * W
+        dl_sent = [0.0] * W
         gen = [0] * W
+        retries = [0] * W
+        sent = [b""] * W   # each slot's outstanding packet as sent (for the repair store)
+        rep_buf, rep_len = self.repair[kind]
+        other_buf, other_len = self.repair["norm" if kind == "data" else "data"]
+        flags_at = _FLAGS_AT
         timers: list[tuple[float, int, int]] = []  # (due, slot, generation), a heap
         stats = self.stats
         done = 0
@@ -288,10 +360,14 @@ class SlotWindow:
             first_sent[s] = now
             rto[s] = r
             retried[s] = False
+            retries[s] = 0
+            dl_sent[s] = 0.0
             asked_deadline[s] = False
             gen[s] += 1
-            heappush(timers, (now + r, s, gen[s]))
-            return build(s, i, 0)
+            due = self._fast_deadline() if partial and self.suspects else r
+            heappush(timers, (now + due, s, gen[s]))
+            d = sent[s] = build(s, i, 0)
+            return d
 
         # Fill the window.
         now = monotonic()
@@ -301,6 +377,7 @@ class SlotWindow:
             # queue at the switch: the last ones come back far later than one packet's RTT.
             # Without this a full first window (256) was retransmitted whole at ``rto``.
             r0 = min(cfg.max_rto, r0 * max(1.0, nbuf / 64))
+        foreign0 = getattr(self.ep, "foreign", 0)
         first = [launch(s, s, now, r0) for s in range(nbuf)]
         self.ep.send_many(first)
         stats.packets += len(first)
@@ -325,10 +402,16 @@ class SlotWindow:
                         or h[i_round] != out_round[s] or h[i_flags] & _PEEK):
                     stats.stray_results += 1
                     continue
+                if result_lanes is not None and h[i_lane] != result_lanes:
+                    raise _lane_mismatch(job_id, h[i_lane], result_lanes)
                 i = out_pkt[s]
                 on_result(i, h, dg)
-                if not retried[s]:  # Karn: no samples from retransmitted packets
-                    rtt = now - first_sent[s]  # inline _sample(rtt, nbuf): same arithmetic
+                # Karn: no samples from retransmitted packets, except the DEADLINE request's own
+                # round trip while ranks are suspected dead (nothing else answers then)
+                dl_sample = retried[s] and self.suspects != 0 and dl_sent[s] > 0
+                if not retried[s] or dl_sample:
+                    # inline _sample(rtt, nbuf): same arithmetic
+                    rtt = now - (dl_sent[s] if dl_sample else first_sent[s])
                     if srtt is None:
                         srtt, rttvar = rtt, rtt / 2
                     else:
@@ -339,7 +422,15 @@ class SlotWindow:
                 if cnt < world:
                     stats.partial_results += 1
                     bm = h[i_bitmap]
-                    stats.missing_ranks.update(r for r in range(world) if not bm >> r & 1)
+                    miss = [r for r in range(world) if not bm >> r & 1]
+                    stats.missing_ranks.update(miss)
+                    self.suspects = sum(1 << r for r in miss)
+                else:
+                    self.suspects = 0
+                d = sent[s]
+                rep_buf[s, : len(d)] = np.frombuffer(d, dtype=np.uint8)
+                rep_buf[s, flags_at] = _RETX
+                rep_len[s] = len(d)
                 if stats.min_count is None or cnt < stats.min_count:
                     stats.min_count = cnt
                 done += 1
@@ -364,15 +455,29 @@ class SlotWindow:
                     continue  # answered or re-armed since
                 i = out_pkt[s]
                 flags = _RETX
-                if partial and now - first_sent[s] >= cfg.deadline:
+                age = now - first_sent[s]
+                fast = partial and self.suspects != 0 and age < cfg.deadline
+                if fast and age < self._fast_deadline():   # the wait grew since: not yet
+                    heappush(timers, (first_sent[s] + self._fast_deadline(), s, g))
+                    continue
+                if partial and (age >= cfg.deadline or fast):
                     flags |= _DEADLINE
                     if not asked_deadline[s]:
                         stats.deadlines += 1
+                        stats.fast_deadlines += fast
                         asked_deadline[s] = True
-                elif not partial and now - first_sent[s] >= cfg.give_up:
+                    dl_sent[s] = now
+                elif not partial and age >= cfg.give_up:
                     self._give_up(s, out_round[s], i, build)
                 sends.append(build(s, i, flags))
-                if not retried[s]:
+                retries[s] += 1
+                if retries[s] >= 2 and now >= self.next_repair:
+                    for buf, lens in ((rep_buf, rep_len), (other_buf, other_len)):
+                        for j in np.flatnonzero(lens > 0).tolist():
+                            sends.append(buf[j, : lens[j]].tobytes())
+                            stats.repairs += 1
+                    self.next_repair = now + cfg.max_rto
+                if not retried[s] and not fast:   # a fast deadline is no sign of loss
                     self.backoff = min(self.backoff * 2, 64.0)
                 retried[s] = True
                 stats.retransmits += 1
@@ -381,6 +486,7 @@ class SlotWindow:
             if sends:
                 self.ep.send_many(sends)
                 stats.packets += len(sends)
+        stats.foreign_results += getattr(self.ep, "foreign", 0) - foreign0
         stats.seconds += monotonic() - t_start
 
     def exchange_into(self, kind: str, msg_type: MsgType, lane_bits: int, payload: np.ndarray,
@@ -426,7 +532,7 @@ class SlotWindow:
                     counts[i] = h[i_count]
 
             self.exchange(kind, msg_type, lane_bits, payloads, list(map(int, elem_counts)),
-                          list(map(int, offsets)), on_result, result_type)
+                          list(map(int, offsets)), on_result, result_type, 8 * lane_bytes)
             return
         fd, raw, dest, prefix, my_ip, thc_port, batch, gso = spec
         W = self.num_slots
@@ -439,14 +545,19 @@ class SlotWindow:
         pay = np.ascontiguousarray(payload, dtype=np.uint8).reshape(-1)
         ec = np.ascontiguousarray(elem_counts, dtype=np.int64)
         of = np.ascontiguousarray(offsets, dtype=np.int64)
+        rep, rep_len = self.repair[kind]
+        other, other_len = self.repair["norm" if kind == "data" else "data"]
         t0 = time.monotonic()
         (status, srtt, rttvar, backoff, packets, retx, deadlines, stray, partial, min_count,
-         missing, g_slot, g_pkt, g_round) = _slotloop.run(
+         missing, g_slot, g_pkt, g_round, foreign, bad_lane, suspects, next_repair,
+         repairs, fast_deadlines) = _slotloop.run(
             fd, int(raw), dest, prefix, my_ip, thc_port, batch, template, _C_FIELDS, pay, nb, n,
             ec, of, base, W, out, lanes, lane_bytes, counts, int(result_type), self.job_id,
             self.world, cfg.rto, cfg.max_rto, cfg.give_up, cfg.deadline,
             cfg.policy == "partial", -1.0 if self.srtt is None else self.srtt, self.rttvar,
-            self.backoff, gso)
+            self.backoff, self.suspects, rep, rep_len, other, other_len, self.next_repair,
+            cfg.suspect_wait or 0.0, gso)
+        self.suspects, self.next_repair = suspects, next_repair
         self.srtt = None if srtt < 0 else srtt
         self.rttvar, self.backoff = rttvar, backoff
         st = self.stats
@@ -454,11 +565,16 @@ class SlotWindow:
         st.retransmits += retx
         st.deadlines += deadlines
         st.stray_results += stray
+        st.foreign_results += foreign
+        st.repairs += repairs
+        st.fast_deadlines += fast_deadlines
         st.partial_results += partial
         if min_count >= 0 and (st.min_count is None or min_count < st.min_count):
             st.min_count = min_count
         st.missing_ranks.update(r for r in range(self.world) if missing >> r & 1)
         st.seconds += time.monotonic() - t0
+        if status == 2:
+            raise _lane_mismatch(self.job_id, bad_lane, 8 * lane_bytes)
         if status == 1:
             bld = _HEADER.pack_into
 

@@ -300,3 +300,17 @@ def test_an_invalid_host_is_not_also_an_unknown_member() -> None:
     # A name defined nowhere is still unknown.
     problems = bad(lambda r: r["jobs"][0]["members"].append("h99"))
     assert any("unknown host 'h99'" in p for p in problems), problems
+@pytest.mark.parametrize("text, key, line, first", [
+    (YAML.replace("    policy: exact\n", "    policy: exact\n    id: 8\n"), "id", 19, 15),
+    (YAML.replace("ports: 4}", "ports: 4, ports: 8}"), "ports", 3, 3),
+    (YAML + "hosts: []\n", "hosts", 19, 5),
+], ids=["job-field", "flow-mapping", "top-level"])
+def test_duplicate_yaml_keys_are_refused_naming_key_and_lines(tmp_path: Path, text, key, line,
+                                                             first) -> None:
+    """U2 (issue 16): PyYAML kept the last of two equal keys silently."""
+    (tmp_path / "dup.yaml").write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        load_config(tmp_path / "dup.yaml")
+    msg = str(exc.value)
+    assert f"duplicate key {key!r} on line {line} (first on line {first})" in msg
+    assert "\n" not in msg

@@ -43,6 +43,7 @@ class ScriptedSwitch:
     def answer(self, h: tuple, payload: bytes, rnd: int, count: int, bm: int) -> bytes:
         out = list(h)
         out[_I["msg_type"]] = int(MsgType.RESULT)
+        out[_I["lane_bits"]] = 16   # what the lanes below are (the worker checks it)
         out[_I["round"]] = rnd & 0xFFFFFFFF
         out[_I["slot_set"]] = rnd & 1
         out[_I["flags"]] = 0

@@ -5,6 +5,7 @@ same datagrams, in order. No root."""
 
 from __future__ import annotations
 
+import errno
 import socket
 import time
 
@@ -163,6 +164,47 @@ def test_gso_sender_falls_back_to_single_datagrams_where_the_route_cannot_segmen
             except BlockingIOError:
                 break
         assert got == bodies
+    finally:
+        src.close()
+        dst.close()
+
+
+def test_gso_sender_skips_a_refused_train_and_sends_the_rest():
+    """Issue 16, C2 with trains: a UDP_SEGMENT message the kernel refuses (broadcast without
+    SO_BROADCAST: EACCES) is skipped, each of its datagrams counted in ``txb.refused``; the
+    next run still leaves as a train and the sender stays on GSO."""
+    src = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    dst = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        dst.bind(("127.0.0.1", 0))
+        dst.setblocking(False)
+        plan = [("255.255.255.255", 9)] * 3 + [("127.0.0.1", dst.getsockname()[1])] * 4
+        n = len(plan)
+        txb = MsgBatch(n)
+        bodies = [bytes([i]) * 60 for i in range(n)]
+        for i, b in enumerate(bodies):
+            txb.buf[i, THC_OFF: THC_OFF + 60] = np.frombuffer(b, dtype=np.uint8)
+        txb.iov["base"][:n] = txb.rows[:n] + THC_OFF
+        txb.iov["len"][:n] = 60
+        names = txb.names[:n]
+        names["family"] = socket.AF_INET
+        names["addr"] = [int.from_bytes(socket.inet_aton(a), "big") for a, _ in plan]
+        names["port"] = [p for _, p in plan]
+        txb.hdr["name"][:n] = txb.name_ptr[:n]
+        txb.hdr["namelen"][:n] = SOCKADDR_IN.itemsize
+        txb.hdr["controllen"][:n] = 0
+        gso = GsoSender()
+        assert gso.send(src.fileno(), txb, 0, n) == 4
+        assert txb.refused == 3 and txb.last_error == errno.EACCES
+        assert not gso.disabled and gso.trains == 1
+        time.sleep(0.05)
+        got = []
+        while True:
+            try:
+                got.append(dst.recv(ROW))
+            except BlockingIOError:
+                break
+        assert got == bodies[3:]
     finally:
         src.close()
         dst.close()

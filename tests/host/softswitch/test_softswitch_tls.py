@@ -144,3 +144,42 @@ def test_controller_applies_over_tls_only_with_its_certificate(tls_switch, pki, 
         capsys.readouterr().err
     assert sw.pipeline.cfg.job_map[4] == 0
     assert main(["controller", "status", str(net), "--timeout", "10", "--json", *tls]) == 0
+
+
+TLS_CONFIG = """\
+switches:
+  - name: s1
+    address: "{addr}"
+    addr: 10.0.0.254
+    target: softswitch
+    tls: {{ca: {ca}, cert: {cert}, key: {key}}}
+hosts:
+  - {{name: h1, mac: "02:00:00:00:00:01", ip: 10.0.0.1, attach: "s1:1"}}
+  - {{name: h2, mac: "02:00:00:00:00:02", ip: 10.0.0.2, attach: "s1:2"}}
+jobs:
+  - {{name: j, id: 4, members: [h2, h1], num_slots: 10}}
+"""
+
+
+def test_a_switch_tls_block_in_the_file_is_used(tls_switch, pki, tmp_path, capsys):
+    """The per-switch ``tls`` block: the controller applies over mutual TLS with no flags."""
+    sw, addr = tls_switch
+    net = tmp_path / "net.yaml"
+    net.write_text(TLS_CONFIG.format(addr=addr, ca=pki.ca, cert=pki.client_cert,
+                                     key=pki.client_key))
+    assert main(["controller", "apply", str(net), "--timeout", "10"]) == 0, \
+        capsys.readouterr().err
+    assert sw.pipeline.cfg.job_map[4] == 0
+
+
+def test_a_bad_tls_block_names_the_field(pki, tmp_path, capsys):
+    net = tmp_path / "net.yaml"
+    net.write_text(TLS_CONFIG.format(addr="127.0.0.1:1", ca=tmp_path / "nope.pem",
+                                     cert=pki.client_cert, key=pki.client_key))
+    assert main(["controller", "apply", str(net), "--timeout", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "switches[0].tls.ca" in err and "no such file" in err
+    net.write_text(TLS_CONFIG.format(addr="127.0.0.1:1", ca=pki.ca, cert=pki.client_cert,
+                                     key="null").replace("key: null", "key: null"))
+    assert main(["controller", "apply", str(net), "--timeout", "1"]) == 2
+    assert "switches[0].tls.key: missing" in capsys.readouterr().err

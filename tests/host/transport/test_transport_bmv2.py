@@ -242,7 +242,8 @@ def test_worker_killed_mid_round_partial_policy(bmv2):
     job = install_job(bmv2, n, codec)
     spec = raw_spec(bmv2, job, n, policy="partial")
     xs = worker_data(n, numel, seed)
-    slots = SlotConfig(policy="partial", deadline=0.3, rto=0.02, max_rto=0.1)
+    # counts must be n or n - 1 only: a generous wait once the dead rank is known
+    slots = SlotConfig(policy="partial", deadline=0.3, rto=0.02, max_rto=0.1, suspect_wait=0.1)
     aggs = [aggregator(spec, r, n, slots) for r in range(n - 1)]
     dying = start_dying_worker(spec, n - 1, n, numel, seed, die_after=20)
     go(dying)

@@ -197,7 +197,8 @@ def test_c_loop_worker_killed_mid_round_partial_sums_are_exact_per_packet():
     xs = worker_data(n, numel, 9)
     encs = encode_all(codec, xs)
     with EmbeddedNetwork(n, num_slots=8) as net:
-        slots = SlotConfig(policy="partial", deadline=0.3, rto=0.02, max_rto=0.1)
+        # counts must be n or n - 1 only: a generous wait once the dead rank is known
+        slots = SlotConfig(policy="partial", deadline=0.3, rto=0.02, max_rto=0.1, suspect_wait=0.1)
         aggs = [NetworkAggregator(UdpEndpoint(net.address(r).switch, bind=(net.address(r).ip, 0)),
                                   JobSpec(net.job_id, r, n, num_slots=8), slots)
                 for r in range(n - 1)]
@@ -212,8 +213,10 @@ def test_c_loop_worker_killed_mid_round_partial_sums_are_exact_per_packet():
                 ag.ep.close()
             relay.close()
     assert all(a.window.last_native for a in [*aggs, dying])
-    for a in aggs:
-        assert a.window.stats.missing_ranks == {3} and a.window.stats.deadlines > 0
+    assert all(a.window.stats.missing_ranks == {3} for a in aggs)
+    # issue 16, H4: once rank 3 is suspected, the lowest live rank asks for the sums and the
+    # others only back it up (at twice the wait), so some live ranks may never need to ask
+    assert sum(a.window.stats.deadlines for a in aggs) > 0
 
 
 def test_endpoints_expose_their_socket_only_with_mmsg():

@@ -101,7 +101,11 @@ def test_dead_worker_partial_policy_decodes_the_others():
     codec = THCCodec()
     xs = worker_data(n, 10_000, 3)
     with EmbeddedNetwork(n, num_slots=16) as net:
-        slots = SlotConfig(policy="partial", deadline=0.3, rto=0.02, max_rto=0.1)
+        # once rank 3 is known absent, ask for sums 0.1 s after sending (not ~1 RTO): on a
+        # loaded machine a live worker could otherwise miss a packet's sum (m = 2, unbiased,
+        # but not the bit-identical result this test compares with)
+        slots = SlotConfig(policy="partial", deadline=0.3, rto=0.02, max_rto=0.1,
+                           suspect_wait=0.1)
         aggs = [aggregator(net, r, 1, slots) for r in range(n - 1)]  # rank 3 never shows up
         # Norm agreement needs all workers too: the partial policy releases it at the deadline.
         try:
@@ -111,10 +115,12 @@ def test_dead_worker_partial_policy_decodes_the_others():
                 a.ep.close()
     ref = simulated_allreduce(codec, [*xs[:n - 1], torch.zeros_like(xs[0])], round=0,
                               contributors=[0, 1, 2])
+    # issue 16, H4: once rank 3 is suspected, the lowest live rank asks for the sums and the
+    # others only back it up, so some live ranks may never need to ask
+    assert sum(a.window.stats.deadlines for a in aggs) > 0
     for a, g in zip(aggs, got, strict=True):
         assert a.last_count == n - 1
         assert a.window.stats.missing_ranks == {3}
-        assert a.window.stats.deadlines > 0
         # The zero tensor of rank 3 does not change the norms' maximum, so this is the
         # in-process protocol with contributors 0..2: bit-identical.
         assert torch.equal(g, ref.average)
@@ -169,7 +175,8 @@ def test_worker_killed_mid_round_partial_sums_are_exact_per_packet():
     xs = worker_data(n, numel, 9)
     encs = encode_all(codec, xs)
     with EmbeddedNetwork(n, num_slots=8) as net:
-        slots = SlotConfig(policy="partial", deadline=0.3, rto=0.02, max_rto=0.1)
+        # counts must be n or n - 1 only: a generous wait once the dead rank is known
+        slots = SlotConfig(policy="partial", deadline=0.3, rto=0.02, max_rto=0.1, suspect_wait=0.1)
         aggs = [aggregator(net, r, 1, slots) for r in range(n - 1)]
         a = net.address(n - 1)
         dying = NetworkAggregator(

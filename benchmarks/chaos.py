@@ -1,0 +1,423 @@
+#!/usr/bin/env python3
+"""Chaos suite (issue 16): hostile but honest inputs against the software target, the
+workers' transport and the controller, as measurements. Prints one JSON object::
+
+    {"fuzz_member_addresses": {"exact", "clean_s", "fuzzed_s", "ratio", "datagrams", ...},
+     "forged_results":        {"exact", "forged", "foreign_results", ...},
+     "far_future_rounds":     {"stalled", "error", ...},
+     "switch_restarts":       {"restarts", "deadlocks", "exact", "repairs", ...},
+     "dead_rank_partial":     {"healthy_pkt_s", "dead_pkt_s", "ratio", "exact_where_full", ...},
+     "idle_streams":          {"streams", "status_s", "answered"}}
+
+Every class runs on loopback (no root): one ``python -m host.softswitch`` process configured
+by the controller (``control_plane.embedded.EmbeddedNetwork``), workers as threads with their
+own addresses (the C slot loop when built). What each class does and what it must show:
+
+fuzz_member_addresses
+    junk (one byte, random bytes, THC headers with random fields) from every member's IPv4
+    address on other UDP ports, every ``--fuzz-gap`` seconds, during all-reduces: sums
+    bit-exact, completion time within 2x of the same all-reduces without fuzz.
+forged_results
+    a local process floods every worker's socket with well-formed RESULT/NORM_RESULT datagrams
+    for every (slot, round) the workers will have outstanding: no wrong sum.
+far_future_rounds
+    32 DATA packets from a member's address (another UDP port, which the switch cannot tell
+    from the member until the protocol carries a per-job token: docs/security.md) with a
+    far-future round into every slot copy: reported as it is (the job stalls until the
+    controller re-installs it).
+switch_restarts
+    ``--restarts`` SIGKILLs of the switch mid-job, each followed by a fresh start and a
+    controller apply: no deadlock, every sum bit-exact.
+dead_rank_partial
+    one of four ranks never shows up (partial policy): packets/s per worker after the first
+    deadline against a healthy run of the same size.
+idle_streams
+    16 P4Runtime streams that never arbitrate, then ``controller status``: it still answers.
+
+    .venv/bin/python benchmarks/chaos.py --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import random
+import socket
+import statistics
+import sys
+import threading
+import time
+
+import numpy as np
+import torch
+
+from control_plane.controller import Controller, run_sync
+from control_plane.embedded import EmbeddedNetwork
+from host.protocol import codec as wire
+from host.protocol import layout as lay
+from host.thc import THCCodec
+from host.thc.simulate import allreduce as simulated_allreduce
+from host.transport.job import JobSpec, NetworkAggregator
+from host.transport.ports import UdpEndpoint
+from host.transport.slots import SlotConfig, SlotTimeoutError
+
+
+def _data(n: int, numel: int, seed: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(numel, generator=g) * (1 + r) for r in range(n)]
+
+
+def _aggs(net: EmbeddedNetwork, base: int, slots: SlotConfig | None = None,
+          ranks: range | None = None) -> list[NetworkAggregator]:
+    out = []
+    for r in ranks if ranks is not None else range(net.workers):
+        a = net.address(r)
+        ep = UdpEndpoint(a.switch, bind=(a.ip, 0))
+        out.append(NetworkAggregator(ep, JobSpec(net.job_id, r, net.workers,
+                                                 num_slots=net.num_slots, round_base=base), slots))
+    return out
+
+
+def _run(aggs: list, fn, timeout: float = 300.0) -> list:
+    """``fn(rank_index)`` in one thread per aggregator; results or the exceptions raised."""
+    out: list = [None] * len(aggs)
+
+    def go(i: int) -> None:
+        try:
+            out[i] = fn(i)
+        except BaseException as exc:   # reported, not raised: a measurement
+            out[i] = exc
+
+    ts = [threading.Thread(target=go, args=(i,), daemon=True) for i in range(len(aggs))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout)
+    return [TimeoutError("hung") if t.is_alive() else o for t, o in zip(ts, out, strict=True)]
+
+
+def _close(aggs: list) -> None:
+    for a in aggs:
+        a.ep.close()
+
+
+def _exact(got: list, refs: list[torch.Tensor]) -> bool:
+    """Every rank's k-th result equals the k-th reference bit for bit."""
+    return all(not isinstance(g, BaseException)
+               and all(torch.equal(x, r) for x, r in zip(g, refs, strict=True)) for g in got)
+
+
+def _allreduces(aggs: list, xs: list, codec: THCCodec, k: int) -> list:
+    return _run(aggs, lambda i: [aggs[i].allreduce(xs[aggs[i].rank], codec) for _ in range(k)])
+
+
+# -- classes ---------------------------------------------------------------------------------
+def fuzz_member_addresses(args: argparse.Namespace) -> dict:
+    n, k = 4, args.iterations
+    codec = THCCodec()
+    xs = _data(n, args.elements, 1)
+    refs = [simulated_allreduce(codec, xs, round=i).average for i in range(k)]
+    with EmbeddedNetwork(n, num_slots=32) as net:
+        aggs = _aggs(net, 1)
+        t0 = time.monotonic()
+        clean = _allreduces(aggs, xs, codec, k)
+        clean_s = time.monotonic() - t0
+        _close(aggs)
+        stop = threading.Event()
+        sent = [0]
+
+        def fuzz() -> None:
+            rng = random.Random(7)
+            socks = []
+            for r in range(n):
+                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                s.bind((net.address(r).ip, 0))
+                socks.append((s, net.address(r).switch))
+            while not stop.is_set():
+                for s, dst in socks:
+                    kind = rng.randrange(3)
+                    if kind == 0:
+                        d = b"\x01"
+                    elif kind == 1:
+                        d = rng.randbytes(rng.randrange(1, 1200))
+                    else:
+                        h = wire.Header(msg_type=rng.choice(list(lay.MsgType)), job_id=rng.choice(
+                            [net.job_id, rng.randrange(65536)]), rank=rng.randrange(n + 2),
+                            slot=rng.randrange(40), round=rng.randrange(1 << 32),
+                            lane_bits=rng.choice([4, 8, 16, 32]), flags=rng.randrange(16))
+                        d = wire.pack_header(h) + rng.randbytes(rng.choice([0, 128, 256, 512]))
+                    with contextlib.suppress(OSError):
+                        s.sendto(d, dst)
+                        sent[0] += 1
+                stop.wait(args.fuzz_gap)
+            for s, _ in socks:
+                s.close()
+
+        th = threading.Thread(target=fuzz, daemon=True)
+        th.start()
+        aggs = _aggs(net, 1 << 20)
+        t0 = time.monotonic()
+        fuzzed = _allreduces(aggs, xs, codec, k)
+        fuzzed_s = time.monotonic() - t0
+        stop.set()
+        th.join(5)
+        _close(aggs)
+        drops = {int(k): v for k, v in net.status()[0].counters.get("ingress.drops", {}).items()
+                 if v}
+    return {"workers": n, "allreduces": k, "elements": args.elements, "exact": _exact(clean, refs)
+            and _exact(fuzzed, refs), "clean_s": round(clean_s, 3), "fuzzed_s": round(fuzzed_s, 3),
+            "ratio": round(fuzzed_s / clean_s, 2), "within_2x": fuzzed_s <= 2 * clean_s,
+            "datagrams": sent[0], "gap_s": args.fuzz_gap, "switch_drops": drops}
+
+
+def forged_results(args: argparse.Namespace) -> dict:
+    n, k = 2, args.iterations
+    codec = THCCodec()
+    xs = _data(n, args.elements, 2)
+    refs = [simulated_allreduce(codec, xs, round=i).average for i in range(k)]
+    base, W = 1000, 16
+    rounds = k * (-(-args.elements // 256) // W + 2)
+    forged = []
+    for mt, lb, pay in ((lay.MsgType.RESULT, 8, b"\xff" * 256),
+                        (lay.MsgType.NORM_RESULT, 32, b"\x7f" * 128)):
+        for s in range(W):
+            for r in range(base, base + rounds):
+                h = wire.Header(msg_type=mt, job_id=1, slot=s, round=r, slot_set=r & 1,
+                                lane_bits=lb, rank=lay.RANK_ALL, count=n, bitmap=(1 << n) - 1,
+                                elem_count=256)
+                forged.append(wire.pack_header(h) + pay)
+    with EmbeddedNetwork(n, num_slots=W) as net:
+        aggs = _aggs(net, base)
+        stop = threading.Event()
+        sent = [0]
+
+        def flood() -> None:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.bind(("127.0.0.99", 0))
+                targets = [a.ep.address for a in aggs]
+                while not stop.is_set():
+                    for d in forged:
+                        for t in targets:
+                            with contextlib.suppress(OSError):
+                                s.sendto(d, t)
+                                sent[0] += 1
+                        if stop.is_set():
+                            break
+
+        th = threading.Thread(target=flood, daemon=True)
+        th.start()
+        got = _allreduces(aggs, xs, codec, k)
+        stop.set()
+        th.join(5)
+        foreign = [a.window.stats.foreign_results for a in aggs]
+        _close(aggs)
+    return {"workers": n, "allreduces": k, "exact": _exact(got, refs), "forged": sent[0],
+            "foreign_results": foreign,
+            "errors": [repr(g)[:200] for g in got if isinstance(g, BaseException)]}
+
+
+def far_future_rounds(args: argparse.Namespace) -> dict:
+    n = 3
+    codec = THCCodec()
+    xs = _data(n, 16 * 256, 3)
+    with EmbeddedNetwork(n, num_slots=16) as net:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind((net.address(0).ip, 0))            # rank 0's address, another UDP port
+            for i in range(32):
+                slot, far = i % 16, (1 << 31) + i
+                h = wire.Header(msg_type=lay.MsgType.NORM if i >= 16 else lay.MsgType.DATA,
+                                job_id=net.job_id, rank=0, slot=slot, round=far + (far & 1) - 1,
+                                slot_set=1, lane_bits=32 if i >= 16 else 4)
+                s.sendto(wire.pack_header(h) + bytes(128), net.address(0).switch)
+        time.sleep(0.2)
+        aggs = _aggs(net, 1, SlotConfig(give_up=args.give_up))
+        t0 = time.monotonic()
+        got = _run(aggs, lambda i: aggs[i].allreduce(xs[i], codec))
+        took = time.monotonic() - t0
+        _close(aggs)
+        errs = [g for g in got if isinstance(g, BaseException)]
+        # a restarted switch (fresh slots) and the controller's apply clear it
+        net.restart_switch()
+        aggs = _aggs(net, 1, SlotConfig(give_up=args.give_up))
+        again = _run(aggs, lambda i: aggs[i].allreduce(xs[i], codec))
+        _close(aggs)
+    return {"workers": n, "spoofed": 32, "stalled": bool(errs), "seconds": round(took, 2),
+            "error": repr(errs[0])[:240] if errs else None,
+            "timeouts": sum(isinstance(e, SlotTimeoutError) for e in errs),
+            "after_switch_restart_exact": _exact([[g] if not isinstance(g, BaseException) else g
+                                            for g in again],
+                                           [simulated_allreduce(codec, xs, round=0).average]),
+            "mitigation": "none host-side: needs the per-job token (docs/security.md)"}
+
+
+def switch_restarts(args: argparse.Namespace) -> dict:
+    n = 3
+    k = args.restarts * 4 + 4
+    codec = THCCodec()
+    xs = _data(n, args.elements, 4)
+    refs = [simulated_allreduce(codec, xs, round=i).average for i in range(k)]
+    with EmbeddedNetwork(n, num_slots=32) as net:
+        aggs = _aggs(net, 1, SlotConfig(give_up=60.0, max_rto=0.2))
+        done = [0] * n
+        finished = threading.Event()
+        count = [0]
+        took: list[float] = []
+
+        def chaos() -> None:
+            while count[0] < args.restarts and not finished.is_set():
+                if max(done) <= k - 3 and min(done) >= 1:
+                    t0 = time.monotonic()
+                    net.restart_switch()
+                    took.append(time.monotonic() - t0)
+                    count[0] += 1
+                    time.sleep(random.uniform(0.02, 0.3))
+                else:
+                    time.sleep(0.01)
+
+        def work(i: int) -> list:
+            out = []
+            for _ in range(k):
+                out.append(aggs[i].allreduce(xs[i], codec))
+                done[i] += 1
+            return out
+
+        th = threading.Thread(target=chaos, daemon=True)
+        th.start()
+        t0 = time.monotonic()
+        got = _run(aggs, work, timeout=args.restarts * 60 + 120)
+        seconds = time.monotonic() - t0
+        finished.set()
+        th.join(120)
+        repairs = [a.window.stats.repairs for a in aggs]
+        _close(aggs)
+    errs = [g for g in got if isinstance(g, BaseException)]
+    return {"workers": n, "allreduces": k, "restarts": count[0], "deadlocks": len(errs),
+            "exact": _exact(got, refs), "seconds": round(seconds, 1),
+            "restart_s_median": round(statistics.median(took), 2) if took else None,
+            "repairs": repairs, "errors": [repr(e)[:200] for e in errs]}
+
+
+def dead_rank_partial(args: argparse.Namespace) -> dict:
+    n, packets = 4, args.dead_packets
+    codec = THCCodec()
+    xs = _data(n, packets * 256, 5)
+    norms = torch.stack([codec.chunk_norms(x) for x in xs]).amax(0)
+    encs = [codec.encode(x, norms, worker=r, round=0) for r, x in enumerate(xs)]
+    table = torch.tensor(codec.table)
+    vals = [table[codec.indices(e).long()].numpy().astype(np.int64) for e in encs]
+    slots = SlotConfig(policy="partial", deadline=0.5)
+    out: dict = {"workers": n, "packets": packets, "deadline_s": slots.deadline}
+    with EmbeddedNetwork(n, num_slots=64) as net:
+        aggs = _aggs(net, 1, slots)
+        _run(aggs, lambda i: aggs[i].sum_encoded(encs[i], codec))       # warm-up (RTT)
+        t0 = time.monotonic()
+        _run(aggs, lambda i: aggs[i].sum_encoded(encs[i], codec))
+        healthy = time.monotonic() - t0
+        _close(aggs)
+        aggs = _aggs(net, 1 << 24, slots, ranks=range(n - 1))            # rank 3 is dead
+        t0 = time.monotonic()
+        first = _run(aggs, lambda i: aggs[i].sum_encoded(encs[i], codec))
+        first_s = time.monotonic() - t0
+        t0 = time.monotonic()
+        second = _run(aggs, lambda i: aggs[i].sum_encoded(encs[i], codec))
+        second_s = time.monotonic() - t0
+        st = [a.window.stats for a in aggs]
+        _close(aggs)
+    live = sum(vals[: n - 1])
+    exact, full = True, []
+    for g in (*first, *second):
+        if isinstance(g, BaseException):
+            exact = False
+            continue
+        sums, count = g
+        c = count.numpy() if isinstance(count, torch.Tensor) else np.full(sums.numel(), count)
+        m = c == n - 1
+        full.append(float(m.mean()))
+        exact &= bool((sums.numpy().astype(np.int64)[m] == live[m]).all())
+    out.update({"healthy_s": round(healthy, 3), "healthy_pkt_s": round(packets / healthy),
+                "first_with_dead_s": round(first_s, 3), "after_first_deadline_s": round(second_s, 3),
+                "dead_pkt_s": round(packets / second_s), "ratio": round(second_s / healthy, 2),
+                "within_2x": second_s <= 2 * healthy, "exact_where_full": exact,
+                "full_count_fraction": round(min(full), 3) if full else None,
+                "fast_deadlines": [s.fast_deadlines for s in st],
+                "deadlines": [s.deadlines for s in st],
+                "before_per_packet_deadline_s": round(packets / 64 * slots.deadline, 1)})
+    return out
+
+
+def idle_streams(args: argparse.Namespace) -> dict:
+    import grpc
+    from finsy.proto import p4r, p4r_grpc
+
+    with EmbeddedNetwork(2, num_slots=8) as net:
+        addr = f"127.0.0.1:{net.grpc_port}"
+        chans, calls = [], []
+        for _ in range(args.streams):
+            ch = grpc.insecure_channel(addr)
+            stub = p4r_grpc.P4RuntimeStub(ch)
+            q: list = []
+            ev = threading.Event()
+
+            def reqs(ev=ev):
+                ev.wait(60)    # never arbitrate: hold the stream idle
+                return
+                yield p4r.StreamMessageRequest()
+
+            calls.append((stub.StreamChannel(reqs()), ev))
+            chans.append(ch)
+            q.append(ev)
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        try:
+            res = run_sync(Controller(net.config, timeout=10).status())
+            ok = all(r.ok for r in res)
+            err = None
+        except Exception as exc:   # reported: the measurement is whether it answers
+            ok, err = False, repr(exc)[:200]
+        took = time.monotonic() - t0
+        for call, ev in calls:
+            ev.set()
+            call.cancel()
+        for ch in chans:
+            ch.close()
+    return {"streams": args.streams, "answered": ok, "status_s": round(took, 2), "error": err}
+
+
+CLASSES = {"fuzz_member_addresses": fuzz_member_addresses, "forged_results": forged_results,
+           "far_future_rounds": far_future_rounds, "switch_restarts": switch_restarts,
+           "dead_rank_partial": dead_rank_partial, "idle_streams": idle_streams}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", action="store_true", help="print the JSON object (the default output)")
+    p.add_argument("--only", nargs="+", choices=sorted(CLASSES), help="run only these classes")
+    p.add_argument("--restarts", type=int, default=20, help="switch restarts mid-job (default 20)")
+    p.add_argument("--iterations", type=int, default=4,
+                   help="all-reduces per run in the fuzz and forged-result classes (default 4)")
+    p.add_argument("--elements", type=int, default=256 * 1024,
+                   help="elements per all-reduce (default 262144)")
+    p.add_argument("--fuzz-gap", type=float, default=0.002,
+                   help="seconds between fuzz bursts (one datagram per member; default 0.002)")
+    p.add_argument("--dead-packets", type=int, default=4096,
+                   help="packets per worker in the dead-rank class (default 4096)")
+    p.add_argument("--give-up", type=float, default=5.0,
+                   help="exact policy's give-up (s) in the far-future class (default 5)")
+    p.add_argument("--streams", type=int, default=16, help="idle P4Runtime streams (default 16)")
+    args = p.parse_args(argv)
+    for name in ("restarts", "iterations", "elements", "dead_packets", "streams"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')}={getattr(args, name)}: must be >= 1")
+    out = {}
+    for name in args.only or CLASSES:
+        print(f"chaos: {name} ...", file=sys.stderr, flush=True)
+        t0 = time.monotonic()
+        out[name] = CLASSES[name](args)
+        out[name]["class_s"] = round(time.monotonic() - t0, 1)
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

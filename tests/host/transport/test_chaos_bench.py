@@ -1,0 +1,28 @@
+"""benchmarks/chaos.py end to end in a tiny configuration: every class runs and reports its
+correctness fields (exact sums, no deadlock, forged results dropped, the controller answers)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_chaos_benchmark_runs_every_class_and_sums_stay_exact():
+    p = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "chaos.py"), "--json", "--restarts", "1",
+         "--iterations", "1", "--elements", "8192", "--dead-packets", "256", "--give-up", "1.5",
+         "--streams", "4"],
+        capture_output=True, text=True, timeout=300, cwd=REPO, check=False)
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = json.loads(p.stdout[p.stdout.index("{"):])
+    assert r["fuzz_member_addresses"]["exact"] and r["fuzz_member_addresses"]["datagrams"] > 0
+    assert r["forged_results"]["exact"] and min(r["forged_results"]["foreign_results"]) > 0
+    assert r["far_future_rounds"]["after_switch_restart_exact"]
+    assert r["switch_restarts"]["restarts"] == 1 and r["switch_restarts"]["deadlocks"] == 0
+    assert r["switch_restarts"]["exact"]
+    assert r["dead_rank_partial"]["exact_where_full"]
+    assert r["idle_streams"]["answered"]

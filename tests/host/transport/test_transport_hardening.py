@@ -1,0 +1,263 @@
+"""Issue 16 (hardening) on the worker side: forged results, the job's lane width, a switch
+restart mid-job, a dead rank under the partial policy. The switch is the software target on
+loopback UDP (``control_plane.embedded.EmbeddedNetwork``); every case runs the C slot loop and
+the Python loop."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from control_plane.embedded import EmbeddedNetwork
+from host.protocol import codec as wire
+from host.protocol import layout as lay
+from host.thc import THCCodec
+from host.thc.simulate import allreduce as simulated_allreduce
+from host.transport import slots as slotmod
+from host.transport.job import JobSpec, NetworkAggregator
+from host.transport.ports import UdpEndpoint
+from host.transport.slots import SlotConfig
+from tests.support.transport import run_workers, worker_data
+
+NATIVE = [pytest.param(True, id="c-loop"), pytest.param(False, id="python-loop")]
+
+
+def _aggregators(net: EmbeddedNetwork, base: int, native: bool, slots: SlotConfig | None = None,
+                 ranks: range | None = None, **spec) -> list[NetworkAggregator]:
+    out = []
+    for r in ranks if ranks is not None else range(net.workers):
+        a = net.address(r)
+        ep = UdpEndpoint(a.switch, bind=(a.ip, 0))
+        js = JobSpec(net.job_id, r, net.workers, num_slots=net.num_slots, round_base=base, **spec)
+        agg = NetworkAggregator(ep, js, slots)
+        agg.window.native = native and slotmod.NATIVE
+        out.append(agg)
+    return out
+
+
+def _forged_results(job_id: int, slots: int, base: int, rounds: int, lane_bits: int = 8) -> list[bytes]:
+    """RESULT datagrams for every (slot, round) a worker will have outstanding, all lanes 0xFF."""
+    pay = bytes([0xFF]) * (lay.COORDS_PER_PACKET * lane_bits // 8)
+    out = []
+    for kind in (lay.MsgType.RESULT, lay.MsgType.NORM_RESULT):
+        lb = 32 if kind == lay.MsgType.NORM_RESULT else lane_bits
+        p = pay if lb == lane_bits else bytes([0x7F]) * (lay.NORMS_PER_PACKET * 4)
+        for s in range(slots):
+            for k in range(rounds):
+                r = base + k
+                h = wire.Header(msg_type=kind, job_id=job_id, slot=s, round=r, slot_set=r & 1,
+                                lane_bits=lb, rank=lay.RANK_ALL, count=2, bitmap=3,
+                                elem_count=lay.COORDS_PER_PACKET)
+                out.append(wire.pack_header(h) + p)
+    return out
+
+
+@pytest.mark.parametrize("native", NATIVE)
+def test_forged_results_from_another_address_change_no_sum(native):
+    """S1: a local process floods every worker's socket with well-formed RESULTs for every
+    outstanding (slot, round); results are accepted only from the switch's address and port."""
+    n, numel = 2, 16 * 4096
+    codec = THCCodec()
+    xs = worker_data(n, numel, 5)
+    with EmbeddedNetwork(n, num_slots=16) as net:
+        base = 1000
+        aggs = _aggregators(net, base, native)
+        forged = _forged_results(net.job_id, 16, base, numel // 256 // 16 + 2)
+        targets = [a.ep.address for a in aggs]
+        stop = threading.Event()
+        sent = [0]
+
+        def flood() -> None:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.bind(("127.0.0.99", 0))
+                while not stop.is_set():
+                    for d in forged:
+                        for t in targets:
+                            s.sendto(d, t)
+                            sent[0] += 1
+
+        th = threading.Thread(target=flood, daemon=True)
+        th.start()
+        try:
+            got = run_workers(n, lambda r: aggs[r].allreduce(xs[r], codec))
+        finally:
+            stop.set()
+            th.join(5)
+            for a in aggs:
+                a.ep.close()
+    assert sent[0] > 1000
+    ref = simulated_allreduce(codec, xs, round=0).average
+    for a, g in zip(aggs, got, strict=True):
+        assert torch.equal(g, ref)
+        assert a.window.stats.foreign_results > 0   # counted, not taken
+
+
+@pytest.mark.parametrize("native", NATIVE)
+def test_a_lane_width_the_worker_was_not_told_fails_loudly(native):
+    """S2: the controller installs 16-bit lanes for 2 workers; a worker that assumes the
+    derived 8 bits raises LaneMismatchError naming both widths (before: garbage sums)."""
+    codec = THCCodec()
+    xs = worker_data(2, 5000, 2)
+    with EmbeddedNetwork(2, num_slots=8, job={"lane_bits": 16}) as net:
+        aggs = _aggregators(net, 1, native, SlotConfig(give_up=3.0))
+        try:
+            errs = run_workers(2, lambda r: _raises(lambda: aggs[r].allreduce(xs[r], codec)))
+        finally:
+            for a in aggs:
+                a.ep.close()
+    for e in errs:
+        assert isinstance(e, slotmod.LaneMismatchError), e
+        assert "16-bit" in str(e) and "expects 8" in str(e)
+
+
+@pytest.mark.parametrize("native", NATIVE)
+def test_the_job_lane_width_from_the_controller_gives_exact_sums(native):
+    """S2: with JobSpec.lane_bits = the job's 16, the sums are exact."""
+    codec = THCCodec()
+    xs = worker_data(2, 5000, 2)
+    with EmbeddedNetwork(2, num_slots=8, job={"lane_bits": 16}) as net:
+        aggs = _aggregators(net, 1, native, lane_bits=16)
+        try:
+            got = run_workers(2, lambda r: aggs[r].allreduce(xs[r], codec))
+        finally:
+            for a in aggs:
+                a.ep.close()
+    ref = simulated_allreduce(codec, xs, round=0).average
+    for g in got:
+        assert torch.equal(g, ref)
+
+
+def test_jobspec_refuses_lanes_too_narrow_for_the_job():
+    with pytest.raises(ValueError, match="cannot hold n·g = 16·30"):
+        JobSpec(1, 0, 16, lane_bits=8)
+
+
+def _raises(fn):
+    try:
+        fn()
+    except Exception as exc:
+        return exc
+    return None
+
+
+def restarts_mid_job(net: EmbeddedNetwork, aggs: list, xs: list, codec, restarts: int,
+                     iterations: int) -> tuple[list, int]:
+    """Every worker runs ``iterations`` all-reduces while the switch is killed and restarted
+    (then re-applied by the controller) ``restarts`` times, each while at least two all-reduces
+    remain for every worker (a worker that has finished its job answers nobody). Returns every
+    worker's results and the restarts done."""
+    done = [0] * len(aggs)
+    finished = threading.Event()
+    count = [0]
+
+    def chaos() -> None:
+        import time
+
+        while count[0] < restarts and not finished.is_set():
+            if max(done) <= iterations - 3 and min(done) >= 1:
+                net.restart_switch()
+                count[0] += 1
+                time.sleep(0.05)
+            else:
+                time.sleep(0.01)
+
+    def work(r: int) -> list:
+        out = []
+        for _ in range(iterations):
+            out.append(aggs[r].allreduce(xs[r], codec))
+            done[r] += 1
+        return out
+
+    th = threading.Thread(target=chaos, daemon=True)
+    th.start()
+    try:
+        got = run_workers(len(aggs), work, timeout=600)
+    finally:
+        finished.set()
+        th.join(120)
+    return got, count[0]
+
+
+@pytest.mark.parametrize("native", NATIVE)
+def test_switch_restarts_mid_job_never_deadlock(native):
+    """H3: the switch crashes and comes back empty (the controller re-applies) while workers
+    are mid-round; every all-reduce still completes, bit-exact, on every rank."""
+    n, restarts = 3, 3
+    codec = THCCodec()
+    xs = worker_data(n, 64 * 1024, 4)
+    with EmbeddedNetwork(n, num_slots=32) as net:
+        aggs = _aggregators(net, 1, native, SlotConfig(give_up=60.0, max_rto=0.2))
+        try:
+            got, did = restarts_mid_job(net, aggs, xs, codec, restarts, iterations=restarts * 6 + 3)
+        finally:
+            for a in aggs:
+                a.ep.close()
+    assert did == restarts
+    for k in range(len(got[0])):
+        ref = simulated_allreduce(codec, xs, round=k).average   # the k-th call's THC round
+        for per_rank in got:
+            assert torch.equal(per_rank[k], ref)
+
+
+@pytest.mark.parametrize("native", NATIVE)
+def test_a_dead_rank_costs_one_deadline_not_one_per_packet(native):
+    """H4: rank 3 never shows up. Only the first window waits the full deadline; once a
+    partial result names rank 3, every later packet asks for its slot's sum after about one
+    RTO (``fast_deadlines``), and the sums stay exact for the counts they report (a live worker
+    late by more than that is left out of that packet's sum: m = 2, still unbiased)."""
+    n, packets = 4, 400
+    codec = THCCodec()
+    xs = worker_data(n, packets * 256, 8)
+    norms = torch.stack([codec.chunk_norms(x) for x in xs]).amax(0)
+    encs = [codec.encode(x, norms, worker=r, round=0) for r, x in enumerate(xs)]
+    table = torch.tensor(codec.table)
+    vals = [table[codec.indices(e).long()].numpy().astype(np.int64) for e in encs]
+    with EmbeddedNetwork(n, num_slots=8) as net:
+        slots = SlotConfig(policy="partial", deadline=0.3, rto=0.02, max_rto=0.1)
+        aggs = _aggregators(net, 1, native, slots, ranks=range(n - 1))
+        try:
+            got = run_workers(n - 1, lambda r: aggs[r].sum_encoded(encs[r], codec), timeout=120)
+        finally:
+            for a in aggs:
+                a.ep.close()
+    live = sum(vals[: n - 1])
+    # Every packet was released by some worker's DEADLINE request: the full deadline only in
+    # the first window (before any partial result named rank 3), the fast one after.
+    full = [a.window.stats.deadlines - a.window.stats.fast_deadlines for a in aggs]
+    fast = [a.window.stats.fast_deadlines for a in aggs]
+    assert all(f <= net.num_slots for f in full), full
+    assert sum(fast) >= packets - sum(full), (fast, full)
+    for a, (sums, count) in zip(aggs, got, strict=True):
+        st = a.window.stats
+        assert 3 in st.missing_ranks
+        assert a.window.suspects >> 3 & 1
+        assert st.partial_results == packets
+        c = count.numpy()
+        full = c == n - 1
+        assert full.mean() > 0.5
+        np.testing.assert_array_equal(sums.numpy().astype(np.int64)[full], live[full])
+        assert (c >= 1).all() and (c <= n - 1).all()
+
+
+@pytest.mark.slow
+def test_twenty_switch_restarts_mid_job_never_deadlock():
+    """H3 at the issue's scale: 20 restarts mid-job (C loop), no deadlock, every sum exact."""
+    n, restarts = 3, 20
+    codec = THCCodec()
+    xs = worker_data(n, 64 * 1024, 6)
+    with EmbeddedNetwork(n, num_slots=32) as net:
+        aggs = _aggregators(net, 1, True, SlotConfig(give_up=60.0, max_rto=0.2))
+        try:
+            got, did = restarts_mid_job(net, aggs, xs, codec, restarts, iterations=restarts * 4 + 4)
+        finally:
+            for a in aggs:
+                a.ep.close()
+    assert did == restarts
+    for k in range(len(got[0])):
+        ref = simulated_allreduce(codec, xs, round=k).average
+        for per_rank in got:
+            assert torch.equal(per_rank[k], ref)
