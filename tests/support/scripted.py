@@ -85,9 +85,12 @@ class ScriptedSwitch:
         self.sock.close()
 
 
-def scripted_exchange(native: bool, n: int = 300, W: int = 16, expect: bool | None = None) -> tuple:
-    sw = ScriptedSwitch()
-    ep = UdpEndpoint(sw.address, bind=("127.0.0.1", 0))
+def scripted_exchange(native: bool, n: int = 300, W: int = 16, expect: bool | None = None,
+                      sw: ScriptedSwitch | None = None, ep: UdpEndpoint | None = None) -> tuple:
+    """One exchange of ``n`` packets through a scripted switch (``sw``, or a new one) from ``ep``
+    (or a new UDP endpoint); returns (window, lanes, counts, the switch's log, payload)."""
+    sw = sw or ScriptedSwitch()
+    ep = ep or UdpEndpoint(sw.address, bind=("127.0.0.1", 0))
     win = SlotWindow(ep, job_id=7, rank=0, world=2, num_slots=W,
                      config=SlotConfig(rto=0.15, max_rto=0.4), round_base=0xFFFFFFF0)
     win.native = native

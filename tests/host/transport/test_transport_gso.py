@@ -80,8 +80,6 @@ def test_c_loop_falls_back_to_single_datagrams_where_the_route_cannot_segment():
     import socket
     import threading
 
-    from host.protocol.layout import COORDS_PER_PACKET, MsgType
-    from host.transport.slots import SlotConfig, SlotWindow
     from tests.support.scripted import ScriptedSwitch, scripted_exchange
 
     class LiteSwitch(ScriptedSwitch):
@@ -102,23 +100,7 @@ def test_c_loop_falls_back_to_single_datagrams_where_the_route_cannot_segment():
     ep.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, 136)
     ep.sock.bind(("127.0.0.1", 0))
     ep.sock.setblocking(False)
-    n = 300
-    win = SlotWindow(ep, job_id=7, rank=0, world=2, num_slots=16,
-                     config=SlotConfig(rto=0.15, max_rto=0.4), round_base=0xFFFFFFF0)
-    win.native = True
-    rng = np.random.default_rng(5)      # the payload _scripted_exchange sends
-    payload = rng.integers(0, 256, size=n * 128, dtype=np.uint8)
-    counts = np.full(n, COORDS_PER_PACKET, dtype=np.int64)
-    counts[-1] = 17
-    offsets = np.arange(n, dtype=np.int64) * COORDS_PER_PACKET
-    out = np.zeros(n * COORDS_PER_PACKET, dtype=np.uint32)
-    cnt = np.zeros(n, dtype=np.int32)
-    try:
-        win.exchange_into("data", MsgType.DATA, 4, payload, counts, offsets, MsgType.RESULT,
-                          out, 2, cnt)
-    finally:
-        ep.close()
-        sw.close()
+    win, out, cnt, _, payload = scripted_exchange(True, sw=sw, ep=ep)
     assert win.last_native
     _, ref_out, ref_cnt, _, ref_payload = scripted_exchange(False)
     assert np.array_equal(ref_payload, payload)
