@@ -4,17 +4,18 @@ Prometheus text format while it trains (TrainConfig.metrics_port, host/transport
 from __future__ import annotations
 
 import http.client
+import socket
 import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from control_plane.cli.train import network_for, session
 from host.ddp.baselines import CompressorSpec
-from host.softswitch.launch import free_port
 from host.thc.config import THCConfig
 from host.training.harness import TrainConfig, train
 
@@ -30,9 +31,24 @@ class _Args:
     worker_ips = None
 
 
+def _free_pair_below_ephemeral() -> int:
+    """Two free TCP ports N, N+1 below the kernel's ephemeral range: the scrape loop's connects
+    to a port nobody listens on yet can then never take (self-connect) the port a worker binds."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for port in range(low - 2000, low - 1, 2):
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 1))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no two free ports below the ephemeral range")
+
+
 @pytest.mark.slow
 def test_each_worker_serves_its_metrics_while_training():
-    port = free_port(1)   # SOCK_STREAM; rank r serves on port + r
+    port = _free_pair_below_ephemeral()   # rank r serves on port + r
     done = threading.Event()
     report: dict = {}
     with network_for(_Args(), THCConfig()) as net:
