@@ -88,6 +88,20 @@ def test_stamp_detects_edited_outputs(tmp_path, monkeypatch):
     assert stale and "outputs differ" in why
 
 
+def test_a_rebuild_that_reproduces_the_outputs_keeps_the_stamp(tmp_path):
+    build = _build_module()
+    stamp = tmp_path / "stamp.json"
+    first = {"seconds": 39.8, "peak_rss_mib": 625, "output": ""}
+    assert build.write_stamp(stamp, "src", "out", "p4c 1.2.4.8", first)
+    before = stamp.read_bytes()
+    again = {"seconds": 51.2, "peak_rss_mib": 640, "output": "warning: x"}
+    assert not build.write_stamp(stamp, "src", "out", "p4c 1.2.4.8", again)
+    assert stamp.read_bytes() == before
+    # other outputs (or another compiler) do rewrite it, with the new compile's figures
+    assert build.write_stamp(stamp, "src", "out2", "p4c 1.2.4.8", again)
+    assert json.loads(stamp.read_text())["compile_seconds"] == 51.2
+
+
 def test_build_without_p4c_says_so_and_changes_nothing(tmp_path):
     before = {p: p.read_bytes() for p in P4_BUILD.rglob("*") if p.is_file()}
     # A PATH with python's directory but no p4c.
