@@ -301,6 +301,23 @@ def test_a_dead_rank_costs_one_deadline_not_one_per_packet(native):
         assert full.mean() > 0.5
         np.testing.assert_array_equal(sums.numpy().astype(np.int64)[full], live[full])
         assert (c >= 1).all() and (c <= n - 1).all()
+        _exact_over_contributors(sums.numpy().astype(np.int64), c, vals[: n - 1])
+
+
+def _exact_over_contributors(sums: np.ndarray, counts: np.ndarray, vals: list) -> None:
+    """Every packet's sum is exactly the sum of ``count`` of the live ranks' values: the
+    switch's count is honest about who is in, and nothing else is (no dead rank, no double
+    count, no stale round)."""
+    from itertools import combinations
+
+    live = range(len(vals))
+    P = lay.COORDS_PER_PACKET
+    for k in range(len(sums) // P):
+        sl = slice(k * P, (k + 1) * P)
+        m = int(counts[k * P])
+        assert (counts[sl] == m).all()
+        assert any(np.array_equal(sums[sl], sum(vals[r][sl] for r in who))
+                   for who in combinations(live, m)), (k, m)
 
 
 @pytest.mark.slow
