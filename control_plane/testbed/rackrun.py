@@ -88,7 +88,7 @@ def _allreduce_worker(rank: int, world: int, elements: int, repeats: int, spec, 
     if "thc" in which:
         codec = THCCodec()
         agg = spec.connect(rank, world)
-        times, first = [], None
+        times, first, ok = [], None, False
         try:
             for _ in range(repeats):
                 dist.barrier()
@@ -97,8 +97,9 @@ def _allreduce_worker(rank: int, world: int, elements: int, repeats: int, spec, 
                 times.append(time.perf_counter() - t0)
                 if first is None:
                     first = res
+            ok = True
         finally:
-            agg.ep.close()
+            agg.close(finish=ok)   # the closing exchange (docs/transport.md)
         out["thc_s"] = times
         # the codec alone on the same tensor (norms, encode, decode; no network): what the
         # all-reduce costs without any transport, on the same loaded CPU

@@ -55,12 +55,14 @@ def main(argv: list[str] | None = None) -> int:
                                                  policy=args.policy))
     outs = []
     t0 = time.monotonic()
+    ok = False
     try:
         for rnd in range(args.rounds):
             outs.append(agg.allreduce(tensor(args.seed, args.rank, rnd, args.size), codec).numpy())
+        elapsed = time.monotonic() - t0
+        ok = True
     finally:
-        ep.close()
-    elapsed = time.monotonic() - t0
+        agg.close(finish=ok)   # the closing exchange (docs/transport.md) after a full run
     out = Path(args.out)
     np.save(out, np.stack(outs))
     out.with_suffix(".json").write_text(json.dumps({

@@ -137,6 +137,7 @@ def _train(rank: int, cfg: TrainConfig) -> dict:
         from host.training.progress import Progress
 
         bar = Progress(steps, f"{cfg.task}/{cfg.spec.label}")
+    failed = False
     try:
         for step in range(steps):
             x, y = task.batch(step, rank, n)
@@ -176,12 +177,15 @@ def _train(rank: int, cfg: TrainConfig) -> dict:
             records.append(rec)
             if bar is not None:
                 bar.update(1)
+    except BaseException:
+        failed = True
+        raise
     finally:
         meter.uninstall()
         if bar is not None:
             bar.close()
-        if agg is not None:
-            agg.ep.close()
+        if agg is not None:   # the closing exchange (H3) unless this worker failed
+            agg.close(finish=not failed)
         if exporter is not None:
             exporter.close()
     return {"task": cfg.task, "compressor": cfg.spec.label, "workers": n, "steps": steps,

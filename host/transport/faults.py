@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from host.transport.ports import Endpoint
@@ -154,6 +154,13 @@ class FaultyRelay:
     **faults
         :class:`FaultyEndpoint` parameters (loss_pct, dup_pct, reorder_pct, delay_ms,
         reorder_ms, seed, die_after).
+
+    Attributes
+    ----------
+    drop_down : callable, optional
+        ``drop_down(datagram) -> bool``: datagrams towards the worker for which it returns
+        True are dropped (a test cuts one kind of answer off, e.g. a worker that does not get
+        a round's results while the others do); None (default) drops nothing more.
     """
 
     def __init__(self, switch: tuple[str, int], bind_ip: str, **faults: float) -> None:
@@ -169,6 +176,7 @@ class FaultyRelay:
         self.front.setblocking(False)
         self.back = FaultyEndpoint(UdpEndpoint(switch, bind=(bind_ip, 0)), **faults)
         self.worker: tuple[str, int] | None = None
+        self.drop_down: Callable[[bytes], bool] | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="faulty-relay")
         self._thread.start()
@@ -198,8 +206,11 @@ class FaultyRelay:
                 self.back.send_many(up)
             down = self.back.recv_many(0.0)
             if down and self.worker is not None:
+                cut = self.drop_down
                 for d in down:
-                    self.front.sendto(bytes(d), self.worker)
+                    b = bytes(d)
+                    if cut is None or not cut(b):
+                        self.front.sendto(b, self.worker)
 
     def close(self) -> None:
         """Stop the thread and close both sockets."""

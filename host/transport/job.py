@@ -37,7 +37,7 @@ from host.thc.feedback import ErrorFeedback
 from host.thc.layout import Segment, split_layout
 from host.thc.packing import packed_size
 from host.transport.ports import Endpoint
-from host.transport.slots import SlotConfig, SlotWindow
+from host.transport.slots import SlotConfig, SlotTimeoutError, SlotWindow
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +173,56 @@ class NetworkAggregator:
         self.bytes_received = 0
         #: tensor elements summed through the switch (the goodput's numerator)
         self.coordinates = 0
+        #: outcome of :meth:`finish` (None: not run yet)
+        self.finished: bool | None = None
+
+    # -- leaving the job ------------------------------------------------------------------
+    def finish(self) -> bool:
+        """The closing exchange: one NORM packet that every worker sends after its last
+        all-reduce, before it leaves the job (issue 16, H3; docs/transport.md, "Leaving a job").
+
+        It completes only when every worker has sent it, that is when every worker holds every
+        result of the job. While it waits, the slot window keeps answering repair needs (its
+        stored last-answered packets go out again after two silent retransmissions), so a
+        worker still waiting for the job's last round after a switch restart gets that round
+        completed by the workers that already had it. Bounded: ``give_up`` seconds without an
+        answer (``exact``; the switch restarted while releasing this very packet and the
+        others have left, or a worker died after its last all-reduce) or the ``deadline``
+        (``partial``) end it without an error — this worker's own results are complete either
+        way. Runs once; later calls return the first outcome.
+
+        Returns
+        -------
+        bool
+            True when every worker was in the closing exchange.
+        """
+        if self.finished is not None:
+            return self.finished
+        body = np.zeros(NORMS_PER_PACKET, dtype=">f4")
+        out = np.zeros(NORMS_PER_PACKET, dtype=np.uint32)
+        cnt = np.zeros(1, dtype=np.int32)
+        try:
+            self.window.exchange_into("norm", MsgType.NORM, NORMS.bits, body.view(np.uint8),
+                                      np.array([1]), np.array([0], dtype=np.int64),
+                                      MsgType.NORM_RESULT, out, 4, cnt)
+            self.finished = int(cnt[0]) == self.spec.world
+        except SlotTimeoutError as exc:
+            log.warning("job %d rank %d: the closing exchange ended unconfirmed (%s); this "
+                        "worker's results are complete", self.spec.job_id, self.spec.rank, exc)
+            self.finished = False
+        size = THC_HEADER_BYTES + NORMS.nbytes
+        self.bytes_sent += size
+        self.bytes_received += size
+        return self.finished
+
+    def close(self, finish: bool = True) -> None:
+        """Leave the job: :meth:`finish` (unless ``finish=False``: after a failure, when this
+        worker's results are not complete anyway), then close the endpoint."""
+        try:
+            if finish:
+                self.finish()
+        finally:
+            self.ep.close()
 
     # -- Aggregator interface ------------------------------------------------------------
     @property

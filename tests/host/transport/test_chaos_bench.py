@@ -14,8 +14,8 @@ REPO = Path(__file__).resolve().parents[3]
 def test_chaos_benchmark_runs_every_class_and_sums_stay_exact():
     p = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "chaos.py"), "--json", "--restarts", "1",
-         "--iterations", "1", "--elements", "8192", "--dead-packets", "256", "--give-up", "1.5",
-         "--streams", "4"],
+         "--iterations", "1", "--elements", "8192", "--dead-packets", "256", "--dead-repeats", "1",
+         "--give-up", "1.5", "--streams", "4"],
         capture_output=True, text=True, timeout=300, cwd=REPO, check=False)
     assert p.returncode == 0, p.stderr[-2000:]
     r = json.loads(p.stdout[p.stdout.index("{"):])
@@ -24,5 +24,5 @@ def test_chaos_benchmark_runs_every_class_and_sums_stay_exact():
     assert r["far_future_rounds"]["after_switch_restart_exact"]
     assert r["switch_restarts"]["restarts"] == 1 and r["switch_restarts"]["deadlocks"] == 0
     assert r["switch_restarts"]["exact"]
-    assert r["dead_rank_partial"]["exact_where_full"]
+    assert r["dead_rank_partial"]["exact_where_full"] and r["dead_rank_partial"]["repeats"] == 1
     assert r["idle_streams"]["answered"]

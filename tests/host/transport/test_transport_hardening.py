@@ -18,6 +18,7 @@ from host.protocol import layout as lay
 from host.thc import THCCodec
 from host.thc.simulate import allreduce as simulated_allreduce
 from host.transport import slots as slotmod
+from host.transport.faults import FaultyRelay
 from host.transport.job import JobSpec, NetworkAggregator
 from host.transport.ports import UdpEndpoint
 from host.transport.slots import SlotConfig
@@ -204,6 +205,65 @@ def test_switch_restarts_mid_job_never_deadlock(native):
 
 
 @pytest.mark.parametrize("native", NATIVE)
+def test_a_switch_restart_during_the_last_round_of_a_job_completes(native):
+    """H3, the job's last exchange: ranks 0 and 1 get every result of the job's last
+    all-reduce and leave (``close``); rank 2's results of that round are cut off (a relay drops
+    its RESULTs) until the switch has been restarted and re-applied, so the stored results and
+    the contributions of ranks 0 and 1 died with it. Before the closing exchange, ranks 0 and 1
+    had closed their sockets and rank 2 timed out naming them; now they wait in the closing
+    exchange, their repairs complete rank 2's round, and every rank's sum is exact."""
+    n = 3
+    codec = THCCodec()
+    xs = worker_data(n, 16 * 256, 11)
+    with EmbeddedNetwork(n, num_slots=16) as net:
+        cfg = SlotConfig(give_up=20.0, max_rto=0.2)
+        aggs = _aggregators(net, 1, native, cfg, ranks=range(n - 1))
+        a2 = net.address(2)
+        relay = FaultyRelay(a2.switch, a2.ip)
+        ep2 = UdpEndpoint(relay.address, bind=(a2.ip, 0))
+        agg2 = NetworkAggregator(ep2, JobSpec(net.job_id, 2, n, num_slots=16), cfg)
+        agg2.window.native = native and slotmod.NATIVE
+        aggs.append(agg2)
+        cut = threading.Event()
+        cut.set()
+        relay.drop_down = lambda d: cut.is_set() and wire.unpack_header(d).msg_type == lay.MsgType.RESULT
+        reduced = [threading.Event() for _ in range(n)]
+        closed = [threading.Event() for _ in range(n)]
+
+        def work(r: int) -> torch.Tensor:
+            out = aggs[r].allreduce(xs[r], codec)      # the job's one and last all-reduce
+            reduced[r].set()
+            aggs[r].close()
+            closed[r].set()
+            return out
+
+        def chaos() -> None:
+            for r in (0, 1):
+                assert reduced[r].wait(60)
+            rank2_waiting = not reduced[2].is_set()
+            net.restart_switch()
+            cut.clear()
+            seen.append(rank2_waiting)
+
+        seen: list[bool] = []
+        th = threading.Thread(target=chaos, daemon=True)
+        th.start()
+        try:
+            got = run_workers(n, work, timeout=120)
+        finally:
+            th.join(60)
+            relay.close()
+            for a in aggs:
+                a.ep.close()
+    assert seen == [True]                       # rank 2 still waited for the last round
+    ref = simulated_allreduce(codec, xs, round=0).average
+    for g in got:
+        assert torch.equal(g, ref)
+    assert all(a.finished for a in aggs)        # every rank was in the closing exchange
+    assert sum(a.window.stats.repairs for a in aggs[:2]) > 0
+
+
+@pytest.mark.parametrize("native", NATIVE)
 def test_a_dead_rank_costs_one_deadline_not_one_per_packet(native):
     """H4: rank 3 never shows up. Only the first window waits the full deadline; once a
     partial result names rank 3, every later packet asks for its slot's sum after about one
@@ -241,6 +301,23 @@ def test_a_dead_rank_costs_one_deadline_not_one_per_packet(native):
         assert full.mean() > 0.5
         np.testing.assert_array_equal(sums.numpy().astype(np.int64)[full], live[full])
         assert (c >= 1).all() and (c <= n - 1).all()
+        _exact_over_contributors(sums.numpy().astype(np.int64), c, vals[: n - 1])
+
+
+def _exact_over_contributors(sums: np.ndarray, counts: np.ndarray, vals: list) -> None:
+    """Every packet's sum is exactly the sum of ``count`` of the live ranks' values: the
+    switch's count is honest about who is in, and nothing else is (no dead rank, no double
+    count, no stale round)."""
+    from itertools import combinations
+
+    live = range(len(vals))
+    P = lay.COORDS_PER_PACKET
+    for k in range(len(sums) // P):
+        sl = slice(k * P, (k + 1) * P)
+        m = int(counts[k * P])
+        assert (counts[sl] == m).all()
+        assert any(np.array_equal(sums[sl], sum(vals[r][sl] for r in who))
+                   for who in combinations(live, m)), (k, m)
 
 
 @pytest.mark.slow
