@@ -17,7 +17,7 @@ from host.protocol.jobs import lane_problem
 from host.thc.config import THCConfig, THCConfigError
 from host.thc.lanes import LaneOverflowError, lane_bits
 from host.training.harness import TrainConfig, TrainingError, train
-from host.training.report import gaps, plot_comparison, summarize
+from host.training.report import TARGET_WINDOW, gaps, plot_comparison, summarize
 from host.training.tasks import TASKS, make_task
 from host.transport.job import NetworkSpec, session_round_base
 
@@ -60,6 +60,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", type=float,
                         help="held-out metric that counts as reached for time-to-target "
                         "(default: the task's, digits 0.95 accuracy, charlm 3.15 bits/char)")
+    parser.add_argument("--target-window", type=int, default=TARGET_WINDOW,
+                        help="time-to-target rule, the same for every compressor: the target "
+                        "counts as reached at the first evaluation where the mean of the last "
+                        f"this many held-out evaluations reaches it (default {TARGET_WINDOW}; 1: "
+                        "the first evaluation that reaches it)")
     parser.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP bucket size")
     net = parser.add_argument_group("in-network aggregation (THC runs only)")
     net.add_argument("--aggregator", choices=["torch", "network"], default="torch",
@@ -91,7 +96,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _validate(args: argparse.Namespace) -> THCConfig:
-    for name in ("workers", "steps", "eval_every", "powersgd_rank"):
+    for name in ("workers", "steps", "eval_every", "powersgd_rank", "target_window"):
         v = getattr(args, name)
         if v is not None and v < 1:
             raise UsageError(f"--{name.replace('_', '-')}={v}: must be >= 1")
@@ -244,7 +249,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"netco train: failed on the rack: {exc}", file=sys.stderr)
             return 1
         for spec, r in zip(specs, runs, strict=True):
-            summaries[spec.label] = summarize(r, target=target, time_basis="measured")
+            summaries[spec.label] = summarize(r, target=target, time_basis="measured",
+                                              window=args.target_window)
             summaries[spec.label]["aggregator"] = r.get("aggregator")
     else:
         with network_for(args, thc_cfg) as network:
@@ -261,13 +267,16 @@ def run(args: argparse.Namespace) -> int:
                     print(f"netco train: {spec.label} failed: {exc}", file=sys.stderr)
                     return 1
                 runs.append(r)
-                summaries[spec.label] = summarize(r, target=target, link_mbps=args.link_mbps)
+                summaries[spec.label] = summarize(r, target=target, link_mbps=args.link_mbps,
+                                                  window=args.target_window)
                 summaries[spec.label]["aggregator"] = r.get("aggregator")
     gap = gaps(summaries, task.higher_is_better)
     report = {
         "task": args.task, "workers": args.workers, "seed": args.seed, "steps": runs[0]["steps"],
         "params": runs[0]["params"], "metric": task.metric_name,
-        "higher_is_better": task.higher_is_better, "target": target, "link_mbps": args.link_mbps,
+        "higher_is_better": task.higher_is_better, "target": target,
+        "target_rule": next(iter(summaries.values()))["target_rule"],
+        "link_mbps": args.link_mbps,
         "time_basis": basis,
         "network": (f"namespace rack, links shaped to {args.link_mbps:g} Mbit/s"
                     if args.testbed else "loopback" + (" (link time emulated)" if args.link_mbps
@@ -289,5 +298,6 @@ def run(args: argparse.Namespace) -> int:
         print()
     else:
         _print_table(summaries, gap, task.metric_name, args.link_mbps, basis)
+        print(f"steps to target: {report['target_rule']} ({target:g}), every compressor alike")
         print(f"report: {out}" + (f", plot: {report['plot_path']}" if args.compare else ""))
     return 0

@@ -32,7 +32,8 @@ def _say(msg: str) -> None:
 def train_compare(task: str, workers: int, link_mbps: float | None, specs: list[dict], *,
                   steps: int | None = None, eval_every: int | None = None, seed: int = 0,
                   lr: float | None = None, bucket_cap_mb: float = 25.0, thc: dict | None = None,
-                  progress: bool = False, quiet: bool = False, timeout_s: float = 1800.0) -> dict:
+                  progress: bool = False, quiet: bool = False, timeout_s: float = 1800.0,
+                  thc_pipelined: bool = True) -> dict:
     """Train ``task`` once per compressor spec on one shaped rack; wall-clock times measured.
 
     ``specs`` are :class:`host.ddp.baselines.CompressorSpec` fields as dicts. Returns
@@ -44,7 +45,7 @@ def train_compare(task: str, workers: int, link_mbps: float | None, specs: list[
     from host.training.harness import TrainConfig, train
 
     thc_cfg = THCConfig(**(thc or {}))
-    with NamespaceRack(workers, link_mbps) as rack:
+    with NamespaceRack(workers, link_mbps, granularity=thc_cfg.granularity) as rack:
         rep = rack.report()
         if not quiet:
             _say(f"  namespace rack up ({'rootless' if rep['rootless'] else 'root'}): {workers} "
@@ -59,7 +60,8 @@ def train_compare(task: str, workers: int, link_mbps: float | None, specs: list[
             r = train(TrainConfig(task=task, spec=spec, workers=workers, steps=steps,
                                   eval_every=eval_every, seed=seed, lr=lr, thc=thc_cfg,
                                   bucket_cap_mb=bucket_cap_mb, progress=progress, network=net,
-                                  netns=rack.netns_paths, timeout_s=timeout_s))
+                                  netns=rack.netns_paths, timeout_s=timeout_s,
+                                  thc_pipelined=thc_pipelined))
             r["elapsed_s"] = time.perf_counter() - t0
             runs.append(r)
         status = [s.to_json() for s in rack.embedded.status()] if rack.embedded else []
@@ -98,7 +100,7 @@ def _allreduce_worker(rank: int, world: int, elements: int, repeats: int, spec, 
                 if first is None:
                     first = res
         finally:
-            agg.ep.close()
+            agg.close()
         out["thc_s"] = times
         # the codec alone on the same tensor (norms, encode, decode; no network): what the
         # all-reduce costs without any transport, on the same loaded CPU
