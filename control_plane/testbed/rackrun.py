@@ -33,7 +33,7 @@ def train_compare(task: str, workers: int, link_mbps: float | None, specs: list[
                   steps: int | None = None, eval_every: int | None = None, seed: int = 0,
                   lr: float | None = None, bucket_cap_mb: float = 25.0, thc: dict | None = None,
                   progress: bool = False, quiet: bool = False, timeout_s: float = 1800.0,
-                  thc_pipelined: bool = True) -> dict:
+                  thc_pipelined: bool = True, num_slots: int = 64) -> dict:
     """Train ``task`` once per compressor spec on one shaped rack; wall-clock times measured.
 
     ``specs`` are :class:`host.ddp.baselines.CompressorSpec` fields as dicts. Returns
@@ -45,7 +45,8 @@ def train_compare(task: str, workers: int, link_mbps: float | None, specs: list[
     from host.training.harness import TrainConfig, train
 
     thc_cfg = THCConfig(**(thc or {}))
-    with NamespaceRack(workers, link_mbps, granularity=thc_cfg.granularity) as rack:
+    with NamespaceRack(workers, link_mbps, granularity=thc_cfg.granularity,
+                       num_slots=num_slots) as rack:
         rep = rack.report()
         if not quiet:
             _say(f"  namespace rack up ({'rootless' if rep['rootless'] else 'root'}): {workers} "

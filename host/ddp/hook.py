@@ -135,6 +135,9 @@ class THCHookState:
         self.trace: list[dict] | None = [] if trace else None
         self._keys: dict[int, int] = {}
         self.pipelined = pipelined
+        #: The first error of a bucket summed on the background thread (DDP re-raises it as
+        #: a RuntimeError from ``backward``; :meth:`raise_error` gives back the original).
+        self.error: BaseException | None = None
         self.phases: dict[str, float] = {}
         self._pool: ThreadPoolExecutor | None = None
 
@@ -198,6 +201,11 @@ class THCHookState:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="thc-hook")
         return self._pool
 
+    def raise_error(self) -> None:
+        """Raise :attr:`error` if a pipelined bucket failed (call where ``backward`` raised)."""
+        if self.error is not None:
+            raise self.error
+
     def close(self) -> None:
         """Stop the background thread (after the last step)."""
         if self._pool is not None:
@@ -226,8 +234,8 @@ class THCHookState:
             self.memory[key] = residual[off : off + n].clone()
 
 
-def _check_finite(state: THCHookState, agg: Aggregator, x: torch.Tensor, bucket_index: int
-                  ) -> torch.Tensor:
+def _check_finite(state: THCHookState, agg: Aggregator, x: torch.Tensor, bucket_index: int,
+                  step: int | None = None) -> torch.Tensor:
     """Agree on the chunk norms and, in the same all-reduce, on which ranks hold NaN/Inf."""
     n, rank = agg.world_size, agg.rank
     local_error = None
@@ -244,7 +252,7 @@ def _check_finite(state: THCHookState, agg: Aggregator, x: torch.Tensor, bucket_
     if bad:
         here = f"; on this rank: {local_error}" if local_error else ""
         raise NonFiniteGradientError(
-            f"THC hook, step {state.iter}, bucket {bucket_index}: rank(s) {bad} of {n} passed "
+            f"THC hook, step {state.iter if step is None else step}, bucket {bucket_index}: rank(s) {bad} of {n} passed "
             f"NaN/Inf gradients (raised on rank {rank}){here}"
         )
     agreed = agreed[: norms.numel()].contiguous()
@@ -365,7 +373,7 @@ def _pipelined_bucket(state: THCHookState, agg, bucket: dist.GradBucket, buf: to
                                         "memory": mem.clone()})
                 x = flat + mem
             t1 = time.perf_counter()
-            norms = _check_finite(state, agg, x, idx)
+            norms = _check_finite(state, agg, x, idx, step=rnd)
             t2 = time.perf_counter()
             res = torch.empty_like(x) if state.error_feedback else None
             timing = agg.reduce_into(x, state.codec, norms, flat, round=rnd, stream=idx,
@@ -381,6 +389,8 @@ def _pipelined_bucket(state: THCHookState, agg, bucket: dist.GradBucket, buf: to
             state.add_phase("cpu", time.thread_time() - c0)
             fut.set_result(buf)
         except BaseException as exc:  # noqa: BLE001 - handed to DDP through the future
+            if state.error is None:
+                state.error = exc
             fut.set_exception(exc)
 
     state.pool().submit(work)

@@ -152,7 +152,12 @@ def _train(rank: int, cfg: TrainConfig) -> dict:
             loss = task.loss(ddp, x, y)
             if cfg.inject_nan is not None and cfg.inject_nan == (rank, step):
                 loss = loss * float("nan")
-            loss.backward()
+            try:
+                loss.backward()
+            except RuntimeError:
+                if isinstance(state, THCHookState):  # the hook's own error, not DDP's wrapper
+                    state.raise_error()
+                raise
             opt.step()
             sched.step()
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0

@@ -13,7 +13,7 @@ from host.aggregation import _Clock, lane_dtype
 from host.ddp.baselines import CompressorSpec, compare_set
 from host.errors import UsageError
 from host.thc.lanes import LaneOverflowError
-from host.training.report import gaps, link_seconds, plot_comparison, summarize
+from host.training.report import gaps, link_seconds, plot_comparison, smoothed, summarize
 from host.training.tasks import make_task, stdlib_corpus
 
 
@@ -108,6 +108,28 @@ def test_summary_link_emulation_and_time_to_target():
     assert g["thc"]["loss_rel"] == pytest.approx(0.01)
 
 
+def test_time_to_target_needs_the_smoothed_metric_not_one_lucky_evaluation():
+    # a noisy edge: 0.951 at step 2, back under at 3 and 4, held from step 5 on
+    metrics = [0.90, 0.951, 0.94, 0.945, 0.96, 0.962, 0.965]
+    run = {"compressor": "x", "higher_is_better": True, "params": 1000,
+           "records": [_run(i + 1, m, 500, 1000, 0.1) for i, m in enumerate(metrics)]}
+    raw = summarize(run, target=0.95, time_basis="measured")
+    assert raw["steps_to_target"] == 2 == raw["first_crossing_step"]
+    s = summarize(run, target=0.95, time_basis="measured", window=3)
+    # trailing means: ..., (0.945 + 0.96 + 0.962) / 3 = 0.9557 at step 6, 0.9490 at step 5
+    assert smoothed(metrics, 3)[4] < 0.95 < smoothed(metrics, 3)[5]
+    assert s["steps_to_target"] == 6 and s["first_crossing_step"] == 2
+    assert s["time_to_target_s"] == pytest.approx(6 * 0.11)
+    assert s["target_window"] == 3 and "last 3 evaluations" in s["target_rule"]
+    # lower is better (bits per character): the same rule, the other way
+    low = summarize({**run, "higher_is_better": False, "records": [
+        _run(i + 1, m, 500, 1000, 0.1) for i, m in enumerate([3.5, 3.1, 3.3, 3.12, 3.1])]},
+        target=3.15, time_basis="measured", window=2)
+    assert low["first_crossing_step"] == 2 and low["steps_to_target"] == 5
+    with pytest.raises(ValueError, match="window"):
+        summarize(run, target=0.95, window=0)
+
+
 def test_time_basis_labels_measured_and_emulated_times():
     run = {"compressor": "x", "higher_is_better": True, "params": 1000, "records": [
         _run(1, 0.5, 500, 1000, 0.1), _run(2, 0.9, 500, 1000, 0.3)]}
@@ -161,6 +183,7 @@ def test_compare_set_labels():
     (["--workers", "0"], "--workers"),
     (["--link-mbps", "0"], "--link-mbps"),
     (["--steps", "-3"], "--steps"),
+    (["--target-window", "0"], "--target-window"),
     (["--granularity", "3"], "granularity"),
     (["--workers", "70000", "--granularity", "65535"], "32-bit lane"),
     (["--testbed", "rack"], "--link-mbps"),
