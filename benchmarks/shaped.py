@@ -88,7 +88,7 @@ def training_rows(args: argparse.Namespace) -> list[dict]:
         runs = out["runs"]
         target = args.target if args.target is not None else runs[0]["default_target"]
         summ = {_label(s): summarize(r, target=target, time_basis="measured",
-                                     window=args.target_window)
+                                     window=args.target_window, held=True)
                 for s, r in zip(TRAIN_SPECS, runs, strict=True)}
         thc_run = next(r for s, r in zip(TRAIN_SPECS, runs, strict=True) if s["kind"] == "thc")
         rows.append({
@@ -147,8 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-every", type=int, help="held-out evaluation period (default: the "
                    "task's; digits-wide evaluates every step)")
     p.add_argument("--target-window", type=int, default=3,
-                   help="time-to-target rule: first evaluation whose mean over the last this "
-                   "many evaluations reaches the target (default 3, the same for every method)")
+                   help="time-to-target rule, the same for every method: first evaluation "
+                   "from which the mean of the last this many evaluations stays at or past the "
+                   "target to the end of the run (default 3)")
     p.add_argument("--granularity", type=int, default=30,
                    help="THC g (table values 0..g; lanes stay 8 bits while workers*g <= 255)")
     p.add_argument("--skip-allreduce", action="store_true", help="no all-reduce timings")

@@ -57,12 +57,13 @@ class StepBytes:
     received: int
 
 
-#: The hook's phases (:meth:`THCHookState.take_phases`, seconds summed over a step's buckets): ``prepare`` (error memory gathered and added),
-#: ``norms`` (chunk norms and their agreement across workers), ``encode``, ``network`` (the
-#: exchanges' own time on the network thread, overlapped with the codec), ``wait`` (codec
-#: thread blocked on the network), ``decode``, ``residual`` (error memory scattered back),
-#: ``hook`` (the hook's time on the backward thread: with a pipelined aggregator it only
-#: hands the bucket over), ``cpu`` (CPU time of the thread that ran the bucket's work).
+#: The hook's phases (:meth:`THCHookState.take_phases`, seconds summed over a step's
+#: buckets): ``prepare`` (error memory gathered and added), ``norms`` (chunk norms and their
+#: agreement across workers), ``encode``, ``network`` (the exchanges' own time on the network
+#: thread, overlapped with the codec), ``wait`` (codec thread blocked on the network),
+#: ``decode``, ``residual`` (error memory scattered back), ``hook`` (the hook's time on the
+#: backward thread: with a pipelined aggregator it only hands the bucket over), ``cpu`` (CPU
+#: time of the thread that ran the bucket's work).
 PHASES = ("prepare", "norms", "encode", "network", "wait", "decode", "residual", "hook", "cpu")
 
 
@@ -252,7 +253,8 @@ def _check_finite(state: THCHookState, agg: Aggregator, x: torch.Tensor, bucket_
     if bad:
         here = f"; on this rank: {local_error}" if local_error else ""
         raise NonFiniteGradientError(
-            f"THC hook, step {state.iter if step is None else step}, bucket {bucket_index}: rank(s) {bad} of {n} passed "
+            f"THC hook, step {state.iter if step is None else step}, bucket {bucket_index}: "
+            f"rank(s) {bad} of {n} passed "
             f"NaN/Inf gradients (raised on rank {rank}){here}"
         )
     agreed = agreed[: norms.numel()].contiguous()
@@ -388,7 +390,7 @@ def _pipelined_bucket(state: THCHookState, agg, bucket: dist.GradBucket, buf: to
             state.add_phase("residual", time.perf_counter() - t3)
             state.add_phase("cpu", time.thread_time() - c0)
             fut.set_result(buf)
-        except BaseException as exc:  # noqa: BLE001 - handed to DDP through the future
+        except BaseException as exc:  # handed to DDP through the future
             if state.error is None:
                 state.error = exc
             fut.set_exception(exc)

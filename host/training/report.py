@@ -29,9 +29,11 @@ def link_seconds(sent: int, received: int, mbps: float) -> float:
 TIME_BASES = ("measured", "emulated")
 
 
-#: Evaluations averaged by the time-to-target rule (:func:`summarize`): the target counts as
-#: reached at the first evaluation where the mean of the last this many held-out metrics
-#: reaches it, so that one lucky evaluation on a noisy edge does not decide a comparison.
+#: Evaluations averaged by the time-to-target rule of the comparisons (:func:`summarize`,
+#: ``held=True``): the target counts as reached at the first evaluation from which the mean
+#: of the last this many held-out metrics stays at or above it until the end of the run, so
+#: that neither one lucky evaluation on a noisy edge nor one unlucky one later decides a
+#: comparison.
 TARGET_WINDOW = 3
 
 
@@ -44,8 +46,16 @@ def smoothed(metrics: Sequence[float], window: int) -> list[float]:
     return out
 
 
+def target_rule(window: int, held: bool) -> str:
+    """The time-to-target rule of :func:`summarize` in words."""
+    what = (f"the mean of the last {window} evaluations" if window > 1 else "the held-out metric")
+    if held:
+        return f"first evaluation from which {what} stays at or past the target to the end of the run"
+    return f"first evaluation at which {what} reaches the target"
+
+
 def summarize(run: dict, *, target: float, link_mbps: float | None = None,
-              time_basis: str | None = None, window: int = 1) -> dict:
+              time_basis: str | None = None, window: int = 1, held: bool = False) -> dict:
     """Add the headline numbers of one run (from :func:`host.training.harness.train`).
 
     Returns a dict with final metric and held-out loss, bytes per step (mean over all steps,
@@ -54,11 +64,12 @@ def summarize(run: dict, *, target: float, link_mbps: float | None = None,
     with ``link_mbps``, the emulated time (median CPU time per step + link time of the step's
     bytes, summed).
 
-    ``window`` is the time-to-target rule: the target counts as reached at the first
-    evaluation where the trailing mean of the last ``window`` held-out metrics (fewer at the
-    first evaluations) reaches it (:data:`TARGET_WINDOW` in the comparisons; 1 = the first
-    evaluation that reaches it). The first raw crossing is reported too
-    (``first_crossing_step``).
+    ``window`` and ``held`` are the time-to-target rule: the target counts as reached at the
+    first evaluation where the trailing mean of the last ``window`` held-out metrics (fewer at
+    the first evaluations) reaches it and, with ``held``, stays there at every later
+    evaluation of the run (the comparisons use ``window=TARGET_WINDOW, held=True``; the
+    defaults, 1 and False, take the first evaluation that reaches it). The first raw crossing
+    is reported too (``first_crossing_step``).
 
     ``time_basis`` says which of the two is the run's ``time_to_target_s`` / ``time_s``:
     ``"measured"`` (wall clock; the default without ``link_mbps`` and for runs on a shaped
@@ -82,6 +93,7 @@ def summarize(run: dict, *, target: float, link_mbps: float | None = None,
     wall = cum_emul = 0.0
     hit = first = None
     seen: list[float] = []
+    cands: list[tuple[bool, dict]] = []   # per evaluation: (smoothed metric meets, where)
     compute_step = statistics.median(r.get("cpu_s", r["compute_s"]) for r in recs) if recs else 0.0
     for r in recs:
         wall += r["wall_s"]
@@ -95,8 +107,12 @@ def summarize(run: dict, *, target: float, link_mbps: float | None = None,
         sm = smoothed(seen[-window:], window)[-1]
         if first is None and (m >= target if hib else m <= target):
             first = r["step"]
-        if hit is None and (sm >= target if hib else sm <= target):
-            hit = {"step": r["step"], "wall_s": wall, "emulated_s": cum_emul if link_mbps else None}
+        cands.append((sm >= target if hib else sm <= target,
+                      {"step": r["step"], "wall_s": wall, "emulated_s": cum_emul if link_mbps else None}))
+    for i, (ok, where) in enumerate(cands):
+        if ok and (not held or all(c[0] for c in cands[i:])):
+            hit = where
+            break
     last = evals[-1] if evals else {"metric": math.nan, "eval_loss": math.nan}
     return {
         "compressor": run["compressor"],
@@ -116,10 +132,9 @@ def summarize(run: dict, *, target: float, link_mbps: float | None = None,
         "wall_s": wall,
         "emulated_s": cum_emul if link_mbps else None,
         "target": target,
-        "target_rule": (f"first evaluation whose mean over the last {window} evaluations "
-                        f"reaches the target" if window > 1 else
-                        "first evaluation that reaches the target"),
+        "target_rule": target_rule(window, held),
         "target_window": window,
+        "target_held": held,
         "first_crossing_step": first,
         "steps_to_target": hit["step"] if hit else None,
         "wall_to_target_s": hit["wall_s"] if hit else None,

@@ -10,6 +10,7 @@ whole THC round for one tensor.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -426,10 +427,8 @@ class NetworkAggregator:
             for *_, fut in pending:  # an encode failed: let the submitted exchanges end
                 fut.cancel()
                 if not fut.cancelled():
-                    try:
+                    with contextlib.suppress(Exception):  # the encode's error is the one raised
                         fut.result()
-                    except Exception:  # noqa: BLE001 - the encode's error is the one raised
-                        pass
         self.bytes_sent += n_pk * (THC_HEADER_BYTES + nb_pk)
         self.bytes_received += n_pk * (THC_HEADER_BYTES + COORDS_PER_PACKET * lb // 8)
         self.coordinates += lay.numel

@@ -72,11 +72,9 @@ def test_network_nan_stops_every_worker_with_the_hooks_error():
     the hook's own (type and message), not as DDP's wrapper."""
     from host.thc.config import THCConfig
 
-    with network_for(_Args(), THCConfig()) as net:
-        with pytest.raises(TrainingError) as info:
-            train(TrainConfig(task="digits", spec=CompressorSpec("thc"), workers=2, steps=4,
-                              eval_every=2, inject_nan=(1, 2), network=session(net),
-                              timeout_s=120))
+    with network_for(_Args(), THCConfig()) as net, pytest.raises(TrainingError) as info:
+        train(TrainConfig(task="digits", spec=CompressorSpec("thc"), workers=2, steps=4,
+                          eval_every=2, inject_nan=(1, 2), network=session(net), timeout_s=120))
     errors = info.value.errors
     assert sorted(errors) == [0, 1]
     for rank, msg in errors.items():

@@ -121,6 +121,15 @@ def test_time_to_target_needs_the_smoothed_metric_not_one_lucky_evaluation():
     assert s["steps_to_target"] == 6 and s["first_crossing_step"] == 2
     assert s["time_to_target_s"] == pytest.approx(6 * 0.11)
     assert s["target_window"] == 3 and "last 3 evaluations" in s["target_rule"]
+    # held: from step 6 on the mean never drops under again; a dip at the end moves it later
+    assert summarize(run, target=0.95, time_basis="measured", window=3,
+                     held=True)["steps_to_target"] == 6
+    dip = {**run, "records": [*run["records"], _run(8, 0.90, 500, 1000, 0.1),
+                              _run(9, 0.99, 500, 1000, 0.1), _run(10, 0.99, 500, 1000, 0.1)]}
+    assert summarize(dip, target=0.95, window=3)["steps_to_target"] == 6
+    # means at steps 8..10: 0.9417, 0.9517, 0.96: held only from step 9
+    h = summarize(dip, target=0.95, window=3, held=True)
+    assert h["steps_to_target"] == 9 and "stays" in h["target_rule"]
     # lower is better (bits per character): the same rule, the other way
     low = summarize({**run, "higher_is_better": False, "records": [
         _run(i + 1, m, 500, 1000, 0.1) for i, m in enumerate([3.5, 3.1, 3.3, 3.12, 3.1])]},
