@@ -34,7 +34,7 @@ def test_clock_counts_overlapping_intervals_once():
     assert c.take() == 0.0
 
 
-@pytest.mark.parametrize("name", ["digits", "digits-wide", "charlm"])
+@pytest.mark.parametrize("name", ["digits", "digits-wide", "charlm", "charlm-ngram"])
 def test_batches_are_deterministic_and_disjoint_across_ranks(name):
     t1, t2 = make_task(name, seed=3), make_task(name, seed=3)
     x0, y0 = t1.batch(7, 0, 2)
@@ -67,6 +67,37 @@ def test_digits_wide_is_communication_bound_and_learns_from_digits():
     assert 0.0 <= ev.metric < 0.3
     assert isinstance(t.build_optimizer(m.parameters()), torch.optim.Adam)
     assert (t.default_target, t.default_steps) == (0.95, 50)
+
+
+def test_charlm_ngram_is_embedding_heavy_and_its_gradient_is_not_low_rank():
+    from host.training.tasks import ngram_buckets
+
+    t = make_task("charlm-ngram", seed=0)
+    m = t.build_model()
+    assert sum(p.numel() for p in m.parameters()) >= 5_000_000
+    assert m.emb.weight.numel() / sum(p.numel() for p in m.parameters()) > 0.99
+    x, y = t.batch(0, 0, 4)
+    # the k = 3 characters before every window come with it: the 4-grams' history
+    assert x.shape == (t.batch_per_worker, t.context + 3) and y.shape == (t.batch_per_worker, t.context)
+    assert torch.equal(x[:, 4:], y[:, :-1])             # y is x shifted by one character
+    b = ngram_buckets(x, (1, 2, 3, 4), 1 << 16)
+    assert b.shape == (t.batch_per_worker, t.context, 4)
+    per = (1 << 16) // 4                                  # orders live in their own slices
+    assert all(int(b[..., j].min()) >= j * per and int(b[..., j].max()) < (j + 1) * per
+               for j in range(4))
+    ev = t.evaluate(m)
+    assert 5.0 < ev.metric < 9.0                          # untrained: near 7 bits per char
+    # after a few steps, the embedding gradient of one worker's batch: a rank-4 approximation
+    # (what PowerSGD r4 sends) holds well under the whole of its energy
+    opt = t.build_optimizer(m.parameters())
+    for step in range(8):
+        opt.zero_grad()
+        t.loss(m, *t.batch(step, 0, 4)).backward()
+        opt.step()
+    g = m.emb.weight.grad
+    s = torch.linalg.svdvals(g[g.abs().sum(1) > 0]) ** 2
+    assert float(s[:4].sum() / s.sum()) < 0.8
+    assert t.default_eval_every == 1 and not t.higher_is_better
 
 
 def test_charlm_corpus_is_fixed_text_from_the_stdlib():
