@@ -224,11 +224,7 @@ class NetworkAggregator:
         The count is an int when every packet's sum holds all workers, else a per-coordinate
         int32 tensor (partial policy).
         """
-        if codec.cfg.bits > INDEX_BITS:
-            raise ValueError(f"the wire carries {INDEX_BITS}-bit indices; codec has b={codec.cfg.bits}")
-        if codec.cfg.granularity != self.spec.granularity:
-            raise ValueError(f"codec g={codec.cfg.granularity} but the job was set up for "
-                             f"g={self.spec.granularity}")
+        self._check_codec(codec)
         P = enc.layout.padded
         n_pk = -(-P // COORDS_PER_PACKET)
         raw = enc.payload.numpy()
@@ -256,6 +252,14 @@ class NetworkAggregator:
         if bool((cnt == self.spec.world).all()):
             return total, self.spec.world
         return total, torch.from_numpy(np.repeat(cnt, COORDS_PER_PACKET)[:P])
+
+    def _check_codec(self, codec: THCCodec) -> None:
+        """Refuse a codec whose indices or table the job at the switch does not use."""
+        if codec.cfg.bits > INDEX_BITS:
+            raise ValueError(f"the wire carries {INDEX_BITS}-bit indices; codec has b={codec.cfg.bits}")
+        if codec.cfg.granularity != self.spec.granularity:
+            raise ValueError(f"codec g={codec.cfg.granularity} but the job was set up for "
+                             f"g={self.spec.granularity}")
 
     def allreduce(self, tensor: torch.Tensor, codec: THCCodec, *,
                   feedback: ErrorFeedback | None = None, stream: int = 0) -> torch.Tensor:
@@ -349,6 +353,7 @@ class NetworkAggregator:
             the network thread (``encode``, ``decode``, ``network``, ``wait``: the calling
             thread's time blocked on the network), and ``parts``; also :attr:`last_timing`.
         """
+        self._check_codec(codec)
         if parts is None:
             parts = self._parts(codec, flat.numel())
         lay = codec.layout(flat.numel())
