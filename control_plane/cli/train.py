@@ -30,7 +30,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "worker and compute/communication time; --compare runs every compressor and plots them."
     )
     parser.add_argument("--task", choices=sorted(TASKS), required=True,
-                        help="digits (CNN, held-out accuracy) or charlm (transformer, bits/char)")
+                        help="digits (CNN, held-out accuracy), digits-wide (5.4 M-parameter "
+                        "MLP), charlm (transformer, bits/char) or charlm-ngram (5.3 M hashed "
+                        "n-gram embeddings, bits/char)")
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--compressor", choices=COMPRESSORS, default=None,
                         help="gradient compressor (default thc); not with --compare, which runs "
@@ -59,7 +61,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "time measured. Rootless (user namespace) when not root; docs/testbed.md")
     parser.add_argument("--target", type=float,
                         help="held-out metric that counts as reached for time-to-target "
-                        "(default: the task's, digits 0.95 accuracy, charlm 3.15 bits/char)")
+                        "(default: the task's, digits 0.95 accuracy, charlm 3.15 bits/char, "
+                        "charlm-ngram 2.4)")
     parser.add_argument("--target-window", type=int, default=TARGET_WINDOW,
                         help="time-to-target rule, the same for every compressor: the mean of "
                         f"the last this many held-out evaluations counts (default {TARGET_WINDOW}"

@@ -1,4 +1,4 @@
-"""Two small training tasks that run offline with deterministic data, splits and batches.
+"""Training tasks that run offline with deterministic data, splits and batches.
 
 ``digits``: the 8×8 handwritten digits bundled with scikit-learn (1797 images; Alpaydin &
 Kaynak, UCI "Optical Recognition of Handwritten Digits"), a small CNN, a fixed stratified
@@ -8,6 +8,9 @@ Kaynak, UCI "Optical Recognition of Handwritten Digits"), a small CNN, a fixed s
 library's own source files (every Python installation has them), a fixed split of the text
 (first 90 % train, last 10 % held out), held-out loss reported as bits per character
 (``loss / ln 2``).
+
+``digits-wide`` and ``charlm-ngram`` are the communication-bound variants (5.4 M and 5.3 M
+parameters): the same data with a wide MLP, and hashed character n-gram embeddings.
 
 Every worker draws its batch for step ``s`` as a pure function of (seed, step, rank), so runs
 are reproducible and workers see disjoint data within a step.
@@ -355,7 +358,9 @@ class CharNGramTask(CharLMTask):
 
     5.27 M parameters (21.1 MB of fp32 gradient per step) but about 0.1 GFLOP of compute
     per worker per step; same corpus, split and held-out windows as ``charlm``; metric:
-    held-out bits per character. Adam, lr 1e-2, cosine decay over 60 steps.
+    held-out bits per character. Adam, lr 1e-2, cosine decay over 60 steps. 4 workers, seed 0:
+    fp32 reaches the target, 2.4 bits/char, after 30 steps (2.246 after 60); PowerSGD rank 4
+    ends at 2.454 and does not reach it.
     """
 
     context = 64
@@ -366,7 +371,7 @@ class CharNGramTask(CharLMTask):
         self.name = "charlm-ngram"
         self.default_steps = 60
         self.default_eval_every = 1
-        self.default_target = 3.0
+        self.default_target = 2.4
         k = max(self.orders) - 1
         # every held-out window carries the k characters before it (the n-grams' history)
         n = len(self.test_ids) - self.context - 1 - k
