@@ -118,6 +118,10 @@ def training_rows(args: argparse.Namespace) -> list[dict]:
                              "min_compression_rate": 2, "orthogonalization_epsilon": 0},
                 "fp16": "torch fp16_compress_hook", "none": "torch allreduce_hook (fp32)"},
             "thc_phase_s_median": _phase_medians(thc_run),
+            "thc_cpu_s_per_step_median": round(sorted(x["cpu_s"] for x in thc_run["records"])[
+                len(thc_run["records"]) // 2], 4),
+            "switch_cpu_s_per_thc_step": (round(thc_run["switch_cpu_s"] / thc_run["steps"], 4)
+                                          if thc_run.get("switch_cpu_s") is not None else None),
             "final_metric": {k: round(v["final_metric"], 4) for k, v in summ.items()},
             "step_s_median": {k: round(sorted(x["wall_s"] for x in r["records"])[len(r["records"]) // 2], 4)
                               for k, r in zip(summ, runs, strict=True)},

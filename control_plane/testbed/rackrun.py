@@ -29,6 +29,19 @@ def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def _cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU seconds of process ``pid`` so far (``/proc/PID/stat``), or None."""
+    import os
+
+    if pid is None:
+        return None
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def train_compare(task: str, workers: int, link_mbps: float | None, specs: list[dict], *,
                   steps: int | None = None, eval_every: int | None = None, seed: int = 0,
                   lr: float | None = None, bucket_cap_mb: float = 25.0, thc: dict | None = None,
@@ -58,12 +71,17 @@ def train_compare(task: str, workers: int, link_mbps: float | None, specs: list[
             if not quiet:
                 _say(f"  {spec.label} on the rack ...")
             t0 = time.perf_counter()
+            pid = rack.embedded.proc.pid if rack.embedded and rack.embedded.proc else None
+            sw0 = _cpu_seconds(pid)
             r = train(TrainConfig(task=task, spec=spec, workers=workers, steps=steps,
                                   eval_every=eval_every, seed=seed, lr=lr, thc=thc_cfg,
                                   bucket_cap_mb=bucket_cap_mb, progress=progress, network=net,
                                   netns=rack.netns_paths, timeout_s=timeout_s,
                                   thc_pipelined=thc_pipelined))
             r["elapsed_s"] = time.perf_counter() - t0
+            sw1 = _cpu_seconds(pid)
+            # the software target's CPU over the whole run (start-up and evaluations included)
+            r["switch_cpu_s"] = sw1 - sw0 if sw0 is not None and sw1 is not None else None
             runs.append(r)
         status = [s.to_json() for s in rack.embedded.status()] if rack.embedded else []
         return {"rack": rep, "runs": runs, "tbf": rack.qdisc_stats(), "switch": status}
