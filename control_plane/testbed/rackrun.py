@@ -32,11 +32,12 @@ def _say(msg: str) -> None:
 def _cpu_seconds(pid: int | None) -> float | None:
     """User + system CPU seconds of process ``pid`` so far (``/proc/PID/stat``), or None."""
     import os
+    from pathlib import Path
 
     if pid is None:
         return None
     try:
-        fields = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
