@@ -220,7 +220,8 @@ def _train_on_rack(args: argparse.Namespace, specs: list[CompressorSpec], thc: T
                           link_mbps=args.link_mbps, specs=[dataclasses.asdict(s) for s in specs],
                           steps=args.steps, eval_every=args.eval_every, seed=args.seed,
                           lr=args.lr, bucket_cap_mb=args.bucket_cap_mb,
-                          thc={"granularity": thc.granularity}, progress=progress)
+                          thc={"granularity": thc.granularity}, progress=progress,
+                          num_slots=args.slots)
     except IsolationError as exc:
         raise UsageError(f"--testbed rack: {exc}") from exc
     except IsolatedError as exc:
