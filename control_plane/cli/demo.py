@@ -187,7 +187,7 @@ class DemoError(RuntimeError):
 
 def run(args: argparse.Namespace) -> int:
     from host.training.harness import TrainingError
-    from host.training.report import plot_comparison, summarize
+    from host.training.report import TARGET_WINDOW, plot_comparison, summarize
     from host.training.tasks import make_task
     if not 1 <= args.workers <= 8:
         raise UsageError(f"--workers={args.workers}: the demo runs 1..8 workers (8-bit lanes)")
@@ -219,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - t0
     target = task.default_target
     summaries = {r["compressor"]: summarize(r, target=target, time_basis=basis,
+                                            window=TARGET_WINDOW, held=True,
                                             link_mbps=None if basis == "measured" else args.link_mbps)
                  for r in runs}
     thc_s, none_s = summaries["thc"], summaries["none"]

@@ -93,13 +93,17 @@ class NamespaceRack:
         Slots of the THC job at the software target.
     switch : bool
         Start the software target and configure it (False: links and routing only).
+    granularity : int
+        THC g of the job the controller installs (its table; the lane width follows from
+        ``workers·g``); :meth:`network_spec` hands the same to the workers.
 
     Must run inside :func:`control_plane.testbed.isolate.run_isolated` (it configures the
     current network namespace as the switch: addresses, forwarding, qdiscs).
     """
 
     def __init__(self, workers: int = 4, link_mbps: float | None = 100.0, *, verify: bool = True,
-                 num_slots: int = 64, switch: bool = True, job_id: int = 1) -> None:
+                 num_slots: int = 64, switch: bool = True, job_id: int = 1,
+                 granularity: int = 30) -> None:
         from control_plane.testbed.isolate import is_isolated
 
         if not 1 <= workers <= 32:
@@ -115,6 +119,7 @@ class NamespaceRack:
         self.num_slots = num_slots
         self.with_switch = switch
         self.job_id = job_id
+        self.granularity = granularity
         self.hosts = [RackHost(r, f"h{r + 1}", "eth0", f"{SUBNET}.{r + 1}.2", f"swp{r + 1}",
                                f"{SUBNET}.{r + 1}.1") for r in range(workers)]
         self.embedded = None
@@ -160,6 +165,7 @@ class NamespaceRack:
         from control_plane.embedded import EmbeddedNetwork
 
         self.embedded = EmbeddedNetwork(self.workers, job_id=self.job_id, num_slots=self.num_slots,
+                                        thc={"g": self.granularity},
                                         switch_ips=[h.switch_ip for h in self.hosts],
                                         worker_ips=[h.ip for h in self.hosts])
         self.embedded.start()
@@ -193,6 +199,7 @@ class NamespaceRack:
         addrs = [self.embedded.address(r) for r in range(self.workers)]
         return NetworkSpec(tuple(a.switch for a in addrs), tuple(a.ip for a in addrs),
                            job_id=self.job_id, num_slots=self.num_slots,
+                           granularity=self.granularity,
                            round_base=round_base or session_round_base(), **kw)
 
     def report(self) -> dict:

@@ -29,10 +29,25 @@ def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def _cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU seconds of process ``pid`` so far (``/proc/PID/stat``), or None."""
+    import os
+    from pathlib import Path
+
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def train_compare(task: str, workers: int, link_mbps: float | None, specs: list[dict], *,
                   steps: int | None = None, eval_every: int | None = None, seed: int = 0,
                   lr: float | None = None, bucket_cap_mb: float = 25.0, thc: dict | None = None,
-                  progress: bool = False, quiet: bool = False, timeout_s: float = 1800.0) -> dict:
+                  progress: bool = False, quiet: bool = False, timeout_s: float = 1800.0,
+                  thc_pipelined: bool = True, num_slots: int = 64) -> dict:
     """Train ``task`` once per compressor spec on one shaped rack; wall-clock times measured.
 
     ``specs`` are :class:`host.ddp.baselines.CompressorSpec` fields as dicts. Returns
@@ -44,7 +59,8 @@ def train_compare(task: str, workers: int, link_mbps: float | None, specs: list[
     from host.training.harness import TrainConfig, train
 
     thc_cfg = THCConfig(**(thc or {}))
-    with NamespaceRack(workers, link_mbps) as rack:
+    with NamespaceRack(workers, link_mbps, granularity=thc_cfg.granularity,
+                       num_slots=num_slots) as rack:
         rep = rack.report()
         if not quiet:
             _say(f"  namespace rack up ({'rootless' if rep['rootless'] else 'root'}): {workers} "
@@ -56,11 +72,17 @@ def train_compare(task: str, workers: int, link_mbps: float | None, specs: list[
             if not quiet:
                 _say(f"  {spec.label} on the rack ...")
             t0 = time.perf_counter()
+            pid = rack.embedded.proc.pid if rack.embedded and rack.embedded.proc else None
+            sw0 = _cpu_seconds(pid)
             r = train(TrainConfig(task=task, spec=spec, workers=workers, steps=steps,
                                   eval_every=eval_every, seed=seed, lr=lr, thc=thc_cfg,
                                   bucket_cap_mb=bucket_cap_mb, progress=progress, network=net,
-                                  netns=rack.netns_paths, timeout_s=timeout_s))
+                                  netns=rack.netns_paths, timeout_s=timeout_s,
+                                  thc_pipelined=thc_pipelined))
             r["elapsed_s"] = time.perf_counter() - t0
+            sw1 = _cpu_seconds(pid)
+            # the software target's CPU over the whole run (start-up and evaluations included)
+            r["switch_cpu_s"] = sw1 - sw0 if sw0 is not None and sw1 is not None else None
             runs.append(r)
         status = [s.to_json() for s in rack.embedded.status()] if rack.embedded else []
         return {"rack": rep, "runs": runs, "tbf": rack.qdisc_stats(), "switch": status}

@@ -60,11 +60,12 @@ def compare_set(powersgd_ranks: tuple[int, ...] = (1, 4)) -> list[CompressorSpec
 
 def make_hook(spec: CompressorSpec, *, seed: int = 0, thc_config: THCConfig | None = None,
               group: dist.ProcessGroup | None = None, aggregator: Any = None,
-              ) -> tuple[Any, Callable]:
+              thc_pipelined: bool = True) -> tuple[Any, Callable]:
     """(state, hook) for ``ddp_model.register_comm_hook(state, hook)``.
 
     ``aggregator`` (THC only): where the hook sums, e.g. an in-network
     :class:`host.transport.job.NetworkAggregator`; default ``torch.distributed``.
+    ``thc_pipelined`` (THC only): :class:`~host.ddp.hook.THCHookState`'s ``pipelined``.
     """
     if aggregator is not None and spec.kind != "thc":
         raise ValueError(f"compressor {spec.kind!r} cannot use an in-network aggregator: the "
@@ -81,4 +82,5 @@ def make_hook(spec: CompressorSpec, *, seed: int = 0, thc_config: THCConfig | No
         )
         return state, powerSGD_hook.powerSGD_hook
     return (THCHookState(thc_config, process_group=group, error_feedback=spec.error_feedback,
-                         start_thc_iter=spec.start_iter, aggregator=aggregator), thc_hook)
+                         start_thc_iter=spec.start_iter, aggregator=aggregator,
+                         pipelined=thc_pipelined), thc_hook)

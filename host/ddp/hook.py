@@ -22,7 +22,9 @@ DDP rebuilding its buckets after the first iteration and THC can start at step 0
 
 import logging
 import math
+import time
 from collections.abc import Hashable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -55,6 +57,16 @@ class StepBytes:
     received: int
 
 
+#: The hook's phases (:meth:`THCHookState.take_phases`, seconds summed over a step's
+#: buckets): ``prepare`` (error memory gathered and added), ``norms`` (chunk norms and their
+#: agreement across workers), ``encode``, ``network`` (the exchanges' own time on the network
+#: thread, overlapped with the codec), ``wait`` (codec thread blocked on the network),
+#: ``decode``, ``residual`` (error memory scattered back), ``hook`` (the hook's time on the
+#: backward thread: with a pipelined aggregator it only hands the bucket over), ``cpu`` (CPU
+#: time of the thread that ran the bucket's work).
+PHASES = ("prepare", "norms", "encode", "network", "wait", "decode", "residual", "hook", "cpu")
+
+
 class THCHookState:
     """State of :func:`thc_hook`: codec, aggregator, error memory, step and byte counters.
 
@@ -76,6 +88,14 @@ class THCHookState:
         Codec backend (``auto``, ``torch``, ``fused``).
     trace : bool
         Keep, per bucket call, the parameters and the error memory applied (tests, debugging).
+    pipelined : bool
+        With an aggregator that offers ``reduce_into`` (the in-network
+        :class:`~host.transport.job.NetworkAggregator`) and a CPU float32 bucket: hand each
+        bucket to one background thread and return at once, so the backward pass goes on
+        computing the next buckets while this one is summed; there the bucket's encode,
+        exchange and decode are overlapped part by part and the average is decoded straight
+        into the bucket. Buckets are summed in the order DDP hands them over, the same on every
+        worker; the results are the same as without (bit for bit).
 
     Attributes
     ----------
@@ -97,6 +117,7 @@ class THCHookState:
         start_thc_iter: int = 0,
         backend: str = "auto",
         trace: bool = False,
+        pipelined: bool = True,
     ) -> None:
         if start_thc_iter < 0:
             raise ValueError(f"start_thc_iter={start_thc_iter}: must be >= 0")
@@ -114,6 +135,12 @@ class THCHookState:
         self.history: list[StepBytes] = []
         self.trace: list[dict] | None = [] if trace else None
         self._keys: dict[int, int] = {}
+        self.pipelined = pipelined
+        #: The first error of a bucket summed on the background thread (DDP re-raises it as
+        #: a RuntimeError from ``backward``; :meth:`raise_error` gives back the original).
+        self.error: BaseException | None = None
+        self.phases: dict[str, float] = {}
+        self._pool: ThreadPoolExecutor | None = None
 
     # ------------------------------------------------------------------ helpers
     def agg(self) -> Aggregator:
@@ -130,6 +157,16 @@ class THCHookState:
         """Add bytes to the current step's counters."""
         self.bytes_sent += sent
         self.bytes_received += received
+
+    def add_phase(self, name: str, seconds: float) -> None:
+        """Add ``seconds`` to phase ``name`` of the current step (:data:`PHASES`)."""
+        self.phases[name] = self.phases.get(name, 0.0) + seconds
+
+    def take_phases(self) -> dict[str, float]:
+        """The phases recorded since the last call (a pipelined bucket's land when it is
+        summed, so call this after the step's buckets completed, e.g. after ``backward``)."""
+        out, self.phases = self.phases, {}
+        return out
 
     def end_step(self) -> None:
         """Close the current step's byte counters and advance :attr:`iter`."""
@@ -154,6 +191,28 @@ class THCHookState:
         down = math.ceil(lay.padded * lane / 8) + agree
         return up, down
 
+    def uses_pipeline(self, agg: Aggregator, buf: torch.Tensor) -> bool:
+        """Whether ``buf`` goes through the background, pipelined path (:attr:`pipelined`)."""
+        return (self.pipelined and hasattr(agg, "reduce_into") and buf.device.type == "cpu"
+                and buf.dtype == torch.float32 and buf.is_contiguous())
+
+    def pool(self) -> ThreadPoolExecutor:
+        """The one thread that sums pipelined buckets, in order (created on first use)."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="thc-hook")
+        return self._pool
+
+    def raise_error(self) -> None:
+        """Raise :attr:`error` if a pipelined bucket failed (call where ``backward`` raised)."""
+        if self.error is not None:
+            raise self.error
+
+    def close(self) -> None:
+        """Stop the background thread (after the last step)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
     def _segments(self, bucket: dist.GradBucket, buf: torch.Tensor) -> list[tuple[int, int, int]]:
         """(key, offset, numel) of every parameter's gradient inside the bucket buffer."""
         base = buf.storage_offset()
@@ -176,8 +235,8 @@ class THCHookState:
             self.memory[key] = residual[off : off + n].clone()
 
 
-def _check_finite(state: THCHookState, agg: Aggregator, x: torch.Tensor, bucket_index: int
-                  ) -> torch.Tensor:
+def _check_finite(state: THCHookState, agg: Aggregator, x: torch.Tensor, bucket_index: int,
+                  step: int | None = None) -> torch.Tensor:
     """Agree on the chunk norms and, in the same all-reduce, on which ranks hold NaN/Inf."""
     n, rank = agg.world_size, agg.rank
     local_error = None
@@ -194,7 +253,8 @@ def _check_finite(state: THCHookState, agg: Aggregator, x: torch.Tensor, bucket_
     if bad:
         here = f"; on this rank: {local_error}" if local_error else ""
         raise NonFiniteGradientError(
-            f"THC hook, step {state.iter}, bucket {bucket_index}: rank(s) {bad} of {n} passed "
+            f"THC hook, step {state.iter if step is None else step}, bucket {bucket_index}: "
+            f"rank(s) {bad} of {n} passed "
             f"NaN/Inf gradients (raised on rank {rank}){here}"
         )
     agreed = agreed[: norms.numel()].contiguous()
@@ -239,6 +299,10 @@ def thc_hook(state: THCHookState, bucket: dist.GradBucket) -> torch.futures.Futu
 
         return agg.sum_floats_async(buf).then(average)
 
+    if state.uses_pipeline(agg, buf):
+        return _pipelined_bucket(state, agg, bucket, buf, idx, numel, n, last)
+
+    t0, c0 = time.perf_counter(), time.thread_time()
     segs = state._segments(bucket, buf)
     x = buf.detach().to(torch.float32).reshape(-1)
     if state.error_feedback:
@@ -247,10 +311,13 @@ def thc_hook(state: THCHookState, bucket: dist.GradBucket) -> torch.futures.Futu
             state.trace.append({"iter": state.iter, "bucket": idx, "keys": [s[0] for s in segs],
                                 "memory": mem.clone()})
         x = x + mem
+    t1 = time.perf_counter()
     norms = _check_finite(state, agg, x, idx)
+    t2 = time.perf_counter()
     rnd = state.iter
     enc = state.codec.encode(x, norms, worker=agg.rank, round=rnd, stream=idx,
                              residual=state.error_feedback)
+    t3 = time.perf_counter()
     if state.error_feedback and enc.residual is not None:
         state._scatter_memory(segs, enc.residual)
     up, down = state.bytes_per_bucket(numel, n)
@@ -258,10 +325,76 @@ def thc_hook(state: THCHookState, bucket: dist.GradBucket) -> torch.futures.Futu
     if last:
         state.end_step()
     codec = state.codec
+    state.add_phase("prepare", t1 - t0)
+    state.add_phase("norms", t2 - t1)
+    state.add_phase("encode", t3 - t2)
+    state.add_phase("residual", time.perf_counter() - t3)
 
     def decode(f: torch.futures.Future[tuple[torch.Tensor, Count]]) -> torch.Tensor:
+        t = time.perf_counter()
         sums, count = f.value()
         out = codec.decode(sums, count, norms, numel, round=rnd, stream=idx, dtype=buf.dtype)
+        state.add_phase("decode", time.perf_counter() - t)
         return buf.copy_(out)
 
-    return agg.sum_encoded_async(enc, codec).then(decode)
+    t4 = time.perf_counter()
+    fut = agg.sum_encoded_async(enc, codec)
+    state.add_phase("network", time.perf_counter() - t4)   # a synchronous aggregator's sum
+    state.add_phase("cpu", time.thread_time() - c0)
+    state.add_phase("hook", time.perf_counter() - t0)
+    return fut.then(decode)
+
+
+def _pipelined_bucket(state: THCHookState, agg, bucket: dist.GradBucket, buf: torch.Tensor,
+                      idx: int, numel: int, n: int, last: bool,
+                      ) -> torch.futures.Future[torch.Tensor]:
+    """Hand the bucket to the state's background thread; the future completes with ``buf``
+    holding the average. Same steps, same randomness and same result as the synchronous path
+    (error memory, norm agreement with the non-finite flags, encode, sum, decode); the sum goes
+    through ``agg.reduce_into`` (encode, exchange and decode overlapped part by part, the
+    average decoded straight into the bucket)."""
+    t_hook = time.perf_counter()
+    segs = state._segments(bucket, buf)
+    rnd = state.iter
+    flat = buf.detach().reshape(-1)
+    up, down = state.bytes_per_bucket(numel, n)
+    state.count(up, down)
+    if last:
+        state.end_step()
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+
+    def work() -> None:
+        c0 = time.thread_time()
+        try:
+            t0 = time.perf_counter()
+            x = flat
+            if state.error_feedback:
+                mem = state._gather_memory(segs, numel, flat.device)
+                if state.trace is not None:
+                    state.trace.append({"iter": rnd, "bucket": idx, "keys": [s[0] for s in segs],
+                                        "memory": mem.clone()})
+                x = flat + mem
+            t1 = time.perf_counter()
+            norms = _check_finite(state, agg, x, idx, step=rnd)
+            t2 = time.perf_counter()
+            res = torch.empty_like(x) if state.error_feedback else None
+            timing = agg.reduce_into(x, state.codec, norms, flat, round=rnd, stream=idx,
+                                     residual=res)
+            t3 = time.perf_counter()
+            if res is not None:
+                state._scatter_memory(segs, res)
+            state.add_phase("prepare", t1 - t0)
+            state.add_phase("norms", t2 - t1)
+            for k in ("encode", "network", "wait", "decode"):
+                state.add_phase(k, timing.get(k, 0.0))
+            state.add_phase("residual", time.perf_counter() - t3)
+            state.add_phase("cpu", time.thread_time() - c0)
+            fut.set_result(buf)
+        except BaseException as exc:  # handed to DDP through the future
+            if state.error is None:
+                state.error = exc
+            fut.set_exception(exc)
+
+    state.pool().submit(work)
+    state.add_phase("hook", time.perf_counter() - t_hook)
+    return fut

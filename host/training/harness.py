@@ -87,6 +87,10 @@ class TrainConfig:
         (:mod:`host.transport.metrics`) while it trains.
     metrics_address : str
         Address the workers' metrics servers bind (default loopback).
+    thc_pipelined : bool
+        THC through a switch: sum each bucket on a background thread, encode, exchange and
+        decode overlapped (:class:`host.ddp.hook.THCHookState`, ``pipelined``); False runs
+        every bucket synchronously in the backward pass (for comparison).
     """
 
     task: str
@@ -107,6 +111,7 @@ class TrainConfig:
     ifname: str = "eth0"
     metrics_port: int | None = None
     metrics_address: str = "127.0.0.1"
+    thc_pipelined: bool = True
 
 
 def _train(rank: int, cfg: TrainConfig) -> dict:
@@ -124,7 +129,8 @@ def _train(rank: int, cfg: TrainConfig) -> dict:
 
         exporter = start_worker_metrics([agg], cfg.metrics_port + rank if cfg.metrics_port else 0,
                                         cfg.metrics_address)
-    state, hook = make_hook(cfg.spec, seed=cfg.seed, thc_config=cfg.thc, aggregator=agg)
+    state, hook = make_hook(cfg.spec, seed=cfg.seed, thc_config=cfg.thc, aggregator=agg,
+                            thc_pipelined=cfg.thc_pipelined)
     wire = (0, 0)
     ddp.register_comm_hook(state, hook)
     opt = task.build_optimizer(ddp.parameters())
@@ -147,7 +153,12 @@ def _train(rank: int, cfg: TrainConfig) -> dict:
             loss = task.loss(ddp, x, y)
             if cfg.inject_nan is not None and cfg.inject_nan == (rank, step):
                 loss = loss * float("nan")
-            loss.backward()
+            try:
+                loss.backward()
+            except RuntimeError:
+                if isinstance(state, THCHookState):  # the hook's own error, not DDP's wrapper
+                    state.raise_error()
+                raise
             opt.step()
             sched.step()
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -169,11 +180,18 @@ def _train(rank: int, cfg: TrainConfig) -> dict:
                    "bytes_sent": int(sent), "bytes_received": int(recv),
                    "compute_s": max(wall - comm, 0.0), "comm_s": comm, "wall_s": wall,
                    "cpu_s": cpu}
-            if rank == 0 and ((step + 1) % eval_every == 0 or step + 1 == steps):
-                ev = task.evaluate(model)
-                rec["metric"], rec["eval_loss"] = ev.metric, ev.loss
-                if bar is not None:
-                    bar.show(**{task.metric_name: f"{ev.metric:.4f}"})
+            if isinstance(state, THCHookState):  # where the hook's time went (docs/training.md)
+                rec["phases"] = {k: round(v, 6) for k, v in state.take_phases().items()}
+            if (step + 1) % eval_every == 0 or step + 1 == steps:
+                if rank == 0:
+                    ev = task.evaluate(model)
+                    rec["metric"], rec["eval_loss"] = ev.metric, ev.loss
+                    if bar is not None:
+                        bar.show(**{task.metric_name: f"{ev.metric:.4f}"})
+                # every rank starts the next step together: the others' forward and backward
+                # must not run while rank 0 evaluates (on a shared CPU that would hide compute
+                # from rank 0's measured step)
+                dist.barrier()
             records.append(rec)
             if bar is not None:
                 bar.update(1)
@@ -184,6 +202,8 @@ def _train(rank: int, cfg: TrainConfig) -> dict:
         meter.uninstall()
         if bar is not None:
             bar.close()
+        if isinstance(state, THCHookState):
+            state.close()
         if agg is not None:   # the closing exchange (H3) unless this worker failed
             agg.close(finish=not failed)
         if exporter is not None:

@@ -29,8 +29,33 @@ def link_seconds(sent: int, received: int, mbps: float) -> float:
 TIME_BASES = ("measured", "emulated")
 
 
+#: Evaluations averaged by the time-to-target rule of the comparisons (:func:`summarize`,
+#: ``held=True``): the target counts as reached at the first evaluation from which the mean
+#: of the last this many held-out metrics stays at or above it until the end of the run, so
+#: that neither one lucky evaluation on a noisy edge nor one unlucky one later decides a
+#: comparison.
+TARGET_WINDOW = 3
+
+
+def smoothed(metrics: Sequence[float], window: int) -> list[float]:
+    """Trailing mean of ``metrics`` over ``window`` values (fewer at the start)."""
+    out = []
+    for i in range(len(metrics)):
+        w = metrics[max(0, i - window + 1) : i + 1]
+        out.append(sum(w) / len(w))
+    return out
+
+
+def target_rule(window: int, held: bool) -> str:
+    """The time-to-target rule of :func:`summarize` in words."""
+    what = (f"the mean of the last {window} evaluations" if window > 1 else "the held-out metric")
+    if held:
+        return f"first evaluation from which {what} stays at or past the target to the end of the run"
+    return f"first evaluation at which {what} reaches the target"
+
+
 def summarize(run: dict, *, target: float, link_mbps: float | None = None,
-              time_basis: str | None = None) -> dict:
+              time_basis: str | None = None, window: int = 1, held: bool = False) -> dict:
     """Add the headline numbers of one run (from :func:`host.training.harness.train`).
 
     Returns a dict with final metric and held-out loss, bytes per step (mean over all steps,
@@ -38,6 +63,13 @@ def summarize(run: dict, *, target: float, link_mbps: float | None = None,
     which the held-out metric reached ``target``, and the time to it: measured wall time and,
     with ``link_mbps``, the emulated time (median CPU time per step + link time of the step's
     bytes, summed).
+
+    ``window`` and ``held`` are the time-to-target rule: the target counts as reached at the
+    first evaluation where the trailing mean of the last ``window`` held-out metrics (fewer at
+    the first evaluations) reaches it and, with ``held``, stays there at every later
+    evaluation of the run (the comparisons use ``window=TARGET_WINDOW, held=True``; the
+    defaults, 1 and False, take the first evaluation that reaches it). The first raw crossing
+    is reported too (``first_crossing_step``).
 
     ``time_basis`` says which of the two is the run's ``time_to_target_s`` / ``time_s``:
     ``"measured"`` (wall clock; the default without ``link_mbps`` and for runs on a shaped
@@ -49,6 +81,8 @@ def summarize(run: dict, *, target: float, link_mbps: float | None = None,
         raise ValueError(f"time_basis={time_basis!r}: use one of {', '.join(TIME_BASES)}")
     if time_basis == "emulated" and not link_mbps:
         raise ValueError("an emulated time needs link_mbps")
+    if window < 1:
+        raise ValueError(f"window={window}: must be >= 1 evaluation")
     recs = run["records"]
     hib = run["higher_is_better"]
     evals = [r for r in recs if r["metric"] is not None]
@@ -57,7 +91,9 @@ def summarize(run: dict, *, target: float, link_mbps: float | None = None,
     sent = sum(r["bytes_sent"] for r in recs)
     recv = sum(r["bytes_received"] for r in recs)
     wall = cum_emul = 0.0
-    hit = None
+    hit = first = None
+    seen: list[float] = []
+    cands: list[tuple[bool, dict]] = []   # per evaluation: (smoothed metric meets, where)
     compute_step = statistics.median(r.get("cpu_s", r["compute_s"]) for r in recs) if recs else 0.0
     for r in recs:
         wall += r["wall_s"]
@@ -65,8 +101,18 @@ def summarize(run: dict, *, target: float, link_mbps: float | None = None,
             cum_emul += compute_step + link_seconds(r["bytes_sent"], r["bytes_received"], link_mbps)
         r["emulated_s"] = cum_emul if link_mbps else None
         m = r["metric"]
-        if hit is None and m is not None and (m >= target if hib else m <= target):
-            hit = {"step": r["step"], "wall_s": wall, "emulated_s": cum_emul if link_mbps else None}
+        if m is None:
+            continue
+        seen.append(m)
+        sm = smoothed(seen[-window:], window)[-1]
+        if first is None and (m >= target if hib else m <= target):
+            first = r["step"]
+        cands.append((sm >= target if hib else sm <= target,
+                      {"step": r["step"], "wall_s": wall, "emulated_s": cum_emul if link_mbps else None}))
+    for i, (ok, where) in enumerate(cands):
+        if ok and (not held or all(c[0] for c in cands[i:])):
+            hit = where
+            break
     last = evals[-1] if evals else {"metric": math.nan, "eval_loss": math.nan}
     return {
         "compressor": run["compressor"],
@@ -86,6 +132,10 @@ def summarize(run: dict, *, target: float, link_mbps: float | None = None,
         "wall_s": wall,
         "emulated_s": cum_emul if link_mbps else None,
         "target": target,
+        "target_rule": target_rule(window, held),
+        "target_window": window,
+        "target_held": held,
+        "first_crossing_step": first,
         "steps_to_target": hit["step"] if hit else None,
         "wall_to_target_s": hit["wall_s"] if hit else None,
         "emulated_to_target_s": hit["emulated_s"] if hit else None,

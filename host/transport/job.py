@@ -10,6 +10,7 @@ whole THC round for one tensor.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -175,6 +176,7 @@ class NetworkAggregator:
         self.coordinates = 0
         #: outcome of :meth:`finish` (None: not run yet)
         self.finished: bool | None = None
+        self._pool: ThreadPoolExecutor | None = None
 
     # -- leaving the job ------------------------------------------------------------------
     def finish(self) -> bool:
@@ -216,9 +218,13 @@ class NetworkAggregator:
         return self.finished
 
     def close(self, finish: bool = True) -> None:
-        """Leave the job: :meth:`finish` (unless ``finish=False``: after a failure, when this
-        worker's results are not complete anyway), then close the endpoint."""
+        """Leave the job: stop the network thread, :meth:`finish` (unless ``finish=False``:
+        after a failure, when this worker's results are not complete anyway), then close the
+        endpoint."""
         try:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True, cancel_futures=True)
+                self._pool = None
             if finish:
                 self.finish()
         finally:
@@ -272,11 +278,7 @@ class NetworkAggregator:
         The count is an int when every packet's sum holds all workers, else a per-coordinate
         int32 tensor (partial policy).
         """
-        if codec.cfg.bits > INDEX_BITS:
-            raise ValueError(f"the wire carries {INDEX_BITS}-bit indices; codec has b={codec.cfg.bits}")
-        if codec.cfg.granularity != self.spec.granularity:
-            raise ValueError(f"codec g={codec.cfg.granularity} but the job was set up for "
-                             f"g={self.spec.granularity}")
+        self._check_codec(codec)
         P = enc.layout.padded
         n_pk = -(-P // COORDS_PER_PACKET)
         raw = enc.payload.numpy()
@@ -304,6 +306,14 @@ class NetworkAggregator:
         if bool((cnt == self.spec.world).all()):
             return total, self.spec.world
         return total, torch.from_numpy(np.repeat(cnt, COORDS_PER_PACKET)[:P])
+
+    def _check_codec(self, codec: THCCodec) -> None:
+        """Refuse a codec whose indices or table the job at the switch does not use."""
+        if codec.cfg.bits > INDEX_BITS:
+            raise ValueError(f"the wire carries {INDEX_BITS}-bit indices; codec has b={codec.cfg.bits}")
+        if codec.cfg.granularity != self.spec.granularity:
+            raise ValueError(f"codec g={codec.cfg.granularity} but the job was set up for "
+                             f"g={self.spec.granularity}")
 
     def allreduce(self, tensor: torch.Tensor, codec: THCCodec, *,
                   feedback: ErrorFeedback | None = None, stream: int = 0) -> torch.Tensor:
@@ -351,16 +361,55 @@ class NetworkAggregator:
     def _allreduce_pipelined(self, x: torch.Tensor, codec: THCCodec, norms: torch.Tensor,
                              rnd: int, stream: int, feedback: ErrorFeedback | None,
                              parts: list[tuple[Segment, ...]]) -> torch.Tensor:
-        """Encode, exchange and decode ``parts`` overlapped; returns the flat float32 average.
-
-        The calling thread encodes part after part and hands each to a single network thread,
-        which runs the parts' exchanges in order (C slot loop, GIL released; results land
-        straight in one lane buffer); finished parts are decoded as soon as they are back,
-        between encodes. The slot rounds are those of one exchange of all packets split in
-        exchanges per part, so every worker must use the same parts (same tensor size and
-        ``pipeline_coords``).
-        """
+        """Encode, exchange and decode ``parts`` overlapped; returns the flat float32 average
+        (:meth:`reduce_into` into a fresh tensor)."""
         flat = x.reshape(-1).to(torch.float32).contiguous()
+        res = torch.empty_like(flat) if feedback is not None else None
+        out = torch.empty(flat.numel(), dtype=torch.float32)
+        self.reduce_into(flat, codec, norms, out, round=rnd, stream=stream, residual=res,
+                         parts=parts)
+        if feedback is not None:
+            feedback.store(stream, res)
+        return out
+
+    def reduce_into(self, flat: torch.Tensor, codec: THCCodec, norms: torch.Tensor,
+                    out: torch.Tensor, *, round: int, stream: int = 0,
+                    residual: torch.Tensor | None = None,
+                    parts: list[tuple[Segment, ...]] | None = None) -> dict[str, float]:
+        """Average ``flat`` over the job's workers into ``out``, codec and network overlapped.
+
+        The calling thread encodes part after part (``parts``, default :meth:`_parts` of the
+        tensor) and hands each to a single network thread, which runs the parts' exchanges in
+        order (C slot loop, GIL released; results land straight in one lane buffer); finished
+        parts are decoded straight into ``out`` as soon as they are back, between encodes. The
+        slot rounds are those of one exchange of all packets split in exchanges per part, so
+        every worker must use the same parts (same tensor size and ``pipeline_coords``).
+
+        Parameters
+        ----------
+        flat : torch.Tensor
+            CPU float32, contiguous, 1-D: this worker's contribution (error memory included).
+        norms : torch.Tensor
+            The agreed chunk norms (every worker's maximum).
+        out : torch.Tensor
+            CPU float32, 1-D, ``flat.numel()`` elements: receives the average. It may be
+            ``flat`` itself: a part is decoded only after it was encoded, and parts are
+            disjoint.
+        round, stream : int
+            Key the codec's shared signs and this worker's rounding (as :meth:`THCCodec.encode`).
+        residual : torch.Tensor, optional
+            Like ``flat``: receives this worker's compression error (error feedback).
+
+        Returns
+        -------
+        dict
+            Seconds spent encoding and decoding on the calling thread and in the exchanges on
+            the network thread (``encode``, ``decode``, ``network``, ``wait``: the calling
+            thread's time blocked on the network), and ``parts``; also :attr:`last_timing`.
+        """
+        self._check_codec(codec)
+        if parts is None:
+            parts = self._parts(codec, flat.numel())
         lay = codec.layout(flat.numel())
         P = lay.padded
         n_pk = -(-P // COORDS_PER_PACKET)
@@ -373,11 +422,9 @@ class NetworkAggregator:
         raw = payload.numpy()
         sums = np.zeros(n_pk * COORDS_PER_PACKET, dtype=np.uint32)
         cnt = np.full(n_pk, world, dtype=np.int32)
-        res = torch.empty_like(flat) if feedback is not None else None
-        out = torch.empty(flat.numel(), dtype=torch.float32)
         sums_t = torch.from_numpy(sums)
         lb = self.spec.lane_bits
-        timing = {"encode": 0.0, "network": 0.0, "decode": 0.0}
+        timing = {"encode": 0.0, "network": 0.0, "decode": 0.0, "wait": 0.0}
 
         def exchange(k0: int, k1: int) -> float:
             t = time.perf_counter()
@@ -407,23 +454,25 @@ class NetworkAggregator:
                 pc[k0 * COORDS_PER_PACKET : k1 * COORDS_PER_PACKET] = torch.from_numpy(
                     np.repeat(c, COORDS_PER_PACKET))
                 count = pc
-            codec.decode_into(sums_t, count, norms, part, out, round=rnd, stream=stream)
+            codec.decode_into(sums_t, count, norms, part, out, round=round, stream=stream)
 
         pending: list[tuple[tuple[Segment, ...], int, int, Future]] = []
 
         def finish_head() -> None:
             part, k0, k1, fut = pending.pop(0)
-            timing["network"] += fut.result()
             t = time.perf_counter()
+            timing["network"] += fut.result()
+            t1 = time.perf_counter()
+            timing["wait"] += t1 - t
             decode(part, k0, k1)
-            timing["decode"] += time.perf_counter() - t
+            timing["decode"] += time.perf_counter() - t1
 
-        pool = ThreadPoolExecutor(1, thread_name_prefix="netco-net")
+        pool = self._net_pool()
         try:
             for part in parts:
                 t = time.perf_counter()
-                codec.encode_into(flat, norms, part, payload, worker=self.spec.rank, round=rnd,
-                                  stream=stream, residual=res)
+                codec.encode_into(flat, norms, part, payload, worker=self.spec.rank, round=round,
+                                  stream=stream, residual=residual)
                 timing["encode"] += time.perf_counter() - t
                 p0 = part[0].offset
                 p1 = part[-1].offset + part[-1].padded_total
@@ -434,15 +483,24 @@ class NetworkAggregator:
             while pending:
                 finish_head()
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-        if feedback is not None:
-            feedback.store(stream, res)
+            for *_, fut in pending:  # an encode failed: let the submitted exchanges end
+                fut.cancel()
+                if not fut.cancelled():
+                    with contextlib.suppress(Exception):  # the encode's error is the one raised
+                        fut.result()
         self.bytes_sent += n_pk * (THC_HEADER_BYTES + nb_pk)
         self.bytes_received += n_pk * (THC_HEADER_BYTES + COORDS_PER_PACKET * lb // 8)
+        self.coordinates += lay.numel
         self.last_count = int(cnt.min())
         timing["parts"] = len(parts)
         self.last_timing = timing
-        return out
+        return timing
+
+    def _net_pool(self) -> ThreadPoolExecutor:
+        """The network thread of the pipelined path (one, so exchanges keep their order)."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="netco-net")
+        return self._pool
 
 
 @dataclass(frozen=True)

@@ -41,3 +41,21 @@ def test_train_on_the_rack_reports_measured_time(tmp_path, capsys):
     assert s["steps_to_target"] == 2
     assert s["time_to_target_s"] == pytest.approx(recs[0]["wall_s"] + recs[1]["wall_s"])
     assert rep["runs"][0]["network_stats"]["min_count"] == 2
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_namespaces() is not None, reason=f"{_namespaces()}")
+def test_the_racks_switch_gets_thc_granularity_of_the_run(tmp_path, capsys):
+    # g = 63: 2 x 63 still fits 8-bit lanes; the switch's job must use g's table, or the
+    # workers refuse ("codec g=63 but the job was set up for g=30")
+    out = tmp_path / "r.json"
+    rc = main(["train", "--task", "digits", "--workers", "2", "--compressor", "thc",
+               "--testbed", "rack", "--link-mbps", "200", "--steps", "2", "--eval-every", "2",
+               "--granularity", "63", "--out", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    rep = json.loads(out.read_text())
+    assert rep["runs"][0]["config"]["thc"]["granularity"] == 63
+    assert rep["runs"][0]["network_stats"]["min_count"] == 2
+    # THC's phases are in every step record: where the hook's time went
+    assert all({"encode", "network", "decode", "cpu"} <= set(r["phases"])
+               for r in rep["runs"][0]["records"])

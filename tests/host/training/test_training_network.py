@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from control_plane.cli.main import main
 from control_plane.cli.train import network_for, session
 from host.ddp.baselines import CompressorSpec
-from host.training.harness import TrainConfig, train
+from host.training.harness import TrainConfig, TrainingError, train
 
 
 class _Args:
@@ -63,3 +65,38 @@ def test_cli_network_refuses_bad_switch(capsys):
                "--switch", "nowhere", "--steps", "2"])
     assert rc == 2
     assert "--switch" in capsys.readouterr().err
+
+
+def test_network_nan_stops_every_worker_with_the_hooks_error():
+    """The pipelined hook sums on a background thread: its error still reaches every rank as
+    the hook's own (type and message), not as DDP's wrapper."""
+    from host.thc.config import THCConfig
+
+    with network_for(_Args(), THCConfig()) as net, pytest.raises(TrainingError) as info:
+        train(TrainConfig(task="digits", spec=CompressorSpec("thc"), workers=2, steps=4,
+                          eval_every=2, inject_nan=(1, 2), network=session(net), timeout_s=120))
+    errors = info.value.errors
+    assert sorted(errors) == [0, 1]
+    for rank, msg in errors.items():
+        assert msg.startswith("NonFiniteGradientError"), msg
+        assert "step 2" in msg and "rank(s) [1] of 2" in msg, msg
+        assert ("NaN or Inf value" in msg) == (rank == 1)
+
+
+def test_pipelined_and_synchronous_hooks_agree_and_time_their_phases():
+    from host.ddp.hook import PHASES
+    from host.thc.config import THCConfig
+
+    runs = {}
+    with network_for(_Args(), THCConfig()) as net:
+        for pipelined in (True, False):
+            runs[pipelined] = train(TrainConfig(
+                task="digits", spec=CompressorSpec("thc"), workers=2, steps=3, eval_every=3,
+                seed=2, network=session(net), thc_pipelined=pipelined))
+    assert [r["loss"] for r in runs[True]["records"]] == [r["loss"] for r in runs[False]["records"]]
+    for pipelined, run in runs.items():
+        for r in run["records"]:
+            ph = r["phases"]
+            assert set(ph) <= set(PHASES) and {"norms", "encode", "decode", "cpu"} <= set(ph)
+            assert ("wait" in ph) == pipelined     # only the pipelined path waits on a thread
+            assert all(v >= 0 for v in ph.values())

@@ -13,7 +13,7 @@ from host.aggregation import _Clock, lane_dtype
 from host.ddp.baselines import CompressorSpec, compare_set
 from host.errors import UsageError
 from host.thc.lanes import LaneOverflowError
-from host.training.report import gaps, link_seconds, plot_comparison, summarize
+from host.training.report import gaps, link_seconds, plot_comparison, smoothed, summarize
 from host.training.tasks import make_task, stdlib_corpus
 
 
@@ -34,7 +34,7 @@ def test_clock_counts_overlapping_intervals_once():
     assert c.take() == 0.0
 
 
-@pytest.mark.parametrize("name", ["digits", "digits-wide", "charlm"])
+@pytest.mark.parametrize("name", ["digits", "digits-wide", "charlm", "charlm-ngram"])
 def test_batches_are_deterministic_and_disjoint_across_ranks(name):
     t1, t2 = make_task(name, seed=3), make_task(name, seed=3)
     x0, y0 = t1.batch(7, 0, 2)
@@ -67,6 +67,37 @@ def test_digits_wide_is_communication_bound_and_learns_from_digits():
     assert 0.0 <= ev.metric < 0.3
     assert isinstance(t.build_optimizer(m.parameters()), torch.optim.Adam)
     assert (t.default_target, t.default_steps) == (0.95, 50)
+
+
+def test_charlm_ngram_is_embedding_heavy_and_its_gradient_is_not_low_rank():
+    from host.training.tasks import ngram_buckets
+
+    t = make_task("charlm-ngram", seed=0)
+    m = t.build_model()
+    assert sum(p.numel() for p in m.parameters()) >= 5_000_000
+    assert m.emb.weight.numel() / sum(p.numel() for p in m.parameters()) > 0.99
+    x, y = t.batch(0, 0, 4)
+    # the k = 3 characters before every window come with it: the 4-grams' history
+    assert x.shape == (t.batch_per_worker, t.context + 3) and y.shape == (t.batch_per_worker, t.context)
+    assert torch.equal(x[:, 4:], y[:, :-1])             # y is x shifted by one character
+    b = ngram_buckets(x, (1, 2, 3, 4), 1 << 16)
+    assert b.shape == (t.batch_per_worker, t.context, 4)
+    per = (1 << 16) // 4                                  # orders live in their own slices
+    assert all(int(b[..., j].min()) >= j * per and int(b[..., j].max()) < (j + 1) * per
+               for j in range(4))
+    ev = t.evaluate(m)
+    assert 5.0 < ev.metric < 9.0                          # untrained: near 7 bits per char
+    # after a few steps, the embedding gradient of one worker's batch: a rank-4 approximation
+    # (what PowerSGD r4 sends) holds well under the whole of its energy
+    opt = t.build_optimizer(m.parameters())
+    for step in range(8):
+        opt.zero_grad()
+        t.loss(m, *t.batch(step, 0, 4)).backward()
+        opt.step()
+    g = m.emb.weight.grad
+    s = torch.linalg.svdvals(g[g.abs().sum(1) > 0]) ** 2
+    assert float(s[:4].sum() / s.sum()) < 0.8
+    assert t.default_eval_every == 1 and not t.higher_is_better
 
 
 def test_charlm_corpus_is_fixed_text_from_the_stdlib():
@@ -106,6 +137,37 @@ def test_summary_link_emulation_and_time_to_target():
               "thc": {"final_metric": 0.97, "final_eval_loss": 2.02}}, higher_is_better=True)
     assert g["thc"]["metric_gap"] == pytest.approx(0.01)
     assert g["thc"]["loss_rel"] == pytest.approx(0.01)
+
+
+def test_time_to_target_needs_the_smoothed_metric_not_one_lucky_evaluation():
+    # a noisy edge: 0.951 at step 2, back under at 3 and 4, held from step 5 on
+    metrics = [0.90, 0.951, 0.94, 0.945, 0.96, 0.962, 0.965]
+    run = {"compressor": "x", "higher_is_better": True, "params": 1000,
+           "records": [_run(i + 1, m, 500, 1000, 0.1) for i, m in enumerate(metrics)]}
+    raw = summarize(run, target=0.95, time_basis="measured")
+    assert raw["steps_to_target"] == 2 == raw["first_crossing_step"]
+    s = summarize(run, target=0.95, time_basis="measured", window=3)
+    # trailing means: ..., (0.945 + 0.96 + 0.962) / 3 = 0.9557 at step 6, 0.9490 at step 5
+    assert smoothed(metrics, 3)[4] < 0.95 < smoothed(metrics, 3)[5]
+    assert s["steps_to_target"] == 6 and s["first_crossing_step"] == 2
+    assert s["time_to_target_s"] == pytest.approx(6 * 0.11)
+    assert s["target_window"] == 3 and "last 3 evaluations" in s["target_rule"]
+    # held: from step 6 on the mean never drops under again; a dip at the end moves it later
+    assert summarize(run, target=0.95, time_basis="measured", window=3,
+                     held=True)["steps_to_target"] == 6
+    dip = {**run, "records": [*run["records"], _run(8, 0.90, 500, 1000, 0.1),
+                              _run(9, 0.99, 500, 1000, 0.1), _run(10, 0.99, 500, 1000, 0.1)]}
+    assert summarize(dip, target=0.95, window=3)["steps_to_target"] == 6
+    # means at steps 8..10: 0.9417, 0.9517, 0.96: held only from step 9
+    h = summarize(dip, target=0.95, window=3, held=True)
+    assert h["steps_to_target"] == 9 and "stays" in h["target_rule"]
+    # lower is better (bits per character): the same rule, the other way
+    low = summarize({**run, "higher_is_better": False, "records": [
+        _run(i + 1, m, 500, 1000, 0.1) for i, m in enumerate([3.5, 3.1, 3.3, 3.12, 3.1])]},
+        target=3.15, time_basis="measured", window=2)
+    assert low["first_crossing_step"] == 2 and low["steps_to_target"] == 5
+    with pytest.raises(ValueError, match="window"):
+        summarize(run, target=0.95, window=0)
 
 
 def test_time_basis_labels_measured_and_emulated_times():
@@ -161,6 +223,7 @@ def test_compare_set_labels():
     (["--workers", "0"], "--workers"),
     (["--link-mbps", "0"], "--link-mbps"),
     (["--steps", "-3"], "--steps"),
+    (["--target-window", "0"], "--target-window"),
     (["--granularity", "3"], "granularity"),
     (["--workers", "70000", "--granularity", "65535"], "32-bit lane"),
     (["--testbed", "rack"], "--link-mbps"),

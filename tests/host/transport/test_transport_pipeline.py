@@ -14,6 +14,7 @@ from control_plane.embedded import EmbeddedNetwork
 from host.protocol.layout import COORDS_PER_PACKET
 from host.thc import THCCodec
 from host.thc import fused as fused_mod
+from host.thc.config import THCConfig
 from host.thc.feedback import ErrorFeedback
 from host.thc.layout import split_layout
 from host.transport.faults import FaultyEndpoint
@@ -127,3 +128,17 @@ def test_pipelined_allreduce_exact_under_faults(net4, faults):
     for a, b in zip(one, piped, strict=True):
         assert torch.equal(a[0], b[0])
     assert np.isfinite(piped[0][0].numpy()).all()
+
+
+def test_reduce_into_refuses_a_codec_the_job_was_not_set_up_for():
+    # the job at the switch sums g = 30 table values; a g = 63 encoding would decode to garbage
+    ep = UdpEndpoint(("127.0.0.1", 9), bind=("127.0.0.1", 0))
+    try:
+        agg = NetworkAggregator(ep, JobSpec(1, 0, 2, granularity=30))
+        x = torch.ones(4096)
+        codec = THCCodec(THCConfig(granularity=63))
+        with pytest.raises(ValueError, match="g=63 but the job was set up for g=30"):
+            agg.reduce_into(x, codec, codec.chunk_norms(x), torch.empty(4096), round=0)
+        assert agg.window.stats.packets == 0        # refused before anything was sent
+    finally:
+        agg.close()
