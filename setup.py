@@ -1,6 +1,6 @@
 """Build the fused CPU kernels of the THC codec (host/thc/_fused.c), the transport's C slot
 loop (host/transport/_slotloop.c) and the software target's C fast path
-(host/softswitch/_fastpath.c).
+(host/softswitch/_fastpath.c) with its switch loop (host/softswitch/_swloop.c).
 
 Everything else about the package lives in pyproject.toml. The extensions are optional at run
 time: without a C compiler the codec falls back to its vectorized torch path, the slot
@@ -42,13 +42,16 @@ setup(
             extra_compile_args=["-O2"],
             optional=True,
         ),
-        # The software target's common case (host/softswitch/pipeline.py falls back to numpy).
+        # The software target's common case and its switch loop (host/softswitch/pipeline.py
+        # falls back to numpy, host/softswitch/switch.py to its Python loop).
         Extension(
             "host.softswitch._fastpath",
-            sources=["host/softswitch/_fastpath.c"],
+            sources=["host/softswitch/_fastpath.c", "host/softswitch/_swloop.c"],
             include_dirs=LAYOUT_INCLUDE,
-            depends=LAYOUT_HEADER,
-            extra_compile_args=["-O2"],
+            depends=[*LAYOUT_HEADER, "host/softswitch/_fastpath.h"],
+            libraries=["pthread"],
+            # -O3: the lane conversions of every result vectorize (measured ~10 % less CPU)
+            extra_compile_args=["-O3"],
             optional=True,
         ),
     ]

@@ -7,6 +7,8 @@ Prints one JSON object::
               "kernel_limit_packets_per_s", "fraction_of_kernel_limit",
               "limit_packets_per_s", "fraction_of_limit"}, ...],
      "veth": [same, over veth/AF_PACKET (root)],
+     (udp rows also give "switch_cpu_us_per_frame": the switch process's CPU time per frame
+      it received or sent during the goodput runs)
      "allreduce": {"elements", "thc_s", "network_s", "codec_s", "gloo_s", "thc_over_codec",
                    "thc_over_gloo", "nmse_first_1000", ...}}
 
@@ -396,6 +398,18 @@ def veth_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
                                             all(x["native"] for x in thc), kernel)}
 
 
+def _cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of process ``pid`` so far, all its threads (0 if unknown)."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _run(procs: list[mp.Process], q, n: int, timeout: float) -> list[tuple]:
     for p in procs:
         p.start()
@@ -419,14 +433,23 @@ def udp_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
     limits = [min(r[2][k] for r in res) for k in range(repeats)]
     with EmbeddedNetwork(workers, num_slots=num_slots) as net:
         bar = ctx.Barrier(workers)
+        pid = net.proc.pid if net.proc is not None else None
+        cpu0 = _cpu_s(pid)
         res = _run([ctx.Process(target=_thc_worker,
                                 args=(net.address(r), workers, coords, num_slots, 1, bar, q,
                                       repeats))
                     for r in range(workers)], q, workers, 600 * repeats)
+        cpu = _cpu_s(pid) - cpu0
     times = [max(r[2][k] for r in res) for k in range(repeats)]
     kernel = kernel_udp_limit(workers, num_slots, repeats)
-    return _summary(workers, coords, times, limits, sum(r[3] for r in res),
-                    all(r[4] for r in res), kernel)
+    out = _summary(workers, coords, times, limits, sum(r[3] for r in res),
+                   all(r[4] for r in res), kernel)
+    # the switch's CPU per frame it handled (each worker's DATA in, its RESULT out), less
+    # sensitive to a loaded machine than the rates (includes its idle polling between runs)
+    frames = 2 * workers * -(-coords // COORDS_PER_PACKET) * repeats
+    out["switch_cpu_s"] = cpu
+    out["switch_cpu_us_per_frame"] = cpu / frames * 1e6 if pid is not None else None
+    return out
 
 
 def allreduce_16m(workers: int, numel: int, num_slots: int, repeats: int = 1,

@@ -1,7 +1,7 @@
 /* The software target's common case in C: a batch of plain worker contributions of one job.
  *
  * host/softswitch/pipeline.py is the reference; Pipeline.process calls this first (when built)
- * and runs its own numpy/Python path whenever this returns -1. A batch qualifies when every
+ * and runs its own numpy/Python path whenever this returns None. A batch qualifies when every
  * frame is an Ethernet/IPv4/UDP/THC DATA frame with 4-bit indices of the given job that passes
  * every check of ThcValidate (version, type, lane width, element count, slot set = round
  * parity, rank, job entry with a table, slot range, sender binding of a worker), carries no
@@ -10,39 +10,23 @@
  * round) of a job without a parent. Anything else (a duplicate, a retransmission of a counted
  * contribution, a stale round, norms, partials, drops, routing) sends the whole batch to the
  * Python path: the registers and sums this call changed are restored first, so the fallback
- * starts from the same state.
+ * starts from the same state. A batch taken is accepted whole: process() reports the rows it
+ * accepted (all of them), from which the switch learns reply addresses.
  *
  * Per packet: the copy's registers, the table lookup (L[high nibble], L[low nibble] per byte)
  * added to the copy's 256 32-bit sums (the first contributor of a round overwrites), and at
  * completion the result built once per multicast replica, exactly as Pipeline._emit builds it
  * (header rewrite, lanes truncated to the job's width, members table, IPv4 checksum).
+ *
+ * fp_batch needs no Python object: the C switch loop (_swloop.c) calls it with the GIL
+ * released.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdint.h>
+#include "_fastpath.h"
+
 #include <stdlib.h>
 #include <string.h>
 
-/* Every frame offset, header length and protocol/data-plane constant (OFF_*, PAYLOAD_OFFSET,
- * INDICES_BYTES, COORDS_PER_PACKET, ST_*, FLAG_*, ...) comes from the generated header
- * (p4/gen.py); NETCO_LAYOUT_HASH is exported so that pipeline.py refuses a stale build. */
-#include "netco_layout.h"
-
-static inline uint32_t be16(const uint8_t *p) { return ((uint32_t)p[0] << 8) | p[1]; }
-static inline uint32_t be32(const uint8_t *p) {
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-static inline void put16(uint8_t *p, uint32_t v) { p[0] = (uint8_t)(v >> 8); p[1] = (uint8_t)v; }
-static inline void put32(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
-}
-
-typedef struct {
-    Py_buffer v;
-    int held;
-} buf_t;
-
-static int take(PyObject *o, buf_t *b, int writable, Py_ssize_t min_bytes, const char *name) {
+int take(PyObject *o, buf_t *b, int writable, Py_ssize_t min_bytes, const char *name) {
     if (PyObject_GetBuffer(o, &b->v, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0) {
         PyErr_Format(PyExc_TypeError, "%s: expected a C-contiguous%s buffer", name,
                      writable ? " writable" : "");
@@ -56,19 +40,12 @@ static int take(PyObject *o, buf_t *b, int writable, Py_ssize_t min_bytes, const
     return 0;
 }
 
-/* mark[c]: this call's undo entry of copy c, -1 untouched (reset after every call; the GIL
- * is held throughout, so one array serves all calls) */
-static int64_t *mark = NULL;
-static size_t mark_n = 0;
-
-static int grow_mark(size_t cells) {
-    if (cells <= mark_n) return 0;
-    int64_t *m = realloc(mark, cells * sizeof(int64_t));
-    if (!m) return -1;
-    for (size_t k = mark_n; k < cells; k++) m[k] = -1;
-    mark = m;
-    mark_n = cells;
-    return 0;
+void release_all(buf_t *bufs, int nb) {
+    for (int k = 0; k < nb; k++)
+        if (bufs[k].held) {
+            PyBuffer_Release(&bufs[k].v);
+            bufs[k].held = 0;
+        }
 }
 
 typedef struct {
@@ -76,91 +53,62 @@ typedef struct {
     uint32_t sums[COORDS_PER_PACKET];
 } undo_t;
 
-static const char *doc =
-    "process(buf, lens, ports, n, order, job_id, jn, job (slot_base, num_slots, expected,\n"
-    "        has_parent, lane_bits, self_addr, index), lut, sender_keys, sender_is_switch,\n"
-    "        pool_slots, regs (round, state, contrib, nc, cnt, wb), sums, group ports,\n"
-    "        member_hit, member_mac, member_addr, out_buf, out_lens, out_ports,\n"
-    "        consts (version, T_DATA, index_bits, T_RESULT, rank_all, thc_port,\n"
-    "        max_workers, result_ttl))\n"
-    "-> None (not handled: nothing changed) or (frames out, contributions, results).";
+void fp_scratch_free(fp_scratch_t *s) {
+    free(s->mark);
+    free(s->undo);
+    memset(s, 0, sizeof(*s));
+}
 
-static PyObject *py_process(PyObject *self, PyObject *args) {
-    PyObject *obuf, *olens, *oports, *oorder, *ojob, *olut, *oskeys, *osw, *oregs, *osums,
-        *ogports, *omhit, *ommac, *omaddr, *ooutbuf, *ooutlens, *ooutports, *oconst;
-    Py_ssize_t n;
-    int job_id, jn;
-    long long pool_slots;
-    if (!PyArg_ParseTuple(args, "OOOnOiiOOOOLOOOOOOOOOO", &obuf, &olens, &oports, &n, &oorder,
-                          &job_id, &jn, &ojob, &olut, &oskeys, &osw, &pool_slots, &oregs,
-                          &osums, &ogports, &omhit, &ommac, &omaddr, &ooutbuf, &ooutlens,
-                          &ooutports, &oconst))
-        return NULL;
-    long long J[7], K[8];
-    if (!PyArg_ParseTuple(ojob, "LLLLLLL", &J[0], &J[1], &J[2], &J[3], &J[4], &J[5], &J[6]))
-        return NULL;
-    if (!PyArg_ParseTuple(oconst, "LLLLLLLL", &K[0], &K[1], &K[2], &K[3], &K[4], &K[5], &K[6],
-                          &K[7]))
-        return NULL;
-    const long long slot_base = J[0], num_slots = J[1], expected = J[2], has_parent = J[3],
-                    lane_bits = J[4], self_addr = J[5];
-    const long long version = K[0], t_data = K[1], index_bits = K[2], t_result = K[3],
-                    rank_all = K[4], thc_port = K[5], max_workers = K[6], ttl = K[7];
-    if (!PyTuple_Check(oregs) || PyTuple_GET_SIZE(oregs) != 6) {
-        PyErr_SetString(PyExc_TypeError, "regs: a tuple of 6 int64 arrays");
-        return NULL;
+/* mark[c]: the undo entry of copy c in the running call, -1 untouched (reset after every call);
+ * the undo log holds one entry per copy changed. */
+static int scratch_grow(fp_scratch_t *s, size_t cells, size_t n) {
+    if (cells > s->mark_n) {
+        int64_t *m = realloc(s->mark, cells * sizeof(int64_t));
+        if (!m) return -1;
+        for (size_t k = s->mark_n; k < cells; k++) m[k] = -1;
+        s->mark = m;
+        s->mark_n = cells;
     }
-    PyObject *result = NULL;
-    buf_t bb = {0}, bl = {0}, bp = {0}, bo = {0}, blut = {0}, bsk = {0}, bsw = {0}, bsums = {0},
-          bg = {0}, bmh = {0}, bmm = {0}, bma = {0}, bob = {0}, bol = {0}, bop = {0};
-    buf_t br[6];
-    memset(br, 0, sizeof(br));
-    undo_t *undo = NULL;
-    Py_ssize_t nu = 0;
-    if (take(obuf, &bb, 0, (Py_ssize_t)ROW_BYTES * n, "buf") < 0) goto done;
-    if (take(olens, &bl, 0, 8 * n, "lens") < 0) goto done;
-    if (take(oports, &bp, 0, 8 * n, "ports") < 0) goto done;
-    if (oorder != Py_None && take(oorder, &bo, 0, 8 * n, "order") < 0) goto done;
-    if (take(olut, &blut, 0, 256 * 8, "lut") < 0) goto done;
-    if (take(oskeys, &bsk, 0, 0, "sender_keys") < 0) goto done;
-    if (take(osw, &bsw, 0, bsk.v.len / 8, "sender_is_switch") < 0) goto done;
-    for (int k = 0; k < 6; k++)
-        if (take(PyTuple_GET_ITEM(oregs, k), &br[k], 1, 8 * pool_slots * 4, "regs") < 0)
-            goto done;
-    if (take(osums, &bsums, 1, 4 * COORDS_PER_PACKET * pool_slots * 4, "sums") < 0) goto done;
-    if (take(ogports, &bg, 0, 0, "group") < 0) goto done;
-    Py_ssize_t ng = bg.v.len / 8;
-    if (take(omhit, &bmh, 0, ng, "member_hit") < 0) goto done;
-    if (take(ommac, &bmm, 0, 6 * ng, "member_mac") < 0) goto done;
-    if (take(omaddr, &bma, 0, 4 * ng, "member_addr") < 0) goto done;
-    if (take(ooutlens, &bol, 1, 0, "out_lens") < 0) goto done;
-    Py_ssize_t cap = bol.v.len / 8;
-    if (take(ooutbuf, &bob, 1, (Py_ssize_t)ROW_BYTES * cap, "out_buf") < 0) goto done;
-    if (take(ooutports, &bop, 1, 8 * cap, "out_ports") < 0) goto done;
-    if (lane_bits != 8 && lane_bits != 16 && lane_bits != 32) {
-        Py_INCREF(Py_None);
-        result = Py_None;
-        goto done;
+    if (n > s->undo_n) {
+        void *u = realloc(s->undo, n * sizeof(undo_t));
+        if (!u) return -1;
+        s->undo = u;
+        s->undo_n = n;
     }
+    return 0;
+}
 
-    const uint8_t *buf = bb.v.buf;
-    const int64_t *lens = bl.v.buf, *ports = bp.v.buf, *order = bo.held ? bo.v.buf : NULL;
-    const uint32_t *lut = blut.v.buf;
-    const uint64_t *skeys = bsk.v.buf;
-    const uint8_t *sw = bsw.v.buf;
-    const Py_ssize_t nsk = bsk.v.len / 8;
-    int64_t *R[6];
-    for (int k = 0; k < 6; k++) R[k] = br[k].v.buf;
+int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8_t *buf,
+             const int64_t *lens, const int64_t *ports, Py_ssize_t n, const int64_t *order,
+             fp_out_t *out, fp_result_t *res, fp_scratch_t *scratch) {
+    const long long slot_base = J->slot_base, num_slots = J->num_slots, expected = J->expected,
+                    has_parent = J->has_parent, lane_bits = J->lane_bits,
+                    self_addr = J->self_addr, pool_slots = S->pool_slots;
+    const long long version = K->version, t_data = K->t_data, index_bits = K->index_bits,
+                    t_result = K->t_result, rank_all = K->rank_all, thc_port = K->thc_port,
+                    max_workers = K->max_workers, ttl = K->ttl;
+    const int job_id = J->job_id, jn = J->jn;
+    if (lane_bits != 8 && lane_bits != 16 && lane_bits != 32) return 0;
+    const uint32_t *lut = J->lut;
+    const uint64_t *skeys = S->skeys;
+    const uint8_t *sw = S->sw;
+    const Py_ssize_t nsk = S->nsk;
+    int64_t *const *R = S->R;
     int64_t *st_round = R[0], *st_state = R[1], *st_contrib = R[2], *st_nc = R[3],
             *st_cnt = R[4], *st_wb = R[5];
-    uint32_t *sums = bsums.v.buf;
-    const int64_t *gports = bg.v.buf;
-    const uint8_t *mhit = bmh.v.buf, *mmac = bmm.v.buf;
-    const uint32_t *maddr = bma.v.buf;
-    uint8_t *obuf_ = bob.v.buf;
-    int64_t *olens_ = bol.v.buf, *oports_ = bop.v.buf;
+    uint32_t *sums = S->sums;
+    const int64_t *gports = J->gports;
+    const uint8_t *mhit = J->mhit, *mmac = J->mmac;
+    const uint32_t *maddr = J->maddr;
+    const Py_ssize_t ng = J->ng, cap = out->cap;
+    uint8_t *obuf_ = out->buf;
+    int64_t *olens_ = out->lens, *oports_ = out->ports;
     const int plen = (int)(lane_bits * (COORDS_PER_PACKET / 8));
     const int lb = (int)(lane_bits / 8);
+    Py_ssize_t nu = 0;
+    int handled = 0;
+    undo_t *undo = NULL;
+    int64_t *mark = NULL;
 
     /* 1. stateless checks of every frame (ThcValidate for this case): any miss -> Python */
     for (Py_ssize_t j = 0; j < n; j++) {
@@ -191,11 +139,9 @@ static PyObject *py_process(PyObject *self, PyObject *args) {
     }
 
     /* 2. the slot logic, packet by packet in arrival order (undo log for the fallback) */
-    undo = malloc(sizeof(undo_t) * (size_t)(n ? n : 1));
-    if (!undo || grow_mark((size_t)pool_slots * 4) < 0) {
-        PyErr_NoMemory();
-        goto done;
-    }
+    if (scratch_grow(scratch, (size_t)pool_slots * 4, (size_t)(n ? n : 1)) < 0) return -1;
+    undo = scratch->undo;
+    mark = scratch->mark;
     long long nout = 0, ncontrib = 0, nresults = 0;
     for (Py_ssize_t q = 0; q < n; q++) {
         Py_ssize_t j = order ? order[q] : q;
@@ -298,7 +244,10 @@ static PyObject *py_process(PyObject *self, PyObject *args) {
         st_cnt[c] = cnt;
         st_wb[c] = wb;
     }
-    result = Py_BuildValue("(LLL)", nout, ncontrib, nresults);
+    res->nout = nout;
+    res->ncontrib = ncontrib;
+    res->nresults = nresults;
+    handled = 1;
     goto done;
 rollback:
     for (Py_ssize_t u = nu - 1; u >= 0; u--) {
@@ -307,33 +256,174 @@ rollback:
         memcpy(sums + (size_t)c * COORDS_PER_PACKET, undo[u].sums, sizeof(undo[u].sums));
     }
 not_handled:
-    Py_INCREF(Py_None);
-    result = Py_None;
+    handled = 0;
 done:
     for (Py_ssize_t u = 0; u < nu; u++) mark[undo[u].cell] = -1;
-    free(undo);
-    {
-        buf_t *all[] = {&bb, &bl, &bp, &bo, &blut, &bsk, &bsw, &bsums, &bg, &bmh, &bmm, &bma,
-                        &bob, &bol, &bop, &br[0], &br[1], &br[2], &br[3], &br[4], &br[5]};
-        for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++)
-            if (all[k]->held) PyBuffer_Release(&all[k]->v);
+    return handled;
+}
+
+/* -- Python-side descriptions ------------------------------------------------------------- */
+
+int fp_parse_consts(PyObject *o, fp_consts_t *k) {
+    return PyArg_ParseTuple(o, "LLLLLLLL", &k->version, &k->t_data, &k->index_bits, &k->t_result,
+                            &k->rank_all, &k->thc_port, &k->max_workers, &k->ttl) ? 0 : -1;
+}
+
+/* (job_id, jn, (slot_base, num_slots, expected, has_parent, lane_bits, self_addr, index), lut,
+ *  group ports, member_hit, member_mac, member_addr); takes 5 buffers */
+int fp_parse_job(PyObject *o, fp_job_t *j, buf_t *bufs, int *nb) {
+    PyObject *params, *olut, *og, *oh, *om, *oa;
+    if (!PyArg_ParseTuple(o, "iiOOOOOO", &j->job_id, &j->jn, &params, &olut, &og, &oh, &om, &oa))
+        return -1;
+    if (!PyArg_ParseTuple(params, "LLLLLLL", &j->slot_base, &j->num_slots, &j->expected,
+                          &j->has_parent, &j->lane_bits, &j->self_addr, &j->index))
+        return -1;
+    buf_t *b = bufs + *nb;
+    if (take(olut, &b[0], 0, 256 * 8, "lut") < 0) return (*nb += 1, -1);
+    if (take(og, &b[1], 0, 0, "group") < 0) return (*nb += 2, -1);
+    j->ng = b[1].v.len / 8;
+    if (take(oh, &b[2], 0, j->ng, "member_hit") < 0) return (*nb += 3, -1);
+    if (take(om, &b[3], 0, 6 * j->ng, "member_mac") < 0) return (*nb += 4, -1);
+    if (take(oa, &b[4], 0, 4 * j->ng, "member_addr") < 0) return (*nb += 5, -1);
+    *nb += 5;
+    j->lut = b[0].v.buf;
+    j->gports = b[1].v.buf;
+    j->mhit = b[2].v.buf;
+    j->mmac = b[3].v.buf;
+    j->maddr = b[4].v.buf;
+    return 0;
+}
+
+/* (sender_keys, sender_is_switch, pool_slots, regs (6 int64 arrays), sums); takes 9 buffers */
+int fp_parse_state(PyObject *o, fp_state_t *st, buf_t *bufs, int *nb) {
+    PyObject *osk, *osw, *oregs, *osums;
+    if (!PyArg_ParseTuple(o, "OOLOO", &osk, &osw, &st->pool_slots, &oregs, &osums)) return -1;
+    if (!PyTuple_Check(oregs) || PyTuple_GET_SIZE(oregs) != 6) {
+        PyErr_SetString(PyExc_TypeError, "regs: a tuple of 6 int64 arrays");
+        return -1;
     }
+    buf_t *b = bufs + *nb;
+    int k = 0;
+    int rc = -1;
+    if (take(osk, &b[k++], 0, 0, "sender_keys") < 0) goto out;
+    if (take(osw, &b[k], 0, b[0].v.len / 8, "sender_is_switch") < 0) { k++; goto out; }
+    k++;
+    for (int r = 0; r < 6; r++) {
+        if (take(PyTuple_GET_ITEM(oregs, r), &b[k], 1, 8 * st->pool_slots * 4, "regs") < 0) {
+            k++;
+            goto out;
+        }
+        st->R[r] = b[k++].v.buf;
+    }
+    if (take(osums, &b[k], 1, 4 * COORDS_PER_PACKET * st->pool_slots * 4, "sums") < 0) {
+        k++;
+        goto out;
+    }
+    st->sums = b[k++].v.buf;
+    st->skeys = b[0].v.buf;
+    st->nsk = b[0].v.len / 8;
+    st->sw = b[1].v.buf;
+    rc = 0;
+out:
+    *nb += k;
+    return rc;
+}
+
+static const char *doc =
+    "process(buf, lens, ports, n, order, job, state, consts, out, accepted)\n"
+    "  job: (job_id, jn, (slot_base, num_slots, expected, has_parent, lane_bits, self_addr,\n"
+    "        index), lut, group ports, member_hit, member_mac, member_addr)\n"
+    "  state: (sender_keys, sender_is_switch, pool_slots, regs (round, state, contrib, nc,\n"
+    "          cnt, wb), sums)\n"
+    "  consts: (version, T_DATA, index_bits, T_RESULT, rank_all, thc_port, max_workers,\n"
+    "           result_ttl)\n"
+    "  out: (out_buf, out_lens, out_ports); accepted: int64 array of >= n rows\n"
+    "-> None (not handled: nothing changed) or (frames out, contributions, results, accepted):\n"
+    "the rows accepted are written to accepted[:accepted count].";
+
+/* one scratch per thread that calls process() */
+static _Thread_local fp_scratch_t py_scratch;
+
+static PyObject *py_process(PyObject *self, PyObject *args) {
+    PyObject *obuf, *olens, *oports, *oorder, *ojob, *ostate, *oconst, *oout, *oacc;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "OOOnOOOOOO", &obuf, &olens, &oports, &n, &oorder, &ojob,
+                          &ostate, &oconst, &oout, &oacc))
+        return NULL;
+    PyObject *ob, *ol, *op;
+    if (!PyArg_ParseTuple(oout, "OOO", &ob, &ol, &op)) return NULL;
+    fp_consts_t K;
+    if (fp_parse_consts(oconst, &K) < 0) return NULL;
+    buf_t bufs[32];
+    memset(bufs, 0, sizeof(bufs));
+    int nb = 0;
+    PyObject *result = NULL;
+    fp_job_t J;
+    fp_state_t S;
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "n < 0");
+        goto done;
+    }
+    if (take(obuf, &bufs[nb++], 0, (Py_ssize_t)ROW_BYTES * n, "buf") < 0) goto done;
+    if (take(olens, &bufs[nb++], 0, 8 * n, "lens") < 0) goto done;
+    if (take(oports, &bufs[nb++], 0, 8 * n, "ports") < 0) goto done;
+    const int64_t *order = NULL;
+    if (oorder != Py_None) {
+        if (take(oorder, &bufs[nb++], 0, 8 * n, "order") < 0) goto done;
+        order = bufs[nb - 1].v.buf;
+    }
+    if (take(oacc, &bufs[nb++], 1, 8 * n, "accepted") < 0) goto done;
+    int64_t *acc = bufs[nb - 1].v.buf;
+    if (take(ol, &bufs[nb++], 1, 0, "out_lens") < 0) goto done;
+    fp_out_t out = {.lens = bufs[nb - 1].v.buf, .cap = bufs[nb - 1].v.len / 8};
+    if (take(ob, &bufs[nb++], 1, (Py_ssize_t)ROW_BYTES * out.cap, "out_buf") < 0) goto done;
+    out.buf = bufs[nb - 1].v.buf;
+    if (take(op, &bufs[nb++], 1, 8 * out.cap, "out_ports") < 0) goto done;
+    out.ports = bufs[nb - 1].v.buf;
+    if (fp_parse_job(ojob, &J, bufs, &nb) < 0) goto done;
+    if (fp_parse_state(ostate, &S, bufs, &nb) < 0) goto done;
+    fp_result_t r;
+    int h = fp_batch(&K, &S, &J, bufs[0].v.buf, bufs[1].v.buf, bufs[2].v.buf, n, order, &out,
+                     &r, &py_scratch);
+    if (h < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (h == 0) {
+        Py_INCREF(Py_None);
+        result = Py_None;
+        goto done;
+    }
+    for (Py_ssize_t j = 0; j < n; j++) acc[j] = j;   /* a batch taken is accepted whole */
+    result = Py_BuildValue("(LLLn)", r.nout, r.ncontrib, r.nresults, n);
+done:
+    release_all(bufs, nb);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"process", py_process, METH_VARARGS, NULL},
+    {"loop", py_loop, METH_VARARGS, NULL},
+    {"new_memory", py_new_memory, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_fastpath",
-                                    "The software target's common case in C (pipeline.py).", -1,
-                                    methods, NULL, NULL, NULL, NULL};
+                                    "The software target's data path in C (pipeline.py, switch.py).",
+                                    -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__fastpath(void) {
     methods[0].ml_doc = doc;
+    methods[1].ml_doc = loop_doc;
+    methods[2].ml_doc = new_memory_doc;
     PyObject *m = PyModule_Create(&moddef);
-    if (m && PyModule_AddStringConstant(m, "LAYOUT_HASH", NETCO_LAYOUT_HASH) < 0) {
+    if (!m) return NULL;
+    PyObject *names = PyTuple_New(loop_stat_count);
+    for (int k = 0; names && k < loop_stat_count; k++)
+        PyTuple_SET_ITEM(names, k, PyUnicode_FromString(loop_stat_names[k]));
+    if (!names || PyModule_AddObject(m, "LOOP_STATS", names) < 0
+        || PyModule_AddStringConstant(m, "LAYOUT_HASH", NETCO_LAYOUT_HASH) < 0) {
+        Py_XDECREF(names);
         Py_DECREF(m);
         return NULL;
     }

@@ -53,6 +53,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="send each batch's outputs from a second thread while the next "
                              "batch is received and processed (default on; --no-send-thread: "
                              "one thread)")
+    parser.add_argument("--c-loop", action=argparse.BooleanOptionalAction, default=None,
+                        help="run the receive/process/send loop in C with the GIL released "
+                             "where the C fast path is built (default on; --no-c-loop: the "
+                             "Python loop, the reference; NETCO_SOFTSWITCH_CLOOP=0 too)")
     parser.add_argument("--tls-cert", default=None, metavar="PEM",
                         help="serve P4Runtime over TLS with this certificate (docs/security.md)")
     parser.add_argument("--tls-key", default=None, metavar="PEM", help="private key of --tls-cert")
@@ -96,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
                 raise UsageError(f"--port {n}: cannot open {kind} port {opts}: {exc.strerror}") from None
         sw = SoftSwitch(ports, device_id=args.device_id, pool_slots=args.slots, batch=args.batch)
         sw.send_thread = args.send_thread
+        if args.c_loop is not None:
+            sw.c_loop = args.c_loop and sw.c_loop_available()
         if args.p4info:
             try:
                 sw.load_pipeline(netco_p4info() if args.p4info == "default" else args.p4info_message)

@@ -73,11 +73,13 @@ class SwitchCollector:
             if r is not DropReason.NONE and r < c.drops.size:
                 m.add_metric([self.name, r.name], float(c.drops[r]))
         yield m
+        st = sw.stats()   # with the C loop's totals
         for name, doc, value in (
-            ("netco_switch_frames_received", "Frames (or THC datagrams) received", pl.rx),
-            ("netco_switch_frames_sent", "Frames handed to the ports' sockets", pl.tx),
-            ("netco_switch_frames_lost", "Frames the ports' sockets refused (send buffer full)", sw.tx_lost),
-            ("netco_switch_batches", "Receive batches processed", sw.batches),
+            ("netco_switch_frames_received", "Frames (or THC datagrams) received", st["rx"]),
+            ("netco_switch_frames_sent", "Frames handed to the ports' sockets", st["tx"]),
+            ("netco_switch_frames_lost", "Frames the ports' sockets refused (send buffer full)",
+             st["tx_lost"]),
+            ("netco_switch_batches", "Receive batches processed", st["batches"]),
             ("netco_switch_errors", "Batches lost to a data-plane error (logged)", sw.errors),
         ):
             m = CounterMetricFamily(name, doc, labels=["switch"])

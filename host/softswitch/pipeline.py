@@ -48,7 +48,7 @@ from host.softswitch.controls.common import (
     R,
 )
 from host.softswitch.controls.drop_accounting import account_drops
-from host.softswitch.controls.native import NATIVE, NativePath, _fastpath
+from host.softswitch.controls.native import LOOP_STATS, NATIVE, NativePath, _fastpath
 from host.softswitch.controls.parser import parse
 from host.softswitch.controls.routing import Routing
 from host.softswitch.controls.thc_accumulate import ThcAccumulate
@@ -94,17 +94,49 @@ class Pipeline(NativePath, ThcValidate, ThcLoad, ThcSlot, ThcAccumulate, ThcOutp
         self.cfg = Compiled()
         self.counters = counters or Counters.empty()
         self.out = Outputs(256)   # initial capacity (grows)
-        #: software-only totals: frames in, frames out, frames routed
-        self.rx = 0
-        self.tx = 0
+        #: totals the C switch loop adds to as it runs (rx, tx, contributions; LOOP_STATS)
+        self.live = np.zeros(max(len(LOOP_STATS), 1), dtype=np.int64)
+        #: software-only totals: frames in, frames out (both with the C loop's), frames routed
+        self._rx = 0
+        self._tx = 0
         self.routed = 0
-        #: rows of the last batch that passed validation (job, sender, well-formed); None: all
-        #: of them (the C fast path takes only such batches). The switch learns reply
-        #: addresses from these rows only (issue 16, H1).
-        self.accepted: np.ndarray | None = None
+        #: rows of the last batch that passed validation (job, sender, well-formed), as the
+        #: numpy path or the C fast path reports them. The switch learns reply addresses from
+        #: these rows only (issue 16, H1).
+        self.accepted: np.ndarray = np.zeros(0, dtype=np.int64)
         #: what happened to every frame that was not dropped (software-only): contribution,
         #: resent, peek, retx_up, release (deadline without adding), parent_result, routed
         self.outcomes: Counter[str] = Counter()
+
+    def _live(self, name: str) -> int:
+        k = LOOP_STATS.get(name)
+        return int(self.live[k]) if k is not None else 0
+
+    @property
+    def rx(self) -> int:
+        """Frames received (this pipeline's and the C switch loop's)."""
+        return self._rx + self._live("rx")
+
+    @rx.setter
+    def rx(self, value: int) -> None:
+        self._rx = value - self._live("rx")
+
+    @property
+    def tx(self) -> int:
+        """Frames sent (this pipeline's and the C switch loop's)."""
+        return self._tx + self._live("tx")
+
+    @tx.setter
+    def tx(self, value: int) -> None:
+        self._tx = value - self._live("tx")
+
+    def all_outcomes(self) -> dict[str, int]:
+        """:attr:`outcomes` with the contributions the C switch loop added."""
+        got = dict(self.outcomes)
+        c = self._live("contributions")
+        if c:
+            got["contribution"] = got.get("contribution", 0) + c
+        return got
 
     def process(self, buf: np.ndarray, lens: np.ndarray, ports: np.ndarray, n: int,
                 stamps: np.ndarray | None = None) -> Outputs:
@@ -117,10 +149,11 @@ class Pipeline(NativePath, ThcValidate, ThcLoad, ThcSlot, ThcAccumulate, ThcOutp
         out = self.out
         out.n = 0
         if n == 0:
+            self.accepted = np.zeros(0, dtype=np.int64)
             return out
         cfg = self.cfg
         self.rx += n
-        self.accepted = None
+        self.accepted = np.zeros(0, dtype=np.int64)
         if self.native and self.fast and self._native(buf, lens, ports, n, stamps, cfg):
             return out
         b = buf[:n]

@@ -5,6 +5,12 @@ preallocated buffer), runs :class:`~host.softswitch.pipeline.Pipeline` on the ba
 the outputs grouped by egress port (``sendmmsg``) from a second thread, so that the kernel's
 send work of batch k (the system call releases the GIL) runs on the other core while batch
 k + 1 is received and processed (:attr:`SoftSwitch.send_thread`; outputs double-buffered).
+With the C fast path built, :meth:`SoftSwitch.run` runs the whole receive -> validate ->
+aggregate -> learn -> send loop in C with the GIL released (``_fastpath.loop``,
+``host/softswitch/_swloop.c``; sends on a second C thread), batch after batch, and comes back
+to this module only on a control event (stop, a P4Runtime write or commit) or with a batch the
+C path does not take, which the Python pipeline (the reference) then processes
+(:attr:`SoftSwitch.c_loop`; ``NETCO_SOFTSWITCH_CLOOP=0`` keeps the Python loop).
 The P4Runtime server runs in gRPC worker
 threads; a write compiles a new configuration snapshot that the loop picks up with its next
 batch, and a pipeline commit starts from empty aggregation state and zeroed counters, exactly
@@ -30,16 +36,21 @@ from host.protocol import framing as fr
 from host.protocol import generated_dataplane as dp
 from host.protocol import layout as lay
 from host.softswitch import config as cfgmod
+from host.softswitch.controls.native import _NATIVE_CONSTS, LOOP_STATS, native_jobs
 from host.softswitch.entities import EntityStore
-from host.softswitch.netio import SOCKADDR_IN, MsgBatch, Port, UdpPort
+from host.softswitch.learned import LearnedPorts
+from host.softswitch.netio import GSO_SEGMENTS, SOCKADDR_IN, MsgBatch, Port, UdpPort
 from host.softswitch.p4info import P4InfoIndex
-from host.softswitch.pipeline import ROW, THC_OFF, Counters, Outputs, Pipeline
+from host.softswitch.pipeline import ROW, THC_OFF, Counters, Outputs, Pipeline, _fastpath
 from host.softswitch.server import P4RuntimeService, TLSFiles, start_server
 
 log = logging.getLogger(__name__)
 
 #: Offset of the IPv4 destination address in a frame.
 _DST = fr.offset("dst")
+
+#: Groups of datagrams received per UDP_GRO receive call of the C loop.
+GRO_MSGS = 16
 
 #: Most UDP reply addresses kept (learned only from validated datagrams, so at most one per
 #: installed sender address; the bound is a guard).
@@ -92,7 +103,24 @@ class SoftSwitch:
         self.batches = 0
         self.errors = 0
         self.any_udp = any(isinstance(p, UdpPort) for p in self.ports.values())
+        #: run the data plane loop in C (``_fastpath.loop``) where the pipeline's C fast path
+        #: is on; the Python loop otherwise (set before :meth:`run`)
+        self.c_loop = (self.c_loop_available()
+                       and os.environ.get("NETCO_SOFTSWITCH_CLOOP", "1") != "0")
+        #: control flags of the C loop: [stop, configuration changed]
+        self._ctl = np.zeros(2, dtype=np.uint8)
+        #: the C loop's switch-level totals (LOOP_STATS)
+        self.cstats = np.zeros(max(len(LOOP_STATS), 1), dtype=np.int64)
+        #: the C loop's runs: returns for a batch the C path did not take, control events
+        self.c_handoffs = 0
+        self.c_events = 0
+        self._c_memory = None   # the C loop's buffers (kept between its runs)
         self._port_tables()
+
+    @staticmethod
+    def c_loop_available() -> bool:
+        """Whether the C loop is built (``_fastpath.loop``)."""
+        return _fastpath is not None and hasattr(_fastpath, "loop")
 
     # -- control plane hooks --------------------------------------------------------------
     def _on_commit(self, store: EntityStore) -> None:
@@ -106,9 +134,11 @@ class SoftSwitch:
         pipe = Pipeline(self.pool_slots, counters)
         pipe.cfg = cfgmod.compile_store(store)
         self.pipeline = pipe
+        self._ctl[1] = 1   # the C loop takes the new pipeline
 
     def _on_write(self, store: EntityStore) -> None:
         self.pipeline.cfg = cfgmod.compile_store(store)
+        self._ctl[1] = 1   # the C loop takes the new configuration
 
     def load_pipeline(self, p4info) -> None:
         """Commit a P4Info locally (as a controller's SetForwardingPipelineConfig would)."""
@@ -167,8 +197,9 @@ class SoftSwitch:
         self.uniform = kinds.pop() if len(kinds) == 1 else None
         if self.uniform is not None:
             self.rxb.prepare(*self.uniform)
-        #: UDP peers learned from validated datagrams: IPv4 address -> UDP port
-        self.learned: dict[int, int] = {}
+        #: UDP peers learned from validated datagrams: IPv4 address -> UDP port (shared with
+        #: the C loop)
+        self.learned = LearnedPorts(MAX_LEARNED)
         t = np.zeros(THC_OFF, dtype=np.uint8)
         t[_at("dst_mac")] = list(fr.mac_bytes("02:00:00:00:ff:fe"))
         t[_at("src_mac")] = list(fr.mac_bytes("02:00:00:00:ff:00"))
@@ -207,8 +238,8 @@ class SoftSwitch:
         that failed any check teaches nothing, so junk from a member's address cannot redirect
         its results, and the table holds at most the senders the controller installed
         (issue 16, H1 and R1)."""
-        acc = self.pipeline.accepted
-        rows = np.arange(n) if acc is None else np.sort(acc)
+        rows = np.sort(self.pipeline.accepted)
+        rows = rows[rows < n]
         rows = rows[self.p_udp[self.inports[rows]]]
         if rows.size == 0:
             return
@@ -218,9 +249,7 @@ class SoftSwitch:
         change = np.flatnonzero(key[1:] != key[:-1]) + 1
         learned = self.learned
         for kk in key[[0, *change.tolist()]].tolist():
-            learned[kk >> 16] = kk & 0xFFFF
-        if len(learned) > MAX_LEARNED:   # only validated senders get here; a guard anyway
-            learned.clear()
+            learned[kk >> 16] = kk & 0xFFFF   # (emptied when full: a guard)
 
     def _send(self, out) -> None:
         n = out.n
@@ -297,7 +326,6 @@ class SoftSwitch:
                 if n >= B:
                     break
         if n:
-            self.batches += 1
             self.lens[:n] = rxb.hdr["len"][:n]
             if len(got) == 1:
                 self.inports[:n] = got[0][0]
@@ -308,13 +336,62 @@ class SoftSwitch:
                 stamps = self.stamps
             if self.any_udp:
                 self._udp_rx(n)
-            out = self.pipeline.process(rxb.buf, self.lens, self.inports, n, stamps)
-            if self.any_udp:
-                self._learn(n)
-            if self._tx_pool is not None:
-                self._send_beside(out)
-            else:
-                self._send(out)
+            self._process_received(n, stamps)
+        return n
+
+    def _process_received(self, n: int, stamps: np.ndarray | None) -> None:
+        """The pipeline on the ``n`` received rows (headers complete), learn, send."""
+        self.batches += 1
+        out = self.pipeline.process(self.rxb.buf, self.lens, self.inports, n, stamps)
+        if self.any_udp:
+            self._learn(n)
+        if self._tx_pool is not None:
+            self._send_beside(out)
+        else:
+            self._send(out)
+
+    def _c_ports(self) -> tuple:
+        return tuple((p.fd, p.number, p.offset, int(p.named), int(isinstance(p, UdpPort)),
+                      int(self.p_bind[p.number]), int(bool(self.p_peer[p.number])),
+                      int(self.p_peer_addr[p.number]), int(self.p_peer_port[p.number]),
+                      int(getattr(p, "gro", None) is not None),
+                      int(getattr(p, "gso", None) is not None and not p.gso.disabled))
+                     for p in self.ports.values())
+
+    def c_once(self, ep: select.epoll, fd2port: dict[int, Port], timeout: float) -> int:
+        """Run the C loop (``_fastpath.loop``) until a control event or a batch it does not
+        take, which the Python pipeline then processes here; the Python loop
+        (:meth:`poll_once`) where the pipeline's C fast path is off."""
+        pl = self.pipeline
+        if not (pl.native and pl.fast):
+            return self.poll_once(ep, fd2port, timeout)
+        self._flush_sends()   # frames leave in batch order
+        self._ctl[1] = 0
+        cfg = pl.cfg
+        ports = list(self.ports.values())
+        gso_off = np.zeros(max(len(ports), 1), dtype=np.int64)
+        c = pl.counters
+        rxb = self.rxb
+        try:
+            if self._c_memory is None:
+                self._c_memory = _fastpath.new_memory()
+            reason, n, several = _fastpath.loop(
+                self._c_memory, self._ctl, (pl.live, self.cstats), self._c_ports(),
+                (rxb.buf, rxb.names, self.lens, self.inports, self.stamps),
+                native_jobs(cfg), cfg.job_map, pl.native_state(cfg), _NATIVE_CONSTS,
+                (self.learned.addr, self.learned.port, self.learned.count),
+                (c.contributions, c.results),
+                (self.batch, max(1, int(timeout * 1000)), int(self.send_thread),
+                 self.udp_template, GSO_SEGMENTS, GRO_MSGS, gso_off))
+        finally:
+            for p, off in zip(ports, gso_off.tolist(), strict=False):
+                if off and getattr(p, "gso", None) is not None:
+                    p.gso.disabled = True
+        if reason != 2:   # stop, a configuration change, or time to run signal handlers
+            self.c_events += reason in (0, 1)
+            return 0
+        self.c_handoffs += 1
+        self._process_received(n, self.stamps if several else None)
         return n
 
     def _send_beside(self, out: Outputs) -> None:
@@ -362,7 +439,7 @@ class SoftSwitch:
             for p in self.ports.values():
                 if getattr(p, "gro", None) is not None:
                     p.set_gro(False)
-        step = self.echo_once if echo else self.poll_once
+        step = self.echo_once if echo else self.c_once if self.c_loop else self.poll_once
         if self.send_thread and not echo:
             self._tx_pool = ThreadPoolExecutor(1, thread_name_prefix="softswitch-tx")
         try:
@@ -389,6 +466,7 @@ class SoftSwitch:
     def stop(self) -> None:
         """Stop the loop and the P4Runtime server, close the ports."""
         self.stop_event.set()
+        self._ctl[0] = 1
         if self.server is not None:
             self.server.stop(grace=0.5)
             self.server = None
@@ -402,16 +480,20 @@ class SoftSwitch:
         """Software-only totals (frames in/out/lost, batches) and the program's counters."""
         pl = self.pipeline
         c = pl.counters
+        cs = {name: int(self.cstats[i]) for name, i in LOOP_STATS.items()}
         return {
-            "rx": pl.rx, "tx": pl.tx, "tx_lost": self.tx_lost,
-            "tx_refused": self.tx_refused, "routed": pl.routed,
-            "batches": self.batches, "errors": self.errors,
+            "rx": pl.rx, "tx": pl.tx, "tx_lost": self.tx_lost + cs.get("tx_lost", 0),
+            "tx_refused": self.tx_refused + cs.get("tx_refused", 0), "routed": pl.routed,
+            "batches": self.batches + cs.get("batches", 0), "errors": self.errors,
             "drops": {int(i): int(v) for i, v in enumerate(c.drops) if v},
             "contributions": int(c.contributions.sum()), "results": int(c.results.sum()),
-            "resent": int(c.resent.sum()), "outcomes": dict(pl.outcomes), "time": time.time(),
+            "resent": int(c.resent.sum()), "outcomes": pl.all_outcomes(), "time": time.time(),
             # UDP ports: coalesced trains received (UDP_GRO) and multi-datagram sends (GSO)
-            "gro_trains": sum(p.gro.trains for p in self.ports.values()
-                              if getattr(p, "gro", None) is not None),
-            "gso_trains": sum(p.gso.trains for p in self.ports.values()
-                              if getattr(p, "gso", None) is not None),
+            "gro_trains": cs.get("gro_trains", 0) + sum(
+                p.gro.trains for p in self.ports.values() if getattr(p, "gro", None) is not None),
+            "gso_trains": cs.get("gso_trains", 0) + sum(
+                p.gso.trains for p in self.ports.values() if getattr(p, "gso", None) is not None),
+            # the C loop: its threads' CPU time, runs handed back to Python
+            "c_loop": {"batches": cs.get("batches", 0), "cpu_ns": cs.get("cpu_ns", 0),
+                       "handoffs": self.c_handoffs, "events": self.c_events},
         }

@@ -7,7 +7,10 @@ uses ``single_switch`` or ``tree`` runs once per target:
     BMv2 on veth pairs; needs root, ``simple_switch_grpc`` and the compiled program (markers;
     tests/conftest.py skips with the reason).
 ``softswitch``
-    the software target over UDP tunnels on 127.0.0.1; runs everywhere.
+    the software target over UDP tunnels on 127.0.0.1; runs everywhere (its loop in C where
+    built).
+``softswitch-pyloop``
+    the same with the switch's Python loop (``--no-c-loop``), the reference of the C loop.
 ``softswitch-afpacket``
     the software target on veth pairs read with AF_PACKET, wired like BMv2; needs root.
 """
@@ -31,6 +34,10 @@ def _softswitch(workdir: Path, tag: str) -> AggregationNetwork:
     return SoftswitchNetwork(workdir, wiring="tunnel")
 
 
+def _softswitch_pyloop(workdir: Path, tag: str) -> AggregationNetwork:
+    return SoftswitchNetwork(workdir, wiring="tunnel", switch_args=("--no-c-loop",))
+
+
 def _softswitch_afpacket(workdir: Path, tag: str) -> AggregationNetwork:
     return SoftswitchNetwork(workdir, wiring="afpacket", prefix=f"ncs{os.getpid() % 10000}{tag}")
 
@@ -38,6 +45,7 @@ def _softswitch_afpacket(workdir: Path, tag: str) -> AggregationNetwork:
 TARGETS = [
     pytest.param(_bmv2, id="bmv2", marks=[pytest.mark.root, pytest.mark.bmv2, pytest.mark.p4c]),
     pytest.param(_softswitch, id="softswitch"),
+    pytest.param(_softswitch_pyloop, id="softswitch-pyloop"),
     pytest.param(_softswitch_afpacket, id="softswitch-afpacket", marks=[pytest.mark.root]),
 ]
 

@@ -494,17 +494,21 @@ class SoftswitchNetwork(AggregationNetwork):
         UDP tunnels on 127.0.0.1 (no root) or veth pairs read with AF_PACKET (root).
     prefix : str, optional
         Prefix of interface and namespace names (afpacket wiring).
+    switch_args : iterable of str
+        More options of ``python -m host.softswitch`` (e.g. ``--no-c-loop``).
     """
 
     #: widest lanes produced from DATA: all of them (BMv2's 512-byte headroom does not apply)
     max_data_lane_bits = 32
 
-    def __init__(self, workdir: Path, wiring: str = "tunnel", prefix: str | None = None) -> None:
+    def __init__(self, workdir: Path, wiring: str = "tunnel", prefix: str | None = None,
+                 switch_args: tuple[str, ...] = ()) -> None:
         if wiring not in ("tunnel", "afpacket"):
             raise ValueError(f"SoftswitchNetwork.wiring: {wiring!r} is not 'tunnel' or 'afpacket'")
         super().__init__(workdir, prefix or f"ncs{os.getpid() % 100000}",
                          wiring="tunnel" if wiring == "tunnel" else "veth")
         self.p4info: Path | None = None
+        self.switch_args = tuple(switch_args)
 
     def _prepare(self) -> None:
         self.p4info = p4info_path(self.workdir)
@@ -514,7 +518,7 @@ class SoftswitchNetwork(AggregationNetwork):
         sw.log_path = self.workdir / f"softswitch-{sw.name}.log"
         ports = {p: spec if spec.startswith("tunnel:") else f"afpacket:{spec}"
                  for p, spec in sw.ports.items()}
-        sw.proc = start_switch_process(ports, sw.grpc_port, sw.log_path)
+        sw.proc = start_switch_process(ports, sw.grpc_port, sw.log_path, self.switch_args)
 
     def _connect(self, sw: _Switch) -> None:
         assert self._loop is not None and self.p4info is not None

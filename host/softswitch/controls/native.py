@@ -43,60 +43,82 @@ def _native_enabled() -> bool:
 
 #: Whether pipelines use the C fast path (see :func:`_native_enabled`).
 NATIVE = _native_enabled()
+#: The totals the C switch loop keeps (``_fastpath.LOOP_STATS``), by name -> index.
+LOOP_STATS = {name: i for i, name in enumerate(getattr(_fastpath, "LOOP_STATS", ()))}
 _NATIVE_CONSTS = (lay.THC_VERSION, int(T.DATA), lay.INDEX_BITS, int(T.RESULT), lay.RANK_ALL,
                   int(lay.THC_UDP_PORT), lay.MAX_WORKERS, RESULT_TTL)
+
+
+def native_job(cfg: Compiled, jn: int) -> tuple | None:
+    """The job ``jn`` of ``cfg`` as ``_fastpath`` takes it (cached on ``cfg``), or ``None``
+    when it has no THC table (not the C path's case)."""
+    if jn < 0 or jn >= len(cfg.has_table) - 1 or not cfg.has_table[jn]:
+        return None
+    nat = getattr(cfg, "_native", None)
+    if nat is None:
+        nat = cfg._native = {}  # type: ignore[attr-defined]
+    per_job = nat.get(jn)
+    if per_job is None:
+        job = cfg.job
+        gports = np.ascontiguousarray(cfg.groups.get(int(job["mcast_grp"][jn]), NO_PORTS),
+                                      dtype=np.int64)
+        hit = np.zeros(len(gports), dtype=np.uint8)
+        mac = np.zeros((len(gports), 6), dtype=np.uint8)
+        addr = np.zeros(len(gports), dtype=np.uint32)
+        if cfg.member_keys.size and len(gports):   # ThcMembers, as _emit looks it up
+            h, pos = thc_members.lookup(cfg, cfg.job_id[np.full(len(gports), jn)], gports)
+            hit[h] = 1
+            mac[h] = cfg.member_mac[pos[h]]
+            addr[h] = cfg.member_addr[pos[h]]
+        params = tuple(int(job[p][jn]) for p in ("slot_base", "num_slots", "expected",
+                                                 "has_parent", "lane_bits", "self_addr",
+                                                 "index"))
+        per_job = nat[jn] = (int(cfg.job_id[jn]), jn, params, np.ascontiguousarray(cfg.lut[jn]),
+                             gports, hit, mac, addr)
+    return per_job
+
+
+def native_jobs(cfg: Compiled) -> tuple:
+    """Every job of ``cfg`` (by job number, at most ``MAX_JOBS``) for ``_fastpath.loop``."""
+    return tuple(native_job(cfg, jn) for jn in range(min(len(cfg.has_table) - 1, dp.MAX_JOBS)))
 
 
 class NativePath:
     """Mixin of :class:`~host.softswitch.pipeline.Pipeline`: :meth:`_native`."""
 
+    def native_state(self, cfg: Compiled) -> tuple:
+        """The aggregation state and sender table as ``_fastpath`` takes them."""
+        return (np.ascontiguousarray(cfg.sender_keys, dtype=np.uint64),
+                np.ascontiguousarray(cfg.sender_is_switch, dtype=np.uint8), self.pool_slots,
+                (self.st_round, self.st_state, self.st_contrib, self.st_nc, self.st_cnt,
+                 self.st_wb), self.sums)
+
     def _native(self, buf, lens, ports, n: int, stamps, cfg: Compiled) -> bool:
         """The whole batch through ``_fastpath`` (see the module docstring); ``False``: not
-        its case, nothing changed."""
+        its case, nothing changed. Sets :attr:`accepted` to the rows the C path accepted."""
         if _fastpath is None or buf.dtype != np.uint8 or buf.shape[1] != ROW:
             return False
         job_id = (int(buf[0, OFF_JOB]) << 8) | int(buf[0, OFF_JOB + 1])
-        jn = int(cfg.job_map[job_id])
-        if jn < 0 or not cfg.has_table[jn]:
+        job = native_job(cfg, int(cfg.job_map[job_id]))
+        if job is None:
             return False
-        nat = getattr(cfg, "_native", None)
-        if nat is None:
-            nat = cfg._native = {}  # type: ignore[attr-defined]
-        per_job = nat.get(jn)
-        if per_job is None:
-            job = cfg.job
-            gports = np.ascontiguousarray(cfg.groups.get(int(job["mcast_grp"][jn]), NO_PORTS),
-                                          dtype=np.int64)
-            hit = np.zeros(len(gports), dtype=np.uint8)
-            mac = np.zeros((len(gports), 6), dtype=np.uint8)
-            addr = np.zeros(len(gports), dtype=np.uint32)
-            if cfg.member_keys.size and len(gports):   # ThcMembers, as _emit looks it up
-                h, pos = thc_members.lookup(cfg, cfg.job_id[np.full(len(gports), jn)], gports)
-                hit[h] = 1
-                mac[h] = cfg.member_mac[pos[h]]
-                addr[h] = cfg.member_addr[pos[h]]
-            params = tuple(int(job[p][jn]) for p in ("slot_base", "num_slots", "expected",
-                                                     "has_parent", "lane_bits", "self_addr",
-                                                     "index"))
-            per_job = nat[jn] = (params, np.ascontiguousarray(cfg.lut[jn]), gports, hit, mac,
-                                 addr, np.ascontiguousarray(cfg.sender_keys, dtype=np.uint64),
-                                 np.ascontiguousarray(cfg.sender_is_switch, dtype=np.uint8))
-        params, lut, gports, hit, mac, addr, skeys, ssw = per_job
         out = self.out
-        out.reserve(n * max(1, len(gports)))
+        out.reserve(n * max(1, len(job[4])))
         order = None
         if stamps is not None and n > 1:
             order = np.argsort(stamps[:n], kind="stable").astype(np.int64)
         lens64 = lens if lens.dtype == np.int64 else lens.astype(np.int64)
         ports64 = ports if ports.dtype == np.int64 else ports.astype(np.int64)
-        res = _fastpath.process(
-            buf, lens64, ports64, n, order, job_id, jn, params, lut, skeys, ssw, self.pool_slots,
-            (self.st_round, self.st_state, self.st_contrib, self.st_nc, self.st_cnt, self.st_wb),
-            self.sums, gports, hit, mac, addr, out.buf, out.lens, out.ports, _NATIVE_CONSTS)
+        acc = getattr(self, "_acc_buf", None)
+        if acc is None or len(acc) < n:
+            acc = self._acc_buf = np.zeros(max(n, 1024), dtype=np.int64)
+        res = _fastpath.process(buf, lens64, ports64, n, order, job, self.native_state(cfg),
+                                _NATIVE_CONSTS, (out.buf, out.lens, out.ports), acc)
         if res is None:
             return False
-        nout, ncontrib, nresults = res
-        index = params[6]
+        nout, ncontrib, nresults, nacc = res
+        self.accepted = acc[:nacc].copy()
+        index = job[2][6]
         c = self.counters
         if 0 <= index < c.contributions.size:
             c.contributions[index] += ncontrib

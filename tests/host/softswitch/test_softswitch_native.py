@@ -148,3 +148,52 @@ def test_arrival_order_from_several_ports_is_kept():
     b, sb, nb = run(False)
     assert na == 1 and nb == 0
     assert a == b and sa == sb
+
+
+def test_the_c_path_reports_the_rows_it_accepted():
+    """Learning after a C batch is explicit: the C path says which rows it accepted (all of a
+    batch it takes), and a batch it hands back gets the numpy path's own list."""
+    x = _bench()
+    p = x.sw.pipeline
+    frames = [data(W[r], 30, s, 5, np.full(C, r)) for s in range(2) for r in range(3)]
+    x.sw.process_frames(frames)
+    assert p.native_batches == 1
+    assert p.accepted.tolist() == list(range(len(frames)))
+    # an intruder in the batch: not the C path's case; the numpy path accepts the others only
+    mixed = [data(W[0], 30, 0, 7, np.full(C, 1)), data(INTRUDER, 30, 0, 7, np.full(C, 1)),
+             data(W[1], 30, 0, 7, np.full(C, 1))]
+    x.sw.process_frames(mixed)
+    assert p.native_batches == 1
+    assert p.accepted.tolist() == [0, 2]
+    x.sw.process_frames([])
+    assert p.accepted.tolist() == []
+
+
+def test_process_writes_the_accepted_rows():
+    """``_fastpath.process`` itself fills the accepted array (rows of the batch it took)."""
+    x = _bench()
+    p = x.sw.pipeline
+    frames = [data(W[r], 30, 1, 3, np.full(C, r)) for r in range(3)]
+    n = len(frames)
+    buf = np.zeros((n, ROW), dtype=np.uint8)
+    lens = np.zeros(n, dtype=np.int64)
+    ports = np.zeros(n, dtype=np.int64)
+    for i, (port, f) in enumerate(frames):
+        buf[i, : len(f)] = np.frombuffer(f, dtype=np.uint8)
+        lens[i], ports[i] = len(f), port
+    from host.softswitch.controls.native import _NATIVE_CONSTS, native_job
+    cfg = p.cfg
+    job = native_job(cfg, int(cfg.job_map[30]))
+    acc = np.full(n, -1, dtype=np.int64)
+    out = p.out
+    out.reserve(n * 3)
+    res = pl_mod._fastpath.process(buf, lens, ports, n, None, job, p.native_state(cfg),
+                                   _NATIVE_CONSTS, (out.buf, out.lens, out.ports), acc)
+    assert res is not None and res[3] == n and acc.tolist() == [0, 1, 2]
+    # a stale round (behind the copy's) is not taken: nothing accepted, nothing written
+    acc[:] = -1
+    stale = data(W[0], 30, 1, 1, np.full(C, 0))[1]
+    buf[0, : len(stale)] = np.frombuffer(stale, dtype=np.uint8)
+    res = pl_mod._fastpath.process(buf, lens, ports, 1, None, job, p.native_state(cfg),
+                                   _NATIVE_CONSTS, (out.buf, out.lens, out.ports), acc)
+    assert res is None and acc.tolist() == [-1, -1, -1]

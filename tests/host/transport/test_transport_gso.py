@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from control_plane.embedded import EmbeddedNetwork
+from host.softswitch import pipeline as softswitch_pipeline
 from host.thc import THCCodec
 from host.thc.lanes import aggregate_packed
 from host.transport import slots as slots_mod
@@ -24,11 +25,15 @@ pytestmark = [
 ]
 
 
-@pytest.mark.parametrize(("n", "threads"), [(2, "--send-thread"), (4, "--send-thread"),
-                                             (2, "--no-send-thread")])
-def test_gso_workers_give_exact_sums_identical_to_plain_ones(n, threads, tmp_path, monkeypatch):
-    """Also the switch's two-thread data plane (send thread) against its one-thread one."""
+@pytest.mark.parametrize(("n", "threads", "cloop"), [
+    (2, "--send-thread", "1"), (4, "--send-thread", "1"), (2, "--no-send-thread", "1"),
+    (2, "--send-thread", "0"), (4, "--no-send-thread", "0")])
+def test_gso_workers_give_exact_sums_identical_to_plain_ones(n, threads, cloop, tmp_path,
+                                                             monkeypatch):
+    """Also the switch's two-thread data plane (send thread) against its one-thread one, and
+    its loop in C (``_fastpath.loop``) against its Python loop."""
     monkeypatch.setenv("NETCO_UDP_GSO", "1")     # the switch process: GRO/GSO ports
+    monkeypatch.setenv("NETCO_SOFTSWITCH_CLOOP", cloop)
     codec = THCCodec()
     numel = 300 * 256 + 77                       # partial last packet; more than the window
     xs = worker_data(n, numel, 5)
@@ -68,6 +73,9 @@ def test_gso_workers_give_exact_sums_identical_to_plain_ones(n, threads, tmp_pat
     stats = json.loads(net.log_path.read_text().strip().splitlines()[-1])
     assert stats["gro_trains"] > 0, "the switch never received a coalesced train"
     assert stats["gso_trains"] > 0, "the switch never sent a segmented train"
+    c_batches = stats["c_loop"]["batches"]
+    c_loop = cloop == "1" and getattr(softswitch_pipeline._fastpath, "loop", None) is not None
+    assert (c_batches > 0) if c_loop else (c_batches == 0), stats["c_loop"]
     # only late retransmissions may be dropped (STALE, DUPLICATE: spurious timeouts on a busy
     # machine); nothing malformed or foreign
     assert set(stats["drops"]) <= {"8", "9"}, stats["drops"]

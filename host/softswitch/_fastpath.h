@@ -1,0 +1,106 @@
+/* The software target's C data path, shared by its two sources:
+ *
+ *   _fastpath.c  the common case of one batch (fp_batch) and its Python entry point process();
+ *   _swloop.c    the switch loop in C (loop()): receive (recvmmsg, UDP GRO trains split),
+ *                fp_batch, learn, send (sendmmsg, UDP GSO) on a second thread, batch after
+ *                batch with the GIL released, until a control event or a batch fp_batch does
+ *                not take (handed back to host/softswitch/pipeline.py, the reference).
+ *
+ * Every frame offset and size comes from the generated netco_layout.h (p4/gen.py). */
+#ifndef NETCO_FASTPATH_H
+#define NETCO_FASTPATH_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#include "netco_layout.h"
+
+static inline uint32_t be16(const uint8_t *p) { return ((uint32_t)p[0] << 8) | p[1]; }
+static inline uint32_t be32(const uint8_t *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+static inline void put16(uint8_t *p, uint32_t v) { p[0] = (uint8_t)(v >> 8); p[1] = (uint8_t)v; }
+static inline void put32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
+}
+
+/* A held Python buffer (released by release_all). */
+typedef struct {
+    Py_buffer v;
+    int held;
+} buf_t;
+
+int take(PyObject *o, buf_t *b, int writable, Py_ssize_t min_bytes, const char *name);
+
+/* The protocol constants Python passes (host/softswitch/controls/native.py, _NATIVE_CONSTS). */
+typedef struct {
+    long long version, t_data, index_bits, t_result, rank_all, thc_port, max_workers, ttl;
+} fp_consts_t;
+
+/* One job with a THC table (Pipeline's compiled configuration). */
+typedef struct {
+    int job_id, jn;
+    long long slot_base, num_slots, expected, has_parent, lane_bits, self_addr, index;
+    const uint32_t *lut;            /* 256 (high, low nibble) pairs */
+    const int64_t *gports;          /* the job's multicast group ports */
+    const uint8_t *mhit, *mmac;     /* members table per group port */
+    const uint32_t *maddr;
+    Py_ssize_t ng;
+} fp_job_t;
+
+/* The aggregation state and sender table shared by the jobs. */
+typedef struct {
+    const uint64_t *skeys;
+    const uint8_t *sw;
+    Py_ssize_t nsk;
+    long long pool_slots;
+    int64_t *R[6];                  /* round, state, contrib, nc, cnt, wb per copy */
+    uint32_t *sums;
+} fp_state_t;
+
+/* Scratch of one caller (the undo log of the fallback); zero-initialize, free with
+ * fp_scratch_free. */
+typedef struct {
+    int64_t *mark;
+    size_t mark_n;
+    void *undo;
+    size_t undo_n;
+} fp_scratch_t;
+
+void fp_scratch_free(fp_scratch_t *s);
+
+/* Where fp_batch writes its frames: rows of ROW_BYTES, lengths, egress ports. */
+typedef struct {
+    uint8_t *buf;
+    int64_t *lens, *ports;
+    Py_ssize_t cap;
+} fp_out_t;
+
+/* The batch's counts when fp_batch took it. */
+typedef struct {
+    long long nout, ncontrib, nresults;
+} fp_result_t;
+
+/* Rows 0..n-1 of buf (lens, ingress ports; order: arrival order or NULL) through the common
+ * case. 1: taken (every row accepted, state changed, frames in out), 0: not its case (nothing
+ * changed), -1: out of memory. Needs no Python (called with the GIL released). */
+int fp_batch(const fp_consts_t *k, fp_state_t *st, const fp_job_t *job, const uint8_t *buf,
+             const int64_t *lens, const int64_t *ports, Py_ssize_t n, const int64_t *order,
+             fp_out_t *out, fp_result_t *res, fp_scratch_t *scratch);
+
+/* Parse the Python-side descriptions (held buffers appended to bufs[*nb]). 0 ok, -1 error. */
+int fp_parse_consts(PyObject *o, fp_consts_t *k);
+int fp_parse_job(PyObject *o, fp_job_t *j, buf_t *bufs, int *nb);
+int fp_parse_state(PyObject *o, fp_state_t *st, buf_t *bufs, int *nb);
+void release_all(buf_t *bufs, int nb);
+
+PyObject *py_loop(PyObject *self, PyObject *args);
+extern const char *loop_doc;
+PyObject *py_new_memory(PyObject *self, PyObject *args);
+extern const char *new_memory_doc;
+/* the names of the loop's totals (the module's LOOP_STATS, in order) */
+extern const char *const loop_stat_names[];
+extern const int loop_stat_count;
+
+#endif

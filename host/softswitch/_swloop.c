@@ -1,0 +1,845 @@
+/* The software switch's data plane loop in C (SoftSwitch.run, host/softswitch/switch.py).
+ *
+ * loop() runs batch after batch with the GIL released:
+ *
+ *   receive   poll() the ports, recvmmsg from each ready one into the rows of the switch's
+ *             receive buffer (UDP ports with UDP_GRO: coalesced trains split into one datagram
+ *             per row); a UDP datagram gets its Ethernet/IPv4/UDP header from the port's
+ *             template, sender and bound address (as SoftSwitch._udp_rx);
+ *   process   fp_batch (_fastpath.c) on the batch, in arrival order when it came from several
+ *             ports (SO_TIMESTAMPNS);
+ *   learn     the UDP reply port of every sender of the batch (all rows are accepted when
+ *             fp_batch takes a batch; as SoftSwitch._learn);
+ *   send      the outputs grouped by egress port, sendmmsg with UDP_SEGMENT runs (as
+ *             SoftSwitch._send and GsoSender), on a second thread while the next batch is
+ *             received and processed (double-buffered outputs; the aggregation state has one
+ *             owner, the loop thread, so the hot path takes no lock).
+ *
+ * It returns to Python on a control event (stop, a configuration change: the ctl flags), every
+ * timeout_ms (so that Python's signal handlers run: the loop holds no GIL to run them) or
+ * with a batch that fp_batch does not take, left received in the receive buffer (rows, lengths,
+ * ingress ports, senders, receive times) for Pipeline.process, the reference; its outputs are
+ * sent first, so frames leave in batch order. Counters are added as it runs: the job's
+ * contributions and results, and the loop's own totals (LOOP_STATS).
+ */
+#define _GNU_SOURCE
+#include "_fastpath.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#ifndef SOL_UDP
+#define SOL_UDP 17
+#endif
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+/* Kernel limits: a UDP train is at most 64 KB and 128 segments (UDP_MAX_SEGMENTS). */
+#define TRAIN_BYTES 65536
+#define TRAIN_MAX_SEGS 128
+#define GSO_MAX_BYTES 65000
+#define RX_CTRL 64           /* SCM_TIMESTAMPNS (32) and UDP_GRO (24) */
+#define TX_CTRL CMSG_SPACE(sizeof(uint16_t))
+
+/* the loop's totals, in the order of LOOP_STATS */
+enum { S_RX, S_TX, S_BATCHES, S_CONTRIB, S_TX_LOST, S_TX_REFUSED, S_LAST_ERROR, S_GRO_TRAINS,
+       S_GSO_TRAINS, S_CPU_NS, S_COUNT };
+const char *const loop_stat_names[S_COUNT] = {"rx", "tx", "batches", "contributions", "tx_lost",
+                                              "tx_refused", "last_error", "gro_trains",
+                                              "gso_trains", "cpu_ns"};
+const int loop_stat_count = S_COUNT;
+/* ctl flags (uint8): stop, configuration changed */
+enum { CTL_STOP, CTL_CHANGED };
+/* why loop() returned */
+enum { R_STOP = 0, R_CHANGED = 1, R_PENDING = 2, R_TIMEOUT = 3 };
+
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+typedef struct {
+    int fd, number, offset, named, udp, gro, gso;
+    uint32_t bind;         /* host order */
+    int peer;
+    uint32_t peer_addr;    /* host order */
+    uint16_t peer_port;
+} port_t;
+
+typedef struct {
+    fp_out_t out;
+    struct mmsghdr *msg;
+    struct iovec *iov;
+    struct sockaddr_in *name;
+    uint8_t *ctrl;         /* TX_CTRL bytes per message */
+    int *count;            /* datagrams per message */
+    int *run_port, *run_m0, *run_m;  /* messages of each port */
+    int nrun;
+    Py_ssize_t msg_cap;
+} tx_t;
+
+typedef struct {
+    port_t *ports;
+    int np;
+    int port_index[512];   /* port number -> index in ports, -1 none */
+    int64_t *pstats, *sstats;   /* the pipeline's totals (rx, tx, contributions), the switch's */
+    int64_t *gso_off;      /* per port: GSO turned off (the route could not segment) */
+    int gso_segments;
+    /* sender thread */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    tx_t *pending;
+    int quit;
+} loop_t;
+
+static inline void add(int64_t *s, int k, int64_t v) { __atomic_fetch_add(&s[k], v, __ATOMIC_RELAXED); }
+
+/* total k of the loop: the pipeline's (it starts again at a pipeline commit) or the switch's */
+static inline void count(const loop_t *L, int k, int64_t v) {
+    add((k == S_RX || k == S_TX || k == S_CONTRIB) ? L->pstats : L->sstats, k, v);
+}
+
+static int64_t thread_cpu_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* -- send -------------------------------------------------------------------------------- */
+
+/* one datagram at a time: messages m0.. of a run whose GSO send the route refused */
+static void send_singles(loop_t *L, const port_t *p, tx_t *tx, int m0, int m1) {
+    for (int m = m0; m < m1; m++) {
+        struct msghdr h = tx->msg[m].msg_hdr;
+        h.msg_control = NULL;
+        h.msg_controllen = 0;
+        h.msg_iovlen = 1;
+        struct iovec *v = tx->msg[m].msg_hdr.msg_iov;
+        for (int d = 0; d < tx->count[m]; d++) {
+            h.msg_iov = v + d;
+            for (;;) {
+                if (sendmsg(p->fd, &h, 0) >= 0) break;
+                if (errno == EINTR) continue;
+                count(L, S_TX_LOST, 1);
+                if (errno != EAGAIN && errno != ENOBUFS && errno != ECONNREFUSED) {
+                    count(L, S_TX_REFUSED, 1);
+                    __atomic_store_n(&L->sstats[S_LAST_ERROR], errno, __ATOMIC_RELAXED);
+                }
+                break;
+            }
+        }
+    }
+}
+
+/* Send every run of tx: sendmmsg; a message the kernel refuses is skipped and counted, the
+ * rest of a run is lost when the socket is full (as MsgBatch.send and GsoSender.send). */
+static void send_tx(loop_t *L, tx_t *tx) {
+    for (int r = 0; r < tx->nrun; r++) {
+        const int pi = tx->run_port[r];
+        const port_t *p = &L->ports[pi];
+        const int m0 = tx->run_m0[r], m = tx->run_m[r];
+        int done = 0;
+        while (done < m) {
+            int k = sendmmsg(p->fd, tx->msg + m0 + done, (unsigned)(m - done), 0);
+            if (k < 0) {
+                int e = errno;
+                if (e == EINTR) continue;
+                if (e == EAGAIN || e == ENOBUFS || e == ECONNREFUSED) {
+                    int64_t lost = 0;
+                    for (int q = done; q < m; q++) lost += tx->count[m0 + q];
+                    count(L, S_TX_LOST, lost);
+                    break;
+                }
+                if (tx->count[m0 + done] > 1 && (e == EIO || e == EINVAL || e == EOPNOTSUPP)) {
+                    __atomic_store_n(&L->gso_off[pi], 1, __ATOMIC_RELAXED);
+                    send_singles(L, p, tx, m0 + done, m0 + m);
+                    break;
+                }
+                count(L, S_TX_LOST, tx->count[m0 + done]);
+                count(L, S_TX_REFUSED, tx->count[m0 + done]);
+                __atomic_store_n(&L->sstats[S_LAST_ERROR], e, __ATOMIC_RELAXED);
+                done++;
+                continue;
+            }
+            int64_t trains = 0;
+            for (int q = done; q < done + k; q++) trains += tx->count[m0 + q] > 1;
+            count(L, S_GSO_TRAINS, trains);
+            done += k;
+        }
+    }
+}
+
+static void *sender_main(void *arg) {
+    loop_t *L = arg;
+    int64_t t0 = thread_cpu_ns();
+    pthread_mutex_lock(&L->mu);
+    for (;;) {
+        while (!L->pending && !L->quit) pthread_cond_wait(&L->cv, &L->mu);
+        if (!L->pending) break;
+        tx_t *tx = L->pending;
+        pthread_mutex_unlock(&L->mu);
+        send_tx(L, tx);
+        pthread_mutex_lock(&L->mu);
+        L->pending = NULL;
+        pthread_cond_broadcast(&L->cv);
+    }
+    pthread_mutex_unlock(&L->mu);
+    count(L, S_CPU_NS, thread_cpu_ns() - t0);
+    return NULL;
+}
+
+static void post_sender(loop_t *L, tx_t *tx) {
+    pthread_mutex_lock(&L->mu);
+    while (L->pending) pthread_cond_wait(&L->cv, &L->mu);
+    L->pending = tx;
+    pthread_cond_broadcast(&L->cv);
+    pthread_mutex_unlock(&L->mu);
+}
+
+static int tx_alloc(tx_t *tx, Py_ssize_t cap) {
+    memset(tx, 0, sizeof(*tx));
+    tx->out.cap = cap;
+    tx->msg_cap = cap;
+    tx->out.buf = malloc((size_t)cap * ROW_BYTES);
+    tx->out.lens = malloc((size_t)cap * sizeof(int64_t));
+    tx->out.ports = malloc((size_t)cap * sizeof(int64_t));
+    tx->msg = calloc((size_t)cap, sizeof(struct mmsghdr));
+    tx->iov = calloc((size_t)cap, sizeof(struct iovec));
+    tx->name = calloc((size_t)cap, sizeof(struct sockaddr_in));
+    tx->ctrl = calloc((size_t)cap, TX_CTRL);
+    tx->count = calloc((size_t)cap, sizeof(int));
+    tx->run_port = calloc((size_t)cap, sizeof(int));
+    tx->run_m0 = calloc((size_t)cap, sizeof(int));
+    tx->run_m = calloc((size_t)cap, sizeof(int));
+    return (tx->out.buf && tx->out.lens && tx->out.ports && tx->msg && tx->iov && tx->name
+            && tx->ctrl && tx->count && tx->run_port && tx->run_m0 && tx->run_m) ? 0 : -1;
+}
+
+static void tx_free(tx_t *tx) {
+    free(tx->out.buf); free(tx->out.lens); free(tx->out.ports); free(tx->msg); free(tx->iov);
+    free(tx->name); free(tx->ctrl); free(tx->count); free(tx->run_port); free(tx->run_m0);
+    free(tx->run_m);
+}
+
+/* -- learned UDP reply ports ------------------------------------------------------------- */
+
+typedef struct {
+    uint32_t *addr;
+    int64_t *port, *count;
+    Py_ssize_t cap;
+} learned_t;
+
+static int64_t learned_get(const learned_t *t, uint32_t addr, int64_t dflt) {
+    for (int64_t k = 0; k < *t->count; k++)
+        if (t->addr[k] == addr) return t->port[k];
+    return dflt;
+}
+
+static void learned_put(learned_t *t, uint32_t addr, int64_t port) {
+    for (int64_t k = 0; k < *t->count; k++)
+        if (t->addr[k] == addr) { t->port[k] = port; return; }
+    if (*t->count >= t->cap) { *t->count = 0; return; }  /* the guard of SoftSwitch._learn */
+    t->addr[*t->count] = addr;
+    t->port[*t->count] = port;
+    *t->count += 1;
+}
+
+/* Build the messages of the outputs in tx->out (nout frames): per egress port in ascending
+ * port order, frames in output order, runs of one length and destination as one UDP_SEGMENT
+ * message where the port sends GSO. */
+static void build_tx(loop_t *L, tx_t *tx, Py_ssize_t nout, const learned_t *lt, long long thc_port) {
+    int seen[512];
+    int nseen = 0;
+    tx->nrun = 0;
+    for (Py_ssize_t i = 0; i < nout; i++) {
+        int pn = (int)tx->out.ports[i];
+        int dup = 0;
+        for (int s = 0; s < nseen; s++) if (seen[s] == pn) { dup = 1; break; }
+        if (!dup && nseen < 512) seen[nseen++] = pn;
+    }
+    for (int a = 1; a < nseen; a++) {   /* ascending port numbers (few ports) */
+        int v = seen[a], b = a - 1;
+        while (b >= 0 && seen[b] > v) { seen[b + 1] = seen[b]; b--; }
+        seen[b + 1] = v;
+    }
+    int nm = 0, nv = 0;
+    uint32_t last_addr = 0;
+    int64_t last_port = -1;
+    for (int s = 0; s < nseen; s++) {
+        const int pn = seen[s];
+        const int pi = (pn >= 0 && pn < 512) ? L->port_index[pn] : -1;
+        if (pi < 0) {
+            int64_t lost = 0;
+            for (Py_ssize_t i = 0; i < nout; i++) lost += tx->out.ports[i] == pn;
+            count(L, S_TX_LOST, lost);
+            continue;
+        }
+        const port_t *p = &L->ports[pi];
+        const int gso = p->gso && !__atomic_load_n(&L->gso_off[pi], __ATOMIC_RELAXED);
+        const int m0 = nm;
+        struct mmsghdr *cur = NULL;
+        int cur_len = -1;
+        for (Py_ssize_t i = 0; i < nout; i++) {
+            if (tx->out.ports[i] != pn) continue;
+            uint8_t *row = tx->out.buf + (size_t)i * ROW_BYTES;
+            const int len = (int)(tx->out.lens[i] - p->offset);
+            struct iovec *v = &tx->iov[nv++];
+            v->iov_base = row + p->offset;
+            v->iov_len = (size_t)(len > 0 ? len : 0);
+            uint32_t daddr = 0;
+            uint16_t dport = 0;
+            if (p->udp) {
+                if (p->peer) {
+                    daddr = p->peer_addr;
+                    dport = p->peer_port;
+                } else {
+                    daddr = be32(row + OFF_DST);
+                    if (daddr != last_addr || last_port < 0) {
+                        last_addr = daddr;
+                        last_port = learned_get(lt, daddr, thc_port);
+                    }
+                    dport = (uint16_t)last_port;
+                }
+            }
+            /* join the open message: same length and destination, room left */
+            if (gso && cur && cur_len == len && tx->count[nm - 1] < L->gso_segments
+                && (tx->count[nm - 1] + 1) * len <= GSO_MAX_BYTES
+                && (!p->udp || (tx->name[nm - 1].sin_addr.s_addr == htonl(daddr)
+                                && tx->name[nm - 1].sin_port == htons(dport)))) {
+                cur->msg_hdr.msg_iovlen++;
+                tx->count[nm - 1]++;
+                if (tx->count[nm - 1] == 2) {
+                    uint8_t *c = tx->ctrl + (size_t)(nm - 1) * TX_CTRL;
+                    struct cmsghdr *cm = (struct cmsghdr *)c;
+                    cm->cmsg_level = SOL_UDP;
+                    cm->cmsg_type = UDP_SEGMENT;
+                    cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+                    uint16_t seg = (uint16_t)len;
+                    memcpy(CMSG_DATA(cm), &seg, sizeof(seg));
+                    cur->msg_hdr.msg_control = c;
+                    cur->msg_hdr.msg_controllen = TX_CTRL;
+                }
+                continue;
+            }
+            cur = &tx->msg[nm];
+            memset(cur, 0, sizeof(*cur));
+            cur->msg_hdr.msg_iov = v;
+            cur->msg_hdr.msg_iovlen = 1;
+            if (p->udp) {
+                struct sockaddr_in *sa = &tx->name[nm];
+                memset(sa, 0, sizeof(*sa));
+                sa->sin_family = AF_INET;
+                sa->sin_addr.s_addr = htonl(daddr);
+                sa->sin_port = htons(dport);
+                cur->msg_hdr.msg_name = sa;
+                cur->msg_hdr.msg_namelen = sizeof(*sa);
+            }
+            tx->count[nm] = 1;
+            cur_len = len;
+            nm++;
+        }
+        tx->run_port[tx->nrun] = pi;
+        tx->run_m0[tx->nrun] = m0;
+        tx->run_m[tx->nrun] = nm - m0;
+        tx->nrun++;
+    }
+}
+
+/* -- receive ----------------------------------------------------------------------------- */
+
+typedef struct {
+    uint8_t *buf;                  /* rows of ROW_BYTES */
+    struct sockaddr_in *names;     /* SOCKADDR_IN per row (netio.py) */
+    int64_t *lens, *inports, *stamps;
+    Py_ssize_t batch;
+    struct mmsghdr *msg;
+    struct iovec *iov;
+    uint8_t *ctrl;                 /* RX_CTRL per row */
+    /* UDP GRO trains */
+    int tmsgs;
+    uint8_t *tbuf, *tctrl;
+    struct mmsghdr *tmsg;
+    struct iovec *tiov;
+    struct sockaddr_in *tname;
+    int64_t *stats;
+} rx_t;
+
+static void cmsgs(struct msghdr *h, int *seg, int64_t *stamp) {
+    *seg = 0;
+    *stamp = 0;
+    if (h->msg_controllen == 0) return;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c; c = CMSG_NXTHDR(h, c)) {
+        if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+            int v;
+            memcpy(&v, CMSG_DATA(c), sizeof(v));
+            *seg = v;
+        } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
+            struct timespec t;
+            memcpy(&t, CMSG_DATA(c), sizeof(t));
+            *stamp = (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+        }
+    }
+}
+
+/* Receive from port p into rows start..; returns rows written, 0 nothing, -errno failure. */
+static Py_ssize_t rx_port(rx_t *X, const port_t *p, Py_ssize_t start) {
+    const Py_ssize_t room = X->batch - start;
+    const int width = ROW_BYTES - p->offset;
+    if (p->gro) {
+        int m = (int)(room / TRAIN_MAX_SEGS);
+        if (m > X->tmsgs) m = X->tmsgs;
+        if (m <= 0) return 0;
+        for (int j = 0; j < m; j++) {
+            X->tmsg[j].msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
+            X->tmsg[j].msg_hdr.msg_controllen = RX_CTRL;
+        }
+        int k = recvmmsg(p->fd, X->tmsg, (unsigned)m, MSG_DONTWAIT, NULL);
+        if (k < 0) return (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? 0 : -errno;
+        Py_ssize_t row = start;
+        for (int j = 0; j < k; j++) {
+            int seg;
+            int64_t stamp;
+            cmsgs(&X->tmsg[j].msg_hdr, &seg, &stamp);
+            const int total = (int)X->tmsg[j].msg_len;
+            if (seg <= 0) seg = total ? total : 1;
+            if (total > seg) add(X->stats, S_GRO_TRAINS, 1);
+            const uint8_t *src = X->tbuf + (size_t)j * TRAIN_BYTES;
+            int at = 0;
+            do {
+                int piece = total - at < seg ? total - at : seg;
+                int cut = piece < width ? piece : width;
+                memcpy(X->buf + (size_t)row * ROW_BYTES + p->offset, src + at, (size_t)cut);
+                X->lens[row] = cut;
+                X->names[row] = X->tname[j];
+                X->stamps[row] = stamp;
+                X->inports[row] = p->number;
+                row++;
+                at += piece;
+            } while (at < total);
+        }
+        return row - start;
+    }
+    for (Py_ssize_t j = start; j < X->batch; j++) {
+        struct msghdr *h = &X->msg[j].msg_hdr;
+        X->iov[j].iov_base = X->buf + (size_t)j * ROW_BYTES + p->offset;
+        X->iov[j].iov_len = (size_t)width;
+        h->msg_iov = &X->iov[j];
+        h->msg_iovlen = 1;
+        h->msg_name = p->named ? (void *)&X->names[j] : NULL;
+        h->msg_namelen = p->named ? sizeof(struct sockaddr_in) : 0;
+        h->msg_control = X->ctrl + (size_t)j * RX_CTRL;
+        h->msg_controllen = RX_CTRL;
+        h->msg_flags = 0;
+    }
+    int k = recvmmsg(p->fd, X->msg + start, (unsigned)room, MSG_DONTWAIT, NULL);
+    if (k < 0) return (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? 0 : -errno;
+    for (Py_ssize_t j = start; j < start + k; j++) {
+        int seg;
+        cmsgs(&X->msg[j].msg_hdr, &seg, &X->stamps[j]);
+        X->lens[j] = X->msg[j].msg_len;
+        X->inports[j] = p->number;
+    }
+    return k;
+}
+
+/* Ethernet/IPv4/UDP header of UDP datagram rows a..b (SoftSwitch._udp_rx) */
+static void udp_headers(rx_t *X, const port_t *p, const uint8_t *tmpl, Py_ssize_t a, Py_ssize_t b) {
+    for (Py_ssize_t j = a; j < b; j++) {
+        uint8_t *f = X->buf + (size_t)j * ROW_BYTES;
+        const int64_t L = X->lens[j];
+        memcpy(f, tmpl, THC_OFFSET);
+        memcpy(f + OFF_SRC, &X->names[j].sin_addr.s_addr, 4);   /* network order already */
+        put32(f + OFF_DST, p->bind);
+        memcpy(f + OFF_SPORT, &X->names[j].sin_port, 2);
+        put16(f + OFF_IP_LEN, (uint32_t)(L + UDP_HEADER_BYTES + IPV4_HEADER_BYTES));
+        put16(f + OFF_UDP_LEN, (uint32_t)(L + UDP_HEADER_BYTES));
+        X->lens[j] = L + THC_OFFSET;
+    }
+}
+
+typedef struct {
+    int64_t stamp, row;
+} ord_t;
+
+static int by_stamp(const void *a, const void *b) {
+    const ord_t *x = a, *y = b;
+    if (x->stamp != y->stamp) return x->stamp < y->stamp ? -1 : 1;
+    return x->row < y->row ? -1 : (x->row > y->row);
+}
+
+/* -- the loop's own memory, kept between calls (a capsule: new_memory()) ------------------- */
+
+typedef struct {
+    Py_ssize_t batch, cap;
+    int np, tmsgs, busy;
+    tx_t tx[2];
+    struct mmsghdr *msg;
+    struct iovec *iov;
+    uint8_t *ctrl, *tbuf, *tctrl;
+    struct mmsghdr *tmsg;
+    struct iovec *tiov;
+    struct sockaddr_in *tname;
+    struct pollfd *pfd;
+    ord_t *ord;
+    int64_t *order;
+    fp_scratch_t scratch;
+} mem_t;
+
+static void mem_release(mem_t *m) {
+    tx_free(&m->tx[0]);
+    tx_free(&m->tx[1]);
+    free(m->msg); free(m->iov); free(m->ctrl); free(m->tbuf); free(m->tctrl); free(m->tmsg);
+    free(m->tiov); free(m->tname); free(m->pfd); free(m->ord); free(m->order);
+    fp_scratch_free(&m->scratch);
+    memset(m, 0, sizeof(*m));
+}
+
+/* buffers for batch rows, cap output frames, np ports, tmsgs trains; 0 ok, -1 no memory */
+static int mem_ensure(mem_t *m, Py_ssize_t batch, Py_ssize_t cap, int np, int tmsgs) {
+    if (m->msg && m->batch >= batch && m->cap >= cap && m->np >= np && m->tmsgs == tmsgs)
+        return 0;
+    fp_scratch_t keep = m->scratch;
+    m->scratch = (fp_scratch_t){0};
+    mem_release(m);
+    m->scratch = keep;
+    m->batch = batch;
+    m->cap = cap;
+    m->np = np;
+    m->tmsgs = tmsgs;
+    m->msg = calloc((size_t)batch, sizeof(struct mmsghdr));
+    m->iov = calloc((size_t)batch, sizeof(struct iovec));
+    m->ctrl = calloc((size_t)batch, RX_CTRL);
+    m->tbuf = malloc((size_t)tmsgs * TRAIN_BYTES);
+    m->tctrl = calloc((size_t)tmsgs, RX_CTRL);
+    m->tmsg = calloc((size_t)tmsgs, sizeof(struct mmsghdr));
+    m->tiov = calloc((size_t)tmsgs, sizeof(struct iovec));
+    m->tname = calloc((size_t)tmsgs, sizeof(struct sockaddr_in));
+    m->pfd = calloc((size_t)(np ? np : 1), sizeof(struct pollfd));
+    m->ord = malloc((size_t)batch * sizeof(ord_t));
+    m->order = malloc((size_t)batch * sizeof(int64_t));
+    if (!m->msg || !m->iov || !m->ctrl || !m->tbuf || !m->tctrl || !m->tmsg || !m->tiov
+        || !m->tname || !m->pfd || !m->ord || !m->order || tx_alloc(&m->tx[0], cap) < 0
+        || tx_alloc(&m->tx[1], cap) < 0) {
+        mem_release(m);
+        return -1;
+    }
+    for (int j = 0; j < tmsgs; j++) {
+        m->tiov[j].iov_base = m->tbuf + (size_t)j * TRAIN_BYTES;
+        m->tiov[j].iov_len = TRAIN_BYTES;
+        m->tmsg[j].msg_hdr.msg_iov = &m->tiov[j];
+        m->tmsg[j].msg_hdr.msg_iovlen = 1;
+        m->tmsg[j].msg_hdr.msg_name = &m->tname[j];
+        m->tmsg[j].msg_hdr.msg_control = m->tctrl + (size_t)j * RX_CTRL;
+    }
+    return 0;
+}
+
+#define MEM_CAPSULE "netco.softswitch.loop_memory"
+
+static void mem_destroy(PyObject *cap) {
+    mem_t *m = PyCapsule_GetPointer(cap, MEM_CAPSULE);
+    if (m) {
+        mem_release(m);
+        free(m);
+    }
+}
+
+const char *new_memory_doc =
+    "new_memory() -> the buffers of one switch's loop() (pass the same one to every call)";
+
+PyObject *py_new_memory(PyObject *self, PyObject *args) {
+    mem_t *m = calloc(1, sizeof(mem_t));
+    if (!m) return PyErr_NoMemory();
+    PyObject *cap = PyCapsule_New(m, MEM_CAPSULE, mem_destroy);
+    if (!cap) free(m);
+    return cap;
+}
+
+/* -- the loop ---------------------------------------------------------------------------- */
+
+const char *loop_doc =
+    "loop(memory, ctl, stats, ports, rx, jobs, job_map, state, consts, learned, counters, opts)\n"
+    "  memory: new_memory() of this switch (buffers kept between calls)\n"
+    "  ctl: uint8 [stop, changed] (Python sets them; read every batch)\n"
+    "  stats: (pipeline, switch) int64 arrays of len(LOOP_STATS), added to: rx, tx and\n"
+    "         contributions to the pipeline's, the rest to the switch's\n"
+    "  ports: tuple of (fd, number, offset, named, udp, bind, peer, peer_addr, peer_port, gro,\n"
+    "         gso); gso_off: int64 per port (set to 1 where the route refused GSO)\n"
+    "  rx: (buf, names, lens, inports, stamps) of the switch's receive batch\n"
+    "  jobs: tuple indexed by job number: a job as process() takes it, or None\n"
+    "  job_map: int32 job id -> job number; state, consts: as process() takes them\n"
+    "  learned: (addr uint32, port int64, count int64[1]) UDP reply ports\n"
+    "  counters: (contributions, results) int64 arrays\n"
+    "  opts: (batch, timeout_ms, send_thread, udp_template, gso_segments, gro_msgs, gso_off)\n"
+    "-> (reason, n, several_ports): reason 0 stop, 1 configuration changed, 2 a batch of n rows\n"
+    "   for the Python pipeline is in rx (several_ports: order it by rx stamps), 3 timeout_ms\n"
+    "   passed (Python's signal handlers run between calls).";
+
+#define MAX_JOB_BUFS (5 * (MAX_JOBS + 1))
+
+PyObject *py_loop(PyObject *self, PyObject *args) {
+    PyObject *omem, *octl, *ostats, *oports, *orx, *ojobs, *omap, *ostate, *oconst, *olearn,
+        *ocount, *oopts;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOO", &omem, &octl, &ostats, &oports, &orx, &ojobs,
+                          &omap, &ostate, &oconst, &olearn, &ocount, &oopts))
+        return NULL;
+    mem_t *mem = PyCapsule_GetPointer(omem, MEM_CAPSULE);
+    if (!mem) return NULL;
+    if (mem->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "loop(): this memory is in use by another call");
+        return NULL;
+    }
+    Py_ssize_t batch;
+    int timeout_ms, send_thread, gso_segments, gro_msgs;
+    PyObject *otmpl, *ogsooff;
+    if (!PyArg_ParseTuple(oopts, "niiOiiO", &batch, &timeout_ms, &send_thread, &otmpl,
+                          &gso_segments, &gro_msgs, &ogsooff))
+        return NULL;
+    PyObject *orb, *orn, *orl, *ori, *ors;
+    if (!PyArg_ParseTuple(orx, "OOOOO", &orb, &orn, &orl, &ori, &ors)) return NULL;
+    PyObject *ola, *olp, *olc;
+    if (!PyArg_ParseTuple(olearn, "OOO", &ola, &olp, &olc)) return NULL;
+    PyObject *occ, *ocr;
+    if (!PyArg_ParseTuple(ocount, "OO", &occ, &ocr)) return NULL;
+    if (!PyTuple_Check(oports) || !PyTuple_Check(ojobs) || PyTuple_GET_SIZE(ojobs) > MAX_JOBS + 1) {
+        PyErr_SetString(PyExc_TypeError, "ports and jobs: tuples (at most MAX_JOBS + 1 jobs)");
+        return NULL;
+    }
+    fp_consts_t K;
+    if (fp_parse_consts(oconst, &K) < 0) return NULL;
+
+    buf_t bufs[32 + MAX_JOB_BUFS];
+    memset(bufs, 0, sizeof(bufs));
+    int nb = 0;
+    PyObject *result = NULL;
+    loop_t L;
+    memset(&L, 0, sizeof(L));
+    rx_t X;
+    memset(&X, 0, sizeof(X));
+    tx_t *tx = mem->tx;
+    const Py_ssize_t njobs = PyTuple_GET_SIZE(ojobs);
+    fp_job_t jobs[MAX_JOBS + 1];
+    int has_job[MAX_JOBS + 1] = {0};
+    fp_state_t S;
+    const Py_ssize_t np_ = PyTuple_GET_SIZE(oports);
+    int sender_started = 0;
+    pthread_t sender;
+
+    if (batch <= 0) {
+        PyErr_SetString(PyExc_ValueError, "batch must be positive");
+        goto done;
+    }
+    if (take(octl, &bufs[nb++], 1, 2, "ctl") < 0) goto done;
+    volatile uint8_t *ctl = bufs[nb - 1].v.buf;
+    PyObject *ops, *oss;
+    if (!PyArg_ParseTuple(ostats, "OO", &ops, &oss)) goto done;
+    if (take(ops, &bufs[nb++], 1, 8 * S_COUNT, "pipeline stats") < 0) goto done;
+    L.pstats = bufs[nb - 1].v.buf;
+    if (take(oss, &bufs[nb++], 1, 8 * S_COUNT, "switch stats") < 0) goto done;
+    L.sstats = bufs[nb - 1].v.buf;
+    if (take(ogsooff, &bufs[nb++], 1, 8 * np_, "gso_off") < 0) goto done;
+    L.gso_off = bufs[nb - 1].v.buf;
+    if (take(otmpl, &bufs[nb++], 0, THC_OFFSET, "udp_template") < 0) goto done;
+    const uint8_t *tmpl = bufs[nb - 1].v.buf;
+    if (take(orb, &bufs[nb++], 1, (Py_ssize_t)ROW_BYTES * batch, "rx buf") < 0) goto done;
+    X.buf = bufs[nb - 1].v.buf;
+    if (take(orn, &bufs[nb++], 1, (Py_ssize_t)sizeof(struct sockaddr_in) * batch, "rx names") < 0)
+        goto done;
+    X.names = bufs[nb - 1].v.buf;
+    if (take(orl, &bufs[nb++], 1, 8 * batch, "rx lens") < 0) goto done;
+    X.lens = bufs[nb - 1].v.buf;
+    if (take(ori, &bufs[nb++], 1, 8 * batch, "rx inports") < 0) goto done;
+    X.inports = bufs[nb - 1].v.buf;
+    if (take(ors, &bufs[nb++], 1, 8 * batch, "rx stamps") < 0) goto done;
+    X.stamps = bufs[nb - 1].v.buf;
+    X.batch = batch;
+    X.stats = L.sstats;
+    learned_t lt;
+    if (take(ola, &bufs[nb++], 1, 0, "learned addr") < 0) goto done;
+    lt.addr = bufs[nb - 1].v.buf;
+    lt.cap = bufs[nb - 1].v.len / 4;
+    if (take(olp, &bufs[nb++], 1, 8 * lt.cap, "learned port") < 0) goto done;
+    lt.port = bufs[nb - 1].v.buf;
+    if (take(olc, &bufs[nb++], 1, 8, "learned count") < 0) goto done;
+    lt.count = bufs[nb - 1].v.buf;
+    if (take(occ, &bufs[nb++], 1, 0, "contributions") < 0) goto done;
+    int64_t *c_contrib = bufs[nb - 1].v.buf;
+    const Py_ssize_t n_contrib = bufs[nb - 1].v.len / 8;
+    if (take(ocr, &bufs[nb++], 1, 0, "results") < 0) goto done;
+    int64_t *c_results = bufs[nb - 1].v.buf;
+    const Py_ssize_t n_results = bufs[nb - 1].v.len / 8;
+    if (take(omap, &bufs[nb++], 0, 4 * 65536, "job_map") < 0) goto done;
+    const int32_t *job_map = bufs[nb - 1].v.buf;
+    if (fp_parse_state(ostate, &S, bufs, &nb) < 0) goto done;
+    Py_ssize_t max_ng = 1;
+    for (Py_ssize_t j = 0; j < njobs; j++) {
+        PyObject *o = PyTuple_GET_ITEM(ojobs, j);
+        if (o == Py_None) continue;
+        if (fp_parse_job(o, &jobs[j], bufs, &nb) < 0) goto done;
+        has_job[j] = 1;
+        if (jobs[j].ng > max_ng) max_ng = jobs[j].ng;
+    }
+    L.ports = calloc((size_t)(np_ ? np_ : 1), sizeof(port_t));
+    if (!L.ports) { PyErr_NoMemory(); goto done; }
+    L.np = (int)np_;
+    for (int k = 0; k < 512; k++) L.port_index[k] = -1;
+    for (Py_ssize_t k = 0; k < np_; k++) {
+        port_t *p = &L.ports[k];
+        unsigned long bind, peer_addr;
+        int peer_port;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(oports, k), "iiiiikikiii", &p->fd, &p->number,
+                              &p->offset, &p->named, &p->udp, &bind, &p->peer, &peer_addr,
+                              &peer_port, &p->gro, &p->gso))
+            goto done;
+        if (p->number < 0 || p->number >= 512 || p->offset < 0 || p->offset >= ROW_BYTES) {
+            PyErr_SetString(PyExc_ValueError, "port number 0..511, offset within a row");
+            goto done;
+        }
+        p->bind = (uint32_t)bind;
+        p->peer_addr = (uint32_t)peer_addr;
+        p->peer_port = (uint16_t)peer_port;
+        L.port_index[p->number] = (int)k;
+    }
+    L.gso_segments = gso_segments > 0 ? gso_segments : 1;
+    /* receive structures, outputs */
+    if (mem_ensure(mem, batch, batch * max_ng, (int)np_, gro_msgs > 0 ? gro_msgs : 1) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    X.msg = mem->msg;
+    X.iov = mem->iov;
+    X.ctrl = mem->ctrl;
+    X.tmsgs = mem->tmsgs;
+    X.tbuf = mem->tbuf;
+    X.tctrl = mem->tctrl;
+    X.tmsg = mem->tmsg;
+    X.tiov = mem->tiov;
+    X.tname = mem->tname;
+    struct pollfd *pfd = mem->pfd;
+    ord_t *ord = mem->ord;
+    int64_t *order = mem->order;
+    fp_scratch_t *scratch = &mem->scratch;
+    for (Py_ssize_t k = 0; k < np_; k++) {
+        pfd[k].fd = L.ports[k].fd;
+        pfd[k].events = POLLIN;
+    }
+
+    int reason = R_STOP, several = 0, err = 0;
+    Py_ssize_t pending_n = 0;
+    mem->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_init(&L.mu, NULL);
+    pthread_cond_init(&L.cv, NULL);
+    if (send_thread && pthread_create(&sender, NULL, sender_main, &L) == 0) sender_started = 1;
+    const int64_t cpu0 = thread_cpu_ns();
+    const int64_t until = now_ns() + (int64_t)timeout_ms * 1000000LL;
+    int cur = 0;
+    for (;;) {
+        if (__atomic_load_n(&ctl[CTL_STOP], __ATOMIC_ACQUIRE)) { reason = R_STOP; break; }
+        if (__atomic_load_n(&ctl[CTL_CHANGED], __ATOMIC_ACQUIRE)) { reason = R_CHANGED; break; }
+        /* back to Python every timeout_ms, so that its signal handlers run */
+        if (now_ns() >= until) { reason = R_TIMEOUT; break; }
+        int ready = poll(pfd, (nfds_t)np_, timeout_ms);
+        if (ready < 0) {
+            if (errno == EINTR) { reason = R_TIMEOUT; break; }
+            err = errno;
+            break;
+        }
+        if (ready == 0) { reason = R_TIMEOUT; break; }
+        Py_ssize_t n = 0;
+        int nports = 0;
+        for (Py_ssize_t k = 0; k < np_ && n < batch; k++) {
+            if (!(pfd[k].revents & (POLLIN | POLLERR))) continue;
+            const port_t *p = &L.ports[k];
+            Py_ssize_t got = rx_port(&X, p, n);
+            if (got < 0) { err = (int)-got; break; }
+            if (got == 0) continue;
+            if (p->udp) udp_headers(&X, p, tmpl, n, n + got);
+            for (Py_ssize_t j = n; j < n + got; j++) X.inports[j] = p->number;
+            n += got;
+            nports++;
+        }
+        if (err) break;
+        if (n == 0) continue;
+        several = nports > 1;
+        const int64_t *ordp = NULL;
+        if (several && n > 1) {
+            for (Py_ssize_t j = 0; j < n; j++) { ord[j].stamp = X.stamps[j]; ord[j].row = j; }
+            qsort(ord, (size_t)n, sizeof(ord_t), by_stamp);
+            for (Py_ssize_t j = 0; j < n; j++) order[j] = ord[j].row;
+            ordp = order;
+        }
+        const int job_id = (int)be16(X.buf + OFF_JOB_ID);
+        const int jn = job_map[job_id];
+        int h = 0;
+        fp_result_t r;
+        if (jn >= 0 && jn < njobs && has_job[jn])
+            h = fp_batch(&K, &S, &jobs[jn], X.buf, X.lens, X.inports, n, ordp, &tx[cur].out, &r,
+                         scratch);
+        if (h < 0) { err = ENOMEM; break; }
+        if (h == 0) { reason = R_PENDING; pending_n = n; break; }
+        const fp_job_t *J = &jobs[jn];
+        count(&L, S_RX, n);
+        count(&L, S_TX, r.nout);
+        count(&L, S_BATCHES, 1);
+        count(&L, S_CONTRIB, r.ncontrib);
+        if (J->index >= 0 && J->index < n_contrib) add(c_contrib, (int)J->index, r.ncontrib);
+        if (J->index >= 0 && J->index < n_results) add(c_results, (int)J->index, r.nresults);
+        /* learn every sender's UDP port (all rows accepted) */
+        uint32_t last_a = 0;
+        int last_p = -1;
+        for (Py_ssize_t j = 0; j < n; j++) {
+            const int pi = L.port_index[X.inports[j]];
+            if (pi < 0 || !L.ports[pi].udp) continue;
+            uint32_t a = ntohl(X.names[j].sin_addr.s_addr);
+            int pt = ntohs(X.names[j].sin_port);
+            if (a == last_a && pt == last_p) continue;
+            last_a = a;
+            last_p = pt;
+            learned_put(&lt, a, pt);
+        }
+        if (r.nout) {
+            build_tx(&L, &tx[cur], r.nout, &lt, K.thc_port);
+            if (sender_started) {
+                post_sender(&L, &tx[cur]);
+                cur ^= 1;
+            } else {
+                send_tx(&L, &tx[cur]);
+            }
+        }
+    }
+    if (sender_started) {
+        pthread_mutex_lock(&L.mu);
+        while (L.pending) pthread_cond_wait(&L.cv, &L.mu);
+        L.quit = 1;
+        pthread_cond_broadcast(&L.cv);
+        pthread_mutex_unlock(&L.mu);
+        pthread_join(sender, NULL);
+    }
+    count(&L, S_CPU_NS, thread_cpu_ns() - cpu0);
+    pthread_cond_destroy(&L.cv);
+    pthread_mutex_destroy(&L.mu);
+    Py_END_ALLOW_THREADS
+    mem->busy = 0;
+    if (err) {
+        errno = err;
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
+    }
+    result = Py_BuildValue("(inO)", reason, pending_n, several ? Py_True : Py_False);
+done:
+    free(L.ports);
+    release_all(bufs, nb);
+    return result;
+}
