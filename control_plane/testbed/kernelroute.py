@@ -47,6 +47,12 @@ def gloo_ip(index: int) -> str:
     return f"{GLOO_NET}.{index + 1}.2"
 
 
+def router_ip(index: int) -> str:
+    """Address of the router's port facing the ``index``-th host of the plan (the far end of
+    that host's link, as the switch namespace's address on a namespace rack's link)."""
+    return f"{GLOO_NET}.{index + 1}.1"
+
+
 def gloo_mac(index: int) -> str:
     return f"02:67:6c:00:{index // 256:02x}:{index % 256:02x}"
 
@@ -71,6 +77,7 @@ def setup(plan: TestbedPlan, cfg: NetworkConfig, node_pid: Callable[[str], int],
         pid = node_pid(router_name(plan.tag, s.index))
         run = run_in(pid)
         _ns_setup(run)
+        run(["ip", "link", "set", "lo", "up"])  # the local table: next hops check against it
         run(["sysctl", "-qw", "net.ipv4.ip_forward=1"])
         for port, ifname in s.ports:
             dev = f"p{port}"
@@ -86,6 +93,7 @@ def setup(plan: TestbedPlan, cfg: NetworkConfig, node_pid: Callable[[str], int],
                 continue
             if nxt is None:  # attached here
                 dev = f"p{h.port}"
+                run(["ip", "addr", "add", f"{router_ip(k)}/32", "dev", dev])
                 run(["ip", "route", "replace", f"{gloo_ip(k)}/32", "dev", dev])
                 run(["ip", "neigh", "replace", gloo_ip(k), "lladdr", gloo_mac(k), "dev", dev,
                      "nud", "permanent"])

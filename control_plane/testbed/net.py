@@ -328,9 +328,6 @@ class Testbed(TestbedWorkloads):
             net.addHost(h.name, ip=None, mac=h.mac)
         for ln in self.plan.impaired:
             net.addHost(ln.node, ip=None)
-        if self.kernel_routes:
-            for s in self.plan.switches:
-                net.addHost(kernelroute.router_name(self.tag, s.index), ip=None)
         for h in self.plan.hosts:
             net.addLink(h.name, h.switch, port2=h.port, intfName1=h.ifname, intfName2=h.switch_if,
                         addr1=h.mac)
@@ -342,6 +339,9 @@ class Testbed(TestbedWorkloads):
                 net.addLink(ln.node, ln.a, port2=ln.a_port, intfName1=ln.node_ifs[0], intfName2=ln.a_if)
                 net.addLink(ln.node, ln.b, port2=ln.b_port, intfName1=ln.node_ifs[1], intfName2=ln.b_if)
         net.build()
+        if self.kernel_routes:  # after build: interfaces come later (no "no interfaces" note)
+            for s in self.plan.switches:
+                net.addHost(kernelroute.router_name(self.tag, s.index), ip=None)
 
     def _configure_hosts(self) -> None:
         for ifname in self.plan.root_interfaces:
@@ -435,6 +435,24 @@ class Testbed(TestbedWorkloads):
                           ShapedEnd(h.name, "down", None, h.switch_if))]
 
     def shaping_flows(self) -> list[Flow]:
+        """TCP transfers that measure the shaped host links (:meth:`verify_shaping`).
+
+        With kernel routes, one per link and direction, as on the namespace rack: host ↔ its
+        router's address on the link, so that each transfer crosses exactly one shaper.
+        Otherwise :meth:`ring_flows`.
+        """
+        if not self.kernel_routes:
+            return self.ring_flows()
+        flows = []
+        for k, h in enumerate(self.plan.hosts):
+            sw = self.plan.switch(h.switch)
+            router = self.net[kernelroute.router_name(self.tag, sw.index)].pid
+            host = self.net[h.name].pid
+            flows.append(Flow(((h.name, "up"),), host, router, kernelroute.router_ip(k)))
+            flows.append(Flow(((h.name, "down"),), router, host, kernelroute.gloo_ip(k)))
+        return flows
+
+    def ring_flows(self) -> list[Flow]:
         """TCP transfers that cross every host link once in each direction, routed by the
         switches (by their kernel routers, between gloo addresses, when there are): a ring over
         the hosts of each switch (a lone host joins the next switch's ring), so that no

@@ -18,7 +18,13 @@ import pytest
 from control_plane.config import DEFAULT_BMV2_JSON
 from control_plane.testbed.mnrack import MininetRack
 from control_plane.testbed.rackrun import allreduce_bench
-from control_plane.testbed.shaping import TCP_EFFICIENCY, ShapingError, check_rates
+from control_plane.testbed.shaping import (
+    TCP_EFFICIENCY,
+    ShapingError,
+    check_rates,
+    measure_flows,
+    rate_problems,
+)
 from control_plane.testbed.worker import tensor
 from host.thc.codec import THCCodec
 from host.thc.simulate import allreduce as simulate
@@ -96,6 +102,9 @@ def test_a_missing_or_wrong_shaper_fails_the_check():
         subprocess.run(["tc", "qdisc", "del", "dev", port, "root"], check=True)
         with pytest.raises(ShapingError, match=r"h2 down \(.*\): no tbf"):
             rack.tb.verify_shaping()
+        # and the measurement alone sees the unshaped downlink run past the rate
+        measured = measure_flows(rack.tb.shaping_flows(), 100.0)
+        assert ("h2", "down") in rate_problems(measured, 100.0), measured
     finally:
         rack.down()
     assert leftovers(tag, []) == []
