@@ -7,7 +7,7 @@ namespace, gloo's TCP routed by that namespace's kernel. ``--testbed mininet``: 
 rack (``mininet/rack.yaml``, root); ``--testbed buildings``: two buildings
 (``mininet/two_buildings.yaml``, root; its WAN link shaped to ``--wan-mbps``, default the
 host links' rate, with ``--wan-delay-ms``); on both, the worker processes run inside the
-Mininet hosts, THC goes through the switch program (``--target``) in raw frames and gloo is
+Mininet hosts, THC goes through the switch program (``--switch``) in raw frames and gloo is
 routed by the switch program. On every testbed each host link is shaped with ``tc tbf`` on
 both directions and measured before use (``control_plane/testbed/shaping.py``).
 
@@ -45,7 +45,7 @@ def _testbed_kw(args: argparse.Namespace) -> dict:
     """What the rack jobs take for ``--testbed`` (and the Mininet testbeds' options)."""
     if args.testbed == "namespace":
         return {}
-    return {"testbed": args.testbed, "target": args.target, "wan_mbps": args.wan_mbps,
+    return {"testbed": args.testbed, "target": args.switch, "wan_mbps": args.wan_mbps,
             "wan_delay_ms": args.wan_delay_ms}
 
 
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--testbed", choices=("namespace", "mininet", "buildings"), default="namespace",
                    help="namespace (default): the rack of network namespaces (rootless); mininet: "
                         "the Mininet rack; buildings: two buildings over a WAN link (both root)")
-    p.add_argument("--target", choices=("softswitch", "bmv2"), default="softswitch",
+    p.add_argument("--switch", choices=("softswitch", "bmv2"), default="softswitch",
                    help="with a Mininet testbed: the switch program (default softswitch)")
     p.add_argument("--wan-mbps", type=float,
                    help="with --testbed buildings: the WAN link's rate (default: --link-mbps)")

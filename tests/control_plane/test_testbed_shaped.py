@@ -9,6 +9,7 @@ the reports say what ran where. No timings.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 
@@ -108,3 +109,25 @@ def test_a_missing_or_wrong_shaper_fails_the_check():
     finally:
         rack.down()
     assert leftovers(tag, []) == []
+
+
+def test_train_on_the_mininet_rack_reports_measured_time(tmp_path, capsys):
+    """``netco train --testbed mininet``: workers in the hosts, time measured and said so."""
+    from control_plane.cli.main import main
+
+    out = tmp_path / "r.json"
+    rc = main(["train", "--task", "digits", "--workers", "4", "--compressor", "thc",
+               "--testbed", "mininet", "--link-mbps", "100", "--steps", "2", "--eval-every", "2",
+               "--target", "0.0", "--no-progress", "--out", str(out)])
+    assert rc == 0
+    table = capsys.readouterr().out
+    assert "meas. s" in table and "emul. s" not in table
+    assert "links shaped to 100 Mbit/s per worker (Mininet rack)" in table
+    rep = json.loads(out.read_text())
+    assert rep["time_basis"] == "measured"
+    assert rep["network"] == "Mininet rack, links shaped to 100 Mbit/s"
+    assert set(rep["testbed"]["measured_mbps"]) == set(HOSTS["mininet"])
+    assert rep["testbed"]["gloo"]["ifname"] == "g0"
+    s = rep["summary"]["thc"]
+    assert s["time_basis"] == "measured" and s["emulated_s"] is None
+    assert rep["runs"][0]["network_stats"]["min_count"] == 4
