@@ -9,7 +9,6 @@ the reports say what ran where. No timings.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 
@@ -73,11 +72,11 @@ def test_exact_sums_and_gloo_over_shaped_links(testbed):
 
 @pytest.mark.bmv2
 def test_exact_sums_on_bmv2_over_shaped_links():
-    """BMv2 as the switch (correctness at a small size; its links shaped to 20 Mbit/s, which
-    BMv2 forwards)."""
+    """BMv2 as the switch program (correctness at a small size) on the shaped rack: the links
+    are verified through the kernel routers, so BMv2's own forwarding rate does not matter."""
     if not DEFAULT_BMV2_JSON.exists():
         pytest.skip(f"{DEFAULT_BMV2_JSON} not built (netco p4 build needs p4c)")
-    size, seed, mbps = 3000, 9, 20.0
+    size, seed, mbps = 3000, 9, 100.0
     tag = f"s{os.getpid() % 1000}b"
     rep = allreduce_bench(4, mbps, size, repeats=1, seed=seed, check=True, quiet=True,
                           which=("thc",), testbed="mininet", target="bmv2", tag=tag)
@@ -110,24 +109,3 @@ def test_a_missing_or_wrong_shaper_fails_the_check():
         rack.down()
     assert leftovers(tag, []) == []
 
-
-def test_train_on_the_mininet_rack_reports_measured_time(tmp_path, capsys):
-    """``netco train --testbed mininet``: workers in the hosts, time measured and said so."""
-    from control_plane.cli.main import main
-
-    out = tmp_path / "r.json"
-    rc = main(["train", "--task", "digits", "--workers", "4", "--compressor", "thc",
-               "--testbed", "mininet", "--link-mbps", "100", "--steps", "2", "--eval-every", "2",
-               "--target", "0.0", "--no-progress", "--out", str(out)])
-    assert rc == 0
-    table = capsys.readouterr().out
-    assert "meas. s" in table and "emul. s" not in table
-    assert "links shaped to 100 Mbit/s per worker (Mininet rack)" in table
-    rep = json.loads(out.read_text())
-    assert rep["time_basis"] == "measured"
-    assert rep["network"] == "Mininet rack, links shaped to 100 Mbit/s"
-    assert set(rep["testbed"]["measured_mbps"]) == set(HOSTS["mininet"])
-    assert rep["testbed"]["gloo"]["ifname"] == "g0"
-    s = rep["summary"]["thc"]
-    assert s["time_basis"] == "measured" and s["emulated_s"] is None
-    assert rep["runs"][0]["network_stats"]["min_count"] == 4
