@@ -128,6 +128,15 @@ def _unavailable(args: argparse.Namespace) -> str | None:
             return f"--testbed {args.testbed} needs root (Mininet); --testbed namespace does not"
         if args.wan_mbps is not None and not args.wan_mbps > 0:
             return f"--wan-mbps={args.wan_mbps}: must be > 0"
+        from control_plane.config import load_config
+        from control_plane.testbed.mnrack import TOPOLOGIES
+        from control_plane.testbed.targets import TestbedError, choose_target
+
+        try:
+            choose_target(args.switch, load_config(TOPOLOGIES[args.testbed]).controller.bmv2_json,
+                          flag="--switch")
+        except TestbedError as exc:
+            return str(exc)
         return None
     from control_plane.testbed.isolate import IsolationError, check_available
 
@@ -167,8 +176,16 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"shaped: {problem}", file=sys.stderr)
         return 2
-    out = {"allreduce": [] if args.skip_allreduce else allreduce_rows(args),
-           "training": [] if args.skip_training else training_rows(args)}
+    from control_plane.testbed.impair.params import ImpairmentError
+    from control_plane.testbed.shaping import ShapingError
+    from control_plane.testbed.targets import TestbedError
+
+    try:
+        out = {"allreduce": [] if args.skip_allreduce else allreduce_rows(args),
+               "training": [] if args.skip_training else training_rows(args)}
+    except (TestbedError, ShapingError, ImpairmentError) as exc:  # the testbed, not the run
+        print(f"shaped: --testbed {args.testbed}: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 1
     print(json.dumps(out))
     return 0
 
