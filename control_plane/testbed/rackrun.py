@@ -158,6 +158,8 @@ def _allreduce_worker(rank: int, world: int, elements: int, repeats: int, spec, 
             ctimes.append(t1 - t0 + time.perf_counter() - t2)
         out["codec_s"] = ctimes
         out["bytes_sent"], out["bytes_received"] = agg.bytes_sent, agg.bytes_received
+        # the slot window's counters (retransmissions, stray results, ...) and its RTT estimate
+        out["window"] = {**agg.window.stats.as_dict(), "srtt_s": agg.window.srtt}
         out["last_count"] = agg.last_count
         if check:
             out["result"] = first.numpy()
@@ -200,6 +202,8 @@ def allreduce_bench(workers: int, link_mbps: float | None, elements: int, *, rep
             out["thc_bytes_sent"] = vals[0]["bytes_sent"] // repeats
             out["thc_bytes_received"] = vals[0]["bytes_received"] // repeats
             out["min_count"] = min(v["last_count"] for v in vals)
+            # per rank, its slot window's counters over all repeats (retransmissions, ...)
+            out["thc_window"] = [v["window"] for v in vals]
         if "thc_s" in out and "gloo_s" in out:
             out["speedup"] = out["gloo_s"] / out["thc_s"]
         if check:

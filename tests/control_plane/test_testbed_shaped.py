@@ -67,6 +67,16 @@ def test_exact_sums_and_gloo_over_shaped_links(testbed):
         assert wan["link"] == "b-leaf:3-wan:2" and wan["asked"] == f"{mbps:g}Mbit/s"
         for d in ("a->b", "b->a"):
             assert wan["measured"][d]["rate_mbps"] <= 1.3 * mbps
+        # Every result reached its workers the first time: a worker retransmits a packet only
+        # when its result is late (not for every packet), and the root re-sends fewer results
+        # than it releases. A WAN node that lost the root's results to building B (a learning
+        # bridge, fooled by the switch-to-switch frames' addresses) made every B worker
+        # retransmit every packet and the root answer each: resent ~ 2 x released.
+        for r, w in enumerate(rep["thc_window"]):
+            assert w["retransmits"] < w["packets"] - w["retransmits"], (r, w)
+        root = rep["switch"]["wan"]
+        released = root["ingress.thc_output.results"]["0"]
+        assert 0 < released and root["ingress.thc_output.resent"]["0"] < released, root
     assert leftovers(tag, []) == []
 
 
