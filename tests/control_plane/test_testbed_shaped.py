@@ -76,7 +76,7 @@ def test_exact_sums_and_gloo_over_shaped_links(testbed):
             assert w["retransmits"] < w["packets"] - w["retransmits"], (r, w)
         root = rep["switch"]["wan"]
         released = root["ingress.thc_output.results"]["0"]
-        assert 0 < released and root["ingress.thc_output.resent"]["0"] < released, root
+        assert released > 0 and root["ingress.thc_output.resent"]["0"] < released, root
     assert leftovers(tag, []) == []
 
 
