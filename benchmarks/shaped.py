@@ -1,10 +1,15 @@
-"""THC through the switch against gloo on a shaped namespace rack; prints one JSON object.
+"""THC through the switch against gloo on a shaped testbed; prints one JSON object.
 
-Everything runs on a rack of network namespaces (``control_plane/testbed/nsrack.py``; as an
-unprivileged user inside a user namespace): n workers, each in its own host namespace, every
-host link shaped with ``tc tbf`` on both directions and measured before use; THC goes through
-the software target in the switch namespace, gloo's TCP is routed by that namespace's kernel
-over the same links.
+Default testbed (``--testbed namespace``): a rack of network namespaces
+(``control_plane/testbed/nsrack.py``; as an unprivileged user inside a user namespace): n
+workers, each in its own host namespace, THC through the software target in the switch
+namespace, gloo's TCP routed by that namespace's kernel. ``--testbed mininet``: the Mininet
+rack (``mininet/rack.yaml``, root); ``--testbed buildings``: two buildings
+(``mininet/two_buildings.yaml``, root; its WAN link shaped to ``--wan-mbps``, default the
+host links' rate, with ``--wan-delay-ms``); on both, the worker processes run inside the
+Mininet hosts, THC goes through the switch program (``--switch``) in raw frames and gloo is
+routed by the switch program. On every testbed each host link is shaped with ``tc tbf`` on
+both directions and measured before use (``control_plane/testbed/shaping.py``).
 
 * ``allreduce``: one fp32 gradient of ``--elements`` (default 2^24) all-reduced by every worker:
   THC (encode, switch, decode; ``NetworkAggregator.allreduce``) against gloo's ring all-reduce
@@ -17,6 +22,7 @@ over the same links.
 
     .venv/bin/python benchmarks/shaped.py --json
     .venv/bin/python benchmarks/shaped.py --json --skip-training --link-mbps 100
+    .venv/bin/python benchmarks/shaped.py --testbed mininet --skip-training --link-mbps 100
 """
 
 from __future__ import annotations
@@ -37,6 +43,14 @@ def _label(spec: dict) -> str:
     return f"powersgd-r{spec['rank']}" if spec["kind"] == "powersgd" else spec["kind"]
 
 
+def _testbed_kw(args: argparse.Namespace) -> dict:
+    """What the rack jobs take for ``--testbed`` (and the Mininet testbeds' options)."""
+    if args.testbed == "namespace":
+        return {}
+    return {"testbed": args.testbed, "target": args.switch, "wan_mbps": args.wan_mbps,
+            "wan_delay_ms": args.wan_delay_ms}
+
+
 def allreduce_rows(args: argparse.Namespace) -> list[dict]:
     from control_plane.testbed.rackrun import run_on_rack
 
@@ -45,7 +59,7 @@ def allreduce_rows(args: argparse.Namespace) -> list[dict]:
         print(f"all-reduce: {args.workers} workers, {args.elements} elements, {mbps:g} Mbit/s",
               file=sys.stderr)
         r = run_on_rack("allreduce_bench", workers=args.workers, link_mbps=mbps,
-                        elements=args.elements, repeats=args.repeats)
+                        elements=args.elements, repeats=args.repeats, **_testbed_kw(args))
         rows.append({"link_mbps": mbps, "workers": args.workers, "elements": args.elements,
                      "thc_s": round(r["thc_s"], 4), "gloo_s": round(r["gloo_s"], 4),
                      "speedup": round(r["speedup"], 3),
@@ -62,7 +76,8 @@ def allreduce_rows(args: argparse.Namespace) -> list[dict]:
                      "gloo_bytes_each_way_per_worker": int(2 * (args.workers - 1) / args.workers
                                                            * 4 * args.elements),
                      "measured_link_mbps": r["rack"]["measured_mbps"],
-                     "rootless": r["rack"]["rootless"]})
+                     "testbed": r["rack"]["kind"], "switch": r["rack"].get("target", "softswitch"),
+                     "wan": r["rack"].get("wan"), "rootless": r["rack"]["rootless"]})
     return rows
 
 
@@ -86,7 +101,8 @@ def training_rows(args: argparse.Namespace) -> list[dict]:
         print(f"training: {task}, {args.workers} workers, {mbps:g} Mbit/s", file=sys.stderr)
         out = run_on_rack("train_compare", task=task, workers=args.workers, link_mbps=mbps,
                           specs=TRAIN_SPECS, steps=args.steps, seed=args.seed,
-                          eval_every=args.eval_every, thc={"granularity": args.granularity})
+                          eval_every=args.eval_every, thc={"granularity": args.granularity},
+                          **_testbed_kw(args))
         runs = out["runs"]
         target = args.target if args.target is not None else runs[0]["default_target"]
         summ = {_label(s): summarize(r, target=target, time_basis="measured",
@@ -135,15 +151,54 @@ def training_rows(args: argparse.Namespace) -> list[dict]:
                               for k, r in zip(summ, runs, strict=True)},
             "bytes_sent_per_step": {k: round(v["bytes_sent_per_step"]) for k, v in summ.items()},
             "measured_link_mbps": out["rack"]["measured_mbps"],
+            "testbed": out["rack"]["kind"],
         })
     return rows
+
+
+def _unavailable(args: argparse.Namespace) -> str | None:
+    """Why the chosen testbed cannot be built here (one line), or None."""
+    if args.testbed != "namespace":
+        import os
+
+        if os.geteuid() != 0:
+            return f"--testbed {args.testbed} needs root (Mininet); --testbed namespace does not"
+        if args.wan_mbps is not None and not args.wan_mbps > 0:
+            return f"--wan-mbps={args.wan_mbps}: must be > 0"
+        from control_plane.config import load_config
+        from control_plane.testbed.mnrack import TOPOLOGIES
+        from control_plane.testbed.targets import TestbedError, choose_target
+
+        try:
+            choose_target(args.switch, load_config(TOPOLOGIES[args.testbed]).controller.bmv2_json,
+                          flag="--switch")
+        except TestbedError as exc:
+            return str(exc)
+        return None
+    from control_plane.testbed.isolate import IsolationError, check_available
+
+    try:
+        check_available()
+    except IsolationError as exc:
+        return str(exc)
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--link-mbps", type=float, nargs="+", default=[100.0, 1000.0],
                    help="shaped link rates to run (default 100 1000)")
-    p.add_argument("--workers", type=int, default=4, help="hosts of the rack (default 4)")
+    p.add_argument("--testbed", choices=("namespace", "mininet", "buildings"), default="namespace",
+                   help="namespace (default): the rack of network namespaces (rootless); mininet: "
+                        "the Mininet rack; buildings: two buildings over a WAN link (both root)")
+    p.add_argument("--switch", choices=("softswitch", "bmv2"), default="softswitch",
+                   help="with a Mininet testbed: the switch program (default softswitch)")
+    p.add_argument("--wan-mbps", type=float,
+                   help="with --testbed buildings: the WAN link's rate (default: --link-mbps)")
+    p.add_argument("--wan-delay-ms", type=float, default=0.0,
+                   help="with --testbed buildings: the WAN link's one-way delay (default 0)")
+    p.add_argument("--workers", type=int, default=4, help="hosts of the rack (default 4; the "
+                   "Mininet testbeds have 4)")
     p.add_argument("--elements", type=int, default=1 << 24, help="all-reduce size (default 2^24)")
     p.add_argument("--repeats", type=int, default=2, help="all-reduce repeats (default 2)")
     p.add_argument("--task", nargs="+", default=["digits-wide"],
@@ -164,15 +219,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip-training", action="store_true", help="no training comparison")
     p.add_argument("--json", action="store_true", help="print only the JSON object (default too)")
     args = p.parse_args(argv)
-    from control_plane.testbed.isolate import IsolationError, check_available
+    problem = _unavailable(args)
+    if problem:
+        print(f"shaped: {problem}", file=sys.stderr)
+        return 2
+    from control_plane.testbed.impair.params import ImpairmentError
+    from control_plane.testbed.shaping import ShapingError
+    from control_plane.testbed.targets import TestbedError
 
     try:
-        check_available()
-    except IsolationError as exc:
-        print(f"shaped: {exc}", file=sys.stderr)
-        return 2
-    out = {"allreduce": [] if args.skip_allreduce else allreduce_rows(args),
-           "training": [] if args.skip_training else training_rows(args)}
+        out = {"allreduce": [] if args.skip_allreduce else allreduce_rows(args),
+               "training": [] if args.skip_training else training_rows(args)}
+    except (TestbedError, ShapingError, ImpairmentError) as exc:  # the testbed, not the run
+        print(f"shaped: --testbed {args.testbed}: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 1
     print(json.dumps(out))
     return 0
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -60,8 +59,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="auto (default): the namespace rack if namespaces can be made here, "
                              "else loopback; rack: the shaped namespace rack (rootless; time "
                              "measured); loopback: the software switch on 127.0.0.1 (time "
-                             "emulated); mininet: THC through a Mininet rack (mininet/rack.yaml; "
-                             "root and Mininet; time emulated)")
+                             "emulated); mininet: the Mininet rack (mininet/rack.yaml; root and "
+                             "Mininet; 4 workers; host links shaped and verified, workers in the "
+                             "Mininet hosts, time measured)")
     parser.add_argument("--switch", choices=["auto", "bmv2", "softswitch"], default="auto",
                         help="with --testbed mininet: the switch program (auto: BMv2 when installed)")
     parser.set_defaults(func=run)
@@ -70,7 +70,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 @contextlib.contextmanager
 def _network(args: argparse.Namespace, mode: str, say: Callable[..., None]) -> Iterator[tuple]:
     """Yield (network spec of the THC run, description, status callable)."""
-    from host.transport.job import NetworkSpec, RawNetworkSpec, session_round_base
+    from host.transport.job import NetworkSpec, session_round_base
 
     if mode == "loopback":
         from control_plane.embedded import EmbeddedNetwork
@@ -84,36 +84,7 @@ def _network(args: argparse.Namespace, mode: str, say: Callable[..., None]) -> I
                                round_base=session_round_base()),
                    "software switch on loopback", net.status)
         return
-    if os.geteuid() != 0:
-        raise UsageError("--testbed mininet needs root (network namespaces, raw sockets)")
-    from control_plane.config import load_config
-    from control_plane.testbed.net import Testbed
-    from control_plane.testbed.targets import TestbedError, choose_target
-
-    topo = MININET / "rack.yaml"
-    try:
-        choose_target(args.switch, load_config(topo).controller.bmv2_json, flag="--switch")
-        tb = Testbed(topo, target=args.switch)
-        rep = tb.up()
-    except TestbedError as exc:
-        raise UsageError(f"--testbed mininet: {exc}") from None
-    try:
-        jb = tb.job()
-        if len(jb.members) != args.workers:
-            raise UsageError(f"--testbed mininet has {len(jb.members)} hosts; use --workers "
-                             f"{len(jb.members)}")
-        hosts = [tb.plan.host(h) for h in jb.members]
-        say(f"  Mininet rack up ({rep['target']}: {rep['target_reason']}), configured over "
-            "P4Runtime")
-        spec = RawNetworkSpec(tuple(tb.node_pid(h.name) for h in hosts),
-                              tuple(h.ifname for h in hosts), tuple(h.mac for h in hosts),
-                              tuple(h.ip for h in hosts), tuple(h.gateway_mac for h in hosts),
-                              tuple(h.gateway_ip for h in hosts), job_id=jb.id,
-                              num_slots=jb.num_slots, granularity=jb.thc.g,
-                              round_base=session_round_base(), lane_bits=jb.lane_bits)
-        yield spec, f"Mininet rack, {rep['target']}", lambda: []
-    finally:
-        tb.down()
+    raise ValueError(f"mode {mode!r}: the rack and Mininet run through run_on_rack")
 
 
 def format_columns(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
@@ -149,23 +120,36 @@ def _train_pair(args, mode: str, steps: int, eval_every: int, lr: float | None, 
     from host.thc.config import THCConfig
     from host.training.harness import TrainConfig, train
 
-    if mode == "rack":
+    if mode in ("rack", "mininet"):
         from control_plane.testbed.isolate import IsolatedError
         from control_plane.testbed.rackrun import run_on_rack
+        from control_plane.testbed.shaping import ShapingError
+        from control_plane.testbed.targets import TestbedError
 
-        say(f"  building a namespace rack: {args.workers} hosts, links shaped to "
+        kind = "a namespace rack" if mode == "rack" else "a Mininet rack (mininet/rack.yaml)"
+        say(f"  building {kind}: {args.workers} hosts, links shaped to "
             f"{args.link_mbps:g} Mbit/s; THC through the switch, then fp32 all-reduce ...")
+        where = {} if mode == "rack" else {"testbed": "mininet", "target": args.switch}
         try:
+            if mode == "mininet":  # the choice named by this command's flag
+                from control_plane.config import load_config
+                from control_plane.testbed.targets import choose_target
+
+                choose_target(args.switch, load_config(MININET / "rack.yaml").controller.bmv2_json,
+                              flag="--switch")
             out = run_on_rack("train_compare", task=args.task, workers=args.workers,
                               link_mbps=args.link_mbps,
                               specs=[{"kind": "thc"}, {"kind": "none"}], steps=steps,
-                              eval_every=eval_every, seed=args.seed, lr=lr, progress=progress)
-        except IsolatedError as exc:
+                              eval_every=eval_every, seed=args.seed, lr=lr, progress=progress,
+                              **where)
+        except TestbedError as exc:
+            raise UsageError(f"--testbed mininet: {str(exc).splitlines()[0]}") from None
+        except (IsolatedError, ShapingError) as exc:
             raise DemoError(str(exc)) from exc
         rack = {**out["rack"], "tbf": out["tbf"]}
-        who = "rootless" if rack["rootless"] else "root"
+        who = ("rootless" if rack["rootless"] else "root") if mode == "rack" else rack["target"]
         return (out["runs"], out["switch"],
-                f"namespace rack ({who}), links shaped to {args.link_mbps:g} Mbit/s", rack)
+                f"{rack['kind']} ({who}), links shaped to {args.link_mbps:g} Mbit/s", rack)
     with _network(args, mode, say) as (spec, where, status):
         runs = []
         say(f"  training with THC through the switch ({where}) ...")
@@ -198,6 +182,8 @@ def run(args: argparse.Namespace) -> int:
     if args.switch != "auto" and args.testbed != "mininet":
         raise UsageError(f"--switch {args.switch} picks the switch of a testbed; add --testbed "
                          "mininet (root, Mininet), or leave --switch out")
+    if args.testbed == "mininet" and args.workers != 4:
+        raise UsageError(f"--workers={args.workers}: the Mininet rack has 4 hosts; use --workers 4")
     if args.quick and args.steps is not None:
         raise UsageError("--quick sets the steps; give --quick or --steps N")
     task = make_task(args.task, seed=args.seed)
@@ -207,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
     progress = not args.no_progress and (not args.json or sys.stderr.isatty())
     say = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
     mode = _choose_testbed(args, say)
-    basis = "measured" if mode == "rack" else "emulated"
+    basis = "measured" if mode in ("rack", "mininet") else "emulated"
     say(f"netco demo: {args.task}, {args.workers} workers, {steps} steps")
     t0 = time.perf_counter()
     try:

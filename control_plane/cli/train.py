@@ -53,12 +53,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="per-worker link speed in Mbit/s. With --testbed rack: the rack's "
                         "links are shaped to it and time is measured; without: an emulation "
                         "(each step costs its measured compute plus its bytes' transfer time)")
-    parser.add_argument("--testbed", choices=["rack"],
-                        help="run every worker in its own network namespace of a rack whose "
-                        "host links are shaped to --link-mbps (tc tbf, both directions, "
-                        "verified); THC goes through the software target in the switch "
-                        "namespace, the baselines' gloo traffic over the same links; wall-clock "
-                        "time measured. Rootless (user namespace) when not root; docs/testbed.md")
+    parser.add_argument("--testbed", choices=["rack", "mininet", "buildings"],
+                        help="run every worker in its own host of a testbed whose host links "
+                        "are shaped to --link-mbps (tc tbf, both directions, verified); THC goes "
+                        "through the switch, the baselines' gloo traffic over the same links; "
+                        "wall-clock time measured. rack: namespaces, rootless when not root; "
+                        "mininet: the Mininet rack (mininet/rack.yaml, 4 workers, root); "
+                        "buildings: two buildings over a WAN link shaped to --link-mbps "
+                        "(mininet/two_buildings.yaml, 4 workers, root); docs/testbed.md")
     parser.add_argument("--target", type=float,
                         help="held-out metric that counts as reached for time-to-target "
                         "(default: the task's, digits 0.95 accuracy, charlm 3.15 bits/char, "
@@ -127,13 +129,16 @@ def _validate(args: argparse.Namespace) -> THCConfig:
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65536 - args.workers:
         raise UsageError(f"--metrics-port={args.metrics_port}: ranks use N..N+{args.workers - 1}; "
                          f"give 0..{65536 - args.workers}")
+    tb = f"--testbed {args.testbed}"
     if args.testbed and args.link_mbps is None:
-        raise UsageError("--testbed rack: give --link-mbps B, the speed its links are shaped to")
+        raise UsageError(f"{tb}: give --link-mbps B, the speed its links are shaped to")
     if args.testbed and args.switch != "embedded":
-        raise UsageError("--testbed rack brings its own switch: drop --switch")
+        raise UsageError(f"{tb} brings its own switch: drop --switch")
     if args.testbed and args.start_iter:
-        raise UsageError("--start-iter: THC through the rack's switch sums encodings only; "
-                         "use --start-iter 0 with --testbed rack")
+        raise UsageError("--start-iter: THC through the testbed's switch sums encodings only; "
+                         f"use --start-iter 0 with {tb}")
+    if args.testbed in ("mininet", "buildings") and args.workers != 4:
+        raise UsageError(f"--workers={args.workers}: {tb} has 4 hosts; use --workers 4")
     try:
         cfg = THCConfig(granularity=args.granularity)
         lane_bits(args.workers, cfg.granularity)
@@ -146,7 +151,7 @@ def _validate(args: argparse.Namespace) -> THCConfig:
 
 
 def _print_table(summaries: dict[str, dict], gap: dict[str, dict], metric: str, link: float | None,
-                 basis: str = "emulated") -> None:
+                 basis: str = "emulated", where: str = "namespace rack") -> None:
     head = (f"{'compressor':<13}{metric:>14}{'gap':>9}{'up/fp32':>9}{'down/fp32':>10}"
             f"{'steps to target':>16}")
     if link:
@@ -163,7 +168,7 @@ def _print_table(summaries: dict[str, dict], gap: dict[str, dict], metric: str, 
         print(line)
     if link and basis == "measured":
         print(f"meas. s: measured wall-clock time to target, links shaped to {link:g} Mbit/s "
-              "per worker (namespace rack)")
+              f"per worker ({where})")
     elif link:
         print(f"emul. s: emulated time to target at {link:g} Mbit/s per worker (measured compute + "
               "bytes / link rate)")
@@ -211,19 +216,29 @@ def session(network: NetworkSpec) -> NetworkSpec:
 
 def _train_on_rack(args: argparse.Namespace, specs: list[CompressorSpec], thc: THCConfig,
                    progress: bool) -> tuple[list[dict], dict]:
-    """Every spec on one shaped namespace rack (docs/testbed.md); (runs, rack report)."""
+    """Every spec on one shaped testbed (docs/testbed.md); (runs, testbed report)."""
     from control_plane.testbed.isolate import IsolatedError, IsolationError
     from control_plane.testbed.rackrun import run_on_rack
+    from control_plane.testbed.shaping import ShapingError
+    from control_plane.testbed.targets import TestbedError
 
+    if args.testbed != "rack" and thc.granularity != 30:
+        raise UsageError(f"--granularity {thc.granularity}: the {args.testbed} testbed's job runs "
+                         "g = 30 (its topology file); drop --granularity or use --testbed rack")
     try:
         out = run_on_rack("train_compare", task=args.task, workers=args.workers,
                           link_mbps=args.link_mbps, specs=[dataclasses.asdict(s) for s in specs],
                           steps=args.steps, eval_every=args.eval_every, seed=args.seed,
                           lr=args.lr, bucket_cap_mb=args.bucket_cap_mb,
                           thc={"granularity": thc.granularity}, progress=progress,
-                          num_slots=args.slots)
+                          num_slots=args.slots,
+                          **({} if args.testbed == "rack" else {"testbed": args.testbed}))
     except IsolationError as exc:
         raise UsageError(f"--testbed rack: {exc}") from exc
+    except TestbedError as exc:  # a Mininet testbed, built here: root, Mininet, names
+        raise UsageError(f"--testbed {args.testbed}: {str(exc).splitlines()[0]}") from exc
+    except ShapingError as exc:
+        raise RackRunError(str(exc)) from exc
     except IsolatedError as exc:
         raise RackRunError(str(exc)) from exc
     return out["runs"], {**out["rack"], "tbf": out["tbf"]}
@@ -287,7 +302,7 @@ def run(args: argparse.Namespace) -> int:
         "target_rule": next(iter(summaries.values()))["target_rule"],
         "link_mbps": args.link_mbps,
         "time_basis": basis,
-        "network": (f"namespace rack, links shaped to {args.link_mbps:g} Mbit/s"
+        "network": (f"{rack['kind']}, links shaped to {args.link_mbps:g} Mbit/s"
                     if args.testbed else "loopback" + (" (link time emulated)" if args.link_mbps
                                                        else "")),
         "testbed": rack,
@@ -306,7 +321,8 @@ def run(args: argparse.Namespace) -> int:
         json.dump(report, sys.stdout)
         print()
     else:
-        _print_table(summaries, gap, task.metric_name, args.link_mbps, basis)
+        _print_table(summaries, gap, task.metric_name, args.link_mbps, basis,
+                     rack["kind"] if rack else "namespace rack")
         print(f"steps to target: {report['target_rule']} ({target:g}), every compressor alike")
         print(f"report: {out}" + (f", plot: {report['plot_path']}" if args.compare else ""))
     return 0

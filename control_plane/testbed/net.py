@@ -13,11 +13,15 @@ free; build the Mininet network (switch nodes in the root namespace, hosts and i
 nodes in their own; no OpenFlow controller, no Open vSwitch, no ``TCLink``); address the
 hosts (``IP/32``, gateway = attachment switch's ``addr`` with a static ARP entry; IPv6 and
 checksum/segmentation offloads off, because the switches forward raw frames that must carry
-complete checksums); set up every impairment node (:mod:`control_plane.testbed.impair.node`); **measure every
+complete checksums; with ``link_mbps``, a ``tc tbf`` on both egresses of every host link);
+set up every impairment node (:mod:`control_plane.testbed.impair.node`); **measure every
 impaired link in both directions with probe frames and raise if anything asked for is not in
 effect** (before any switch runs, so probes meet no program); start the switch processes and
 wait for their P4Runtime ports; apply the file with the controller
-(:class:`control_plane.controller.Controller`).
+(:class:`control_plane.controller.Controller`); with ``link_mbps``, **verify the host links'
+shaping** as the namespace rack does (:mod:`control_plane.testbed.shaping`: a ``tbf`` of the
+rate on every egress, and TCP transfers host → host, routed by the switches, within bounds of
+the rate), raising :class:`~control_plane.testbed.shaping.ShapingError` otherwise.
 
 ``down`` stops exactly what ``up`` started — its forwarder and switch processes by PID,
 its Mininet nodes and links (``Mininet.stop`` on its own object) — then deletes any of its own
@@ -43,10 +47,12 @@ from pathlib import Path
 from typing import Any
 
 from control_plane.config import NetworkConfig, load_config
+from control_plane.testbed import kernelroute
 from control_plane.testbed.impair import node as impnode
 from control_plane.testbed.impair.params import Impairment, ImpairmentError
 from control_plane.testbed.impair.probe import ProbeResult, check, measure, open_probe_socket
 from control_plane.testbed.plan import LinkPlan, TestbedPlan, make_plan
+from control_plane.testbed.shaping import Flow, ShapedEnd, qdisc_stats, tbf_args, verify_flows
 from control_plane.testbed.targets import (
     TestbedError,
     choose_target,
@@ -151,6 +157,15 @@ class Testbed(TestbedWorkloads):
         (``netem``/``bridge``/``forwarder``; for testing the check).
     seed : int
         Seed of the impairments' random decisions.
+    link_mbps : float, optional
+        Shape every host link to this rate, both directions (``tc tbf`` on the host's ``eth0``
+        and on its switch port), and verify it once the switches route
+        (:meth:`verify_shaping`). None (default): host links unshaped.
+    kernel_routes : bool
+        With ``link_mbps``: give every switch a kernel router on the same ports and every host
+        a gloo interface routed by them (:mod:`control_plane.testbed.kernelroute`), so the
+        baselines' TCP crosses the shaped links at their rate rather than at the software
+        target's forwarding rate. False: ordinary IPv4 only through the switch program.
     """
 
     __test__ = False  # not a pytest test class
@@ -158,7 +173,8 @@ class Testbed(TestbedWorkloads):
     def __init__(self, topo: str | Path | NetworkConfig, target: str = "auto", tag: str | None = None,
                  workdir: str | Path | None = None, apply: bool = True, verify: bool = True,
                  impairments: dict[str, Impairment] | None = None, force_mode: str | None = None,
-                 seed: int = 0, python: str = sys.executable) -> None:
+                 seed: int = 0, python: str = sys.executable, link_mbps: float | None = None,
+                 kernel_routes: bool = True) -> None:
         self.topo_path = None if isinstance(topo, NetworkConfig) else Path(topo)
         self.cfg = topo if isinstance(topo, NetworkConfig) else load_config(topo)
         self.tag = tag or f"nt{os.getpid() % 1000:03d}"
@@ -169,6 +185,14 @@ class Testbed(TestbedWorkloads):
         if force_mode is not None and force_mode not in impnode.MODES:
             raise TestbedError(f"force_mode {force_mode!r}: use one of {impnode.MODES}")
         self.force_mode = force_mode
+        if link_mbps is not None and not link_mbps > 0:
+            raise TestbedError(f"link_mbps={link_mbps}: must be > 0 (Mbit/s per host link)")
+        self.link_mbps = link_mbps
+        self.kernel_routes = kernel_routes and link_mbps is not None
+        #: with kernel routes: host → its gloo address (on :data:`kernelroute.GLOO_IF`)
+        self.gloo_ips: dict[str, str] = {}
+        #: measured TCP goodput of every shaped host link, by host and direction
+        self.measured_mbps: dict[str, dict[str, float]] = {}
         self.apply_config = apply
         self.verify = verify
         self.python = python
@@ -234,11 +258,15 @@ class Testbed(TestbedWorkloads):
         try:
             self._build()
             self._configure_hosts()
+            if self.kernel_routes:
+                self.gloo_ips = kernelroute.setup(self.plan, self.cfg, self.node_pid, _in, _run)
             self._setup_impairments()
             if self.verify:
                 self._verify_impairments()
             self._start_switches()
             results = self._apply() if self.apply_config else []
+            if self.link_mbps is not None and self.verify and self.apply_config:
+                self.verify_shaping()
         except BaseException:
             self.down()
             raise
@@ -255,6 +283,12 @@ class Testbed(TestbedWorkloads):
             "links": [self._link_report(ln) for ln in self.plan.links],
             "root_interfaces": list(self.plan.root_interfaces),
             "controller": results,
+            "link_mbps": self.link_mbps,
+            "shaper": ("tc tbf on both egresses of every host link" if self.link_mbps else None),
+            "measured_mbps": self.measured_mbps,
+            "gloo": ({"ifname": kernelroute.GLOO_IF, "ips": self.gloo_ips,
+                      "routed_by": "kernel routers on the switches' ports"}
+                     if self.kernel_routes else None),
             "notes": list(self.notes),
             "up_s": round(time.monotonic() - t0, 2),
         }
@@ -305,6 +339,9 @@ class Testbed(TestbedWorkloads):
                 net.addLink(ln.node, ln.a, port2=ln.a_port, intfName1=ln.node_ifs[0], intfName2=ln.a_if)
                 net.addLink(ln.node, ln.b, port2=ln.b_port, intfName1=ln.node_ifs[1], intfName2=ln.b_if)
         net.build()
+        if self.kernel_routes:  # after build: interfaces come later (no "no interfaces" note)
+            for s in self.plan.switches:
+                net.addHost(kernelroute.router_name(self.tag, s.index), ip=None)
 
     def _configure_hosts(self) -> None:
         for ifname in self.plan.root_interfaces:
@@ -328,6 +365,10 @@ class Testbed(TestbedWorkloads):
             # answer them with ICMP port unreachable, which the switch would count as NO_ROUTE.
             if shutil.which("nft") is not None:
                 run(["nft", "-f", "-"], HOST_NFT)
+            if self.link_mbps is not None:  # uplink: the host's egress; downlink: the switch's
+                run(["tc", "qdisc", "replace", "dev", h.ifname, "root", *tbf_args(self.link_mbps)])
+                _run(["tc", "qdisc", "replace", "dev", h.switch_if, "root",
+                      *tbf_args(self.link_mbps)])
 
     def _setup_impairments(self) -> None:
         if not self.plan.impaired:
@@ -386,6 +427,76 @@ class Testbed(TestbedWorkloads):
                         raise
                     log.warning("%s; measuring again", exc)
             log.info("link %s verified: %s", ln.label, {d: r.to_dict() for d, r in res.items()})
+
+    def shaped_ends(self) -> list[ShapedEnd]:
+        """Every shaped egress: each host's ``eth0`` (up) and its switch port (down)."""
+        return [e for h in self.plan.hosts
+                for e in (ShapedEnd(h.name, "up", self.net[h.name].pid, h.ifname),
+                          ShapedEnd(h.name, "down", None, h.switch_if))]
+
+    def shaping_flows(self) -> list[Flow]:
+        """TCP transfers that measure the shaped host links (:meth:`verify_shaping`).
+
+        With kernel routes, one per link and direction, as on the namespace rack: host ↔ its
+        router's address on the link, so that each transfer crosses exactly one shaper.
+        Otherwise :meth:`ring_flows`.
+        """
+        if not self.kernel_routes:
+            return self.ring_flows()
+        flows = []
+        for k, h in enumerate(self.plan.hosts):
+            sw = self.plan.switch(h.switch)
+            router = self.net[kernelroute.router_name(self.tag, sw.index)].pid
+            host = self.net[h.name].pid
+            flows.append(Flow(((h.name, "up"),), host, router, kernelroute.router_ip(k)))
+            flows.append(Flow(((h.name, "down"),), router, host, kernelroute.gloo_ip(k)))
+        return flows
+
+    def ring_flows(self) -> list[Flow]:
+        """TCP transfers that cross every host link once in each direction, routed by the
+        switches (by their kernel routers, between gloo addresses, when there are): a ring over
+        the hosts of each switch (a lone host joins the next switch's ring), so that no
+        transfer crosses a switch-to-switch link where it can be helped."""
+        groups: dict[str, list] = {}
+        for h in self.plan.hosts:
+            groups.setdefault(h.switch, []).append(h)
+        rings: list[list] = []
+        for hosts in groups.values():
+            if rings and len(rings[-1]) < 2:
+                rings[-1].extend(hosts)
+            else:
+                rings.append(list(hosts))
+        if len(rings) > 1 and len(rings[-1]) < 2:
+            rings[-2].extend(rings.pop())
+        flows = []
+        for ring in rings:
+            for src, dst in zip(ring, ring[1:] + ring[:1], strict=True):
+                if src is dst:
+                    continue
+                flows.append(Flow(((src.name, "up"), (dst.name, "down")), self.net[src.name].pid,
+                                  self.net[dst.name].pid, self.gloo_ips.get(dst.name, dst.ip)))
+        return flows
+
+    @property
+    def gloo_ifname(self) -> str:
+        """The hosts' interface for ordinary TCP (gloo): ``g0`` with kernel routes, else
+        ``eth0``."""
+        return kernelroute.GLOO_IF if self.kernel_routes else self.plan.hosts[0].ifname
+
+    def verify_shaping(self, seconds: float = 0.6) -> dict[str, dict[str, float]]:
+        """Check every host link's shapers and measure the links with TCP routed by the
+        switches (:func:`control_plane.testbed.shaping.verify_flows`, the namespace rack's
+        check); raises :class:`~control_plane.testbed.shaping.ShapingError`."""
+        if self.link_mbps is None:
+            raise TestbedError("verify_shaping: the testbed's host links are not shaped")
+        self.measured_mbps = verify_flows(self.shaping_flows(), self.link_mbps, seconds,
+                                          self.shaped_ends())
+        log.info("host links shaped to %g Mbit/s, measured %s", self.link_mbps, self.measured_mbps)
+        return self.measured_mbps
+
+    def qdisc_stats(self) -> dict[str, dict]:
+        """Bytes, packets and drops of every host link's shaper, by host and direction."""
+        return qdisc_stats(self.shaped_ends())
 
     def _start_switches(self) -> None:
         self.net.start()

@@ -14,33 +14,37 @@ all other IP traffic between hosts (gloo's TCP for the fp32, fp16 and PowerSGD b
 routed by the switch namespace's kernel (``ip_forward``): the software target does not forward
 TCP, and would not at line rate. Both paths cross the same shaped host links.
 
-The shaping is verified before use: one bulk TCP transfer per link and direction (all links at
-once), whose goodput must lie within a tolerance of the configured rate (:func:`check_rates`).
+The shaping is verified before use (:mod:`control_plane.testbed.shaping`, shared with the
+Mininet testbeds): a ``tbf`` of the rate on every egress, and one bulk TCP transfer per link
+and direction (all links at once) whose goodput must lie within a tolerance of the configured
+rate (:func:`~control_plane.testbed.shaping.check_rates`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import socket
 import subprocess
-import threading
-import time
 from dataclasses import dataclass
 
-from host.netns import in_netns
+from control_plane.testbed.shaping import (
+    Flow,
+    ShapedEnd,
+    ShapingError,
+    check_rates,
+    measure_flows,
+    qdisc_stats,
+    rate_problems,
+    tbf_args,
+    verify_flows,
+)
 
 log = logging.getLogger(__name__)
 
 SUBNET = "10.77"
-#: TCP port of the rate probes (inside the rack's namespaces only).
-PROBE_PORT = 5201
-#: TCP goodput over Ethernet/IPv4/TCP with timestamps: 1448 payload bytes per 1514-byte frame.
-TCP_EFFICIENCY = 1448 / 1514
 
-
-class ShapingError(RuntimeError):
-    """A shaped link does not carry the configured rate (measured too fast or too slow)."""
+__all__ = ["NamespaceRack", "RackHost", "ShapingError", "check_rates", "rack_probe",
+           "rate_problems", "tbf_args"]
 
 
 @dataclass(frozen=True)
@@ -57,17 +61,6 @@ class RackHost:
     @property
     def netns_path(self) -> str:
         return f"/run/netns/{self.netns}"
-
-
-def tbf_args(mbps: float) -> list[str]:
-    """``tc qdisc`` arguments of a token bucket at ``mbps`` Mbit/s.
-
-    The bucket holds 4 ms of traffic (at least 64 KiB, so that a TSO/GSO super-frame passes
-    unsplit) and the queue 50 ms.
-    """
-    rate_bytes = mbps * 1e6 / 8
-    burst = int(max(64 * 1024, rate_bytes * 0.004))
-    return ["tbf", "rate", f"{mbps:g}mbit", "burst", str(burst), "latency", "50ms"]
 
 
 def _run(cmd: list[str]) -> str:
@@ -212,128 +205,41 @@ class NamespaceRack:
                 "switch_pid": self.embedded.proc.pid if self.embedded and self.embedded.proc else None,
                 "routing": "THC: software target (UDP); other IP traffic: the switch namespace's kernel"}
 
-    def qdisc_stats(self) -> dict[str, dict]:
-        """Bytes, packets and drops of every shaper (``tc -s -j qdisc``), by link and direction."""
-        import json
+    def shaped_ends(self) -> list[ShapedEnd]:
+        """Every shaped egress: each host's ``eth0`` (up) and its switch port (down)."""
+        return [e for h in self.hosts for e in (ShapedEnd(h.netns, "up", h.netns_path, h.ifname),
+                                                ShapedEnd(h.netns, "down", None, h.switch_port))]
 
-        out: dict[str, dict] = {}
+    def flows(self, directions: tuple[str, ...] = ("up", "down")) -> list[Flow]:
+        """One TCP transfer per link and direction: host ↔ the switch's address on its link."""
+        out = []
         for h in self.hosts:
-            for direction, cmd in (("up", ["tc", "-n", h.netns, "-s", "-j", "qdisc", "show", "dev",
-                                           h.ifname]),
-                                   ("down", ["tc", "-s", "-j", "qdisc", "show", "dev", h.switch_port])):
-                q = next((q for q in json.loads(_run(cmd)) if q.get("kind") == "tbf"), None)
-                if q is not None:
-                    out.setdefault(h.netns, {})[direction] = {
-                        "bytes": q.get("bytes"), "packets": q.get("packets"), "drops": q.get("drops")}
+            if "up" in directions:
+                out.append(Flow(((h.netns, "up"),), h.netns_path, None, h.switch_ip))
+            if "down" in directions:
+                out.append(Flow(((h.netns, "down"),), None, h.netns_path, h.ip))
         return out
+
+    def qdisc_stats(self) -> dict[str, dict]:
+        """Bytes, packets and drops of every shaper, by link and direction."""
+        return qdisc_stats(self.shaped_ends())
+
+    @property
+    def ifname(self) -> str:
+        """The hosts' interface (gloo binds it)."""
+        return "eth0"
+
+    def switch_status(self) -> list[dict]:
+        """The software target's job status (JSON-ready)."""
+        return [s.to_json() for s in self.embedded.status()] if self.embedded else []
 
     # -- verification ---------------------------------------------------------------------
     def verify(self, seconds: float = 0.6) -> dict[str, dict[str, float]]:
-        """Measure every link in both directions (bulk TCP) and check it against the rate.
-
-        All links are measured at once; a link out of bounds is measured again alone (a busy
-        CPU can slow a transfer, it cannot speed one up past the shaper) before
-        :class:`ShapingError` is raised.
-        """
+        """Check every shaper and measure every link in both directions (bulk TCP, all at
+        once; :func:`control_plane.testbed.shaping.verify_flows`)."""
         assert self.link_mbps is not None
-        self.measured = measure_rates(self.hosts, self.link_mbps, seconds)
-        for ns, direction in rate_problems(self.measured, self.link_mbps):
-            host = next(h for h in self.hosts if h.netns == ns)
-            again = measure_rates([host], self.link_mbps, seconds, directions=(direction,))
-            self.measured[ns][direction] = again[ns][direction]
-        check_rates(self.measured, self.link_mbps)
+        self.measured = verify_flows(self.flows(), self.link_mbps, seconds, self.shaped_ends())
         return self.measured
-
-
-def _receiver(sock: socket.socket, total: int, out: dict, key: str) -> None:
-    conn, _ = sock.accept()
-    with conn:
-        got, marks = 0, []
-        buf = bytearray(1 << 20)
-        while got < total:
-            k = conn.recv_into(buf)
-            if k == 0:
-                break
-            got += k
-            marks.append((time.perf_counter(), got))
-    # from the first quarter on: the bucket's burst and TCP's slow start are over by then
-    start = next((m for m in marks if m[1] >= total // 4), marks[0] if marks else (0.0, 0))
-    end = marks[-1] if marks else (0.0, 0)
-    span = end[0] - start[0]
-    out[key] = (end[1] - start[1]) * 8 / span / 1e6 if span > 0 else 0.0
-
-
-def _sender(sock: socket.socket, addr: tuple[str, int], total: int) -> None:
-    sock.connect(addr)
-    chunk = b"\0" * (1 << 20)
-    left = total
-    while left > 0:
-        left -= sock.send(chunk[: min(left, len(chunk))])
-    sock.shutdown(socket.SHUT_WR)
-    sock.recv(1)  # wait for the receiver to close
-    sock.close()
-
-
-def measure_rates(hosts: list[RackHost], mbps: float, seconds: float = 0.6,
-                  directions: tuple[str, ...] = ("up", "down")) -> dict[str, dict[str, float]]:
-    """TCP goodput (Mbit/s) of every host link, up and down, all links at once.
-
-    Up: host ``eth0`` -> the switch's address; down: switch -> host. Each transfer moves about
-    ``seconds`` worth of the configured rate.
-    """
-    total = int(max(mbps * 1e6 / 8 * seconds, 1 << 20))
-    out: dict[str, float] = {}
-    threads = []
-    for h in hosts:
-        for direction in directions:
-            rx_ns, rx_ip = (None, h.switch_ip) if direction == "up" else (h.netns_path, h.ip)
-            tx_ns = h.netns_path if direction == "up" else None
-
-            def listen(ip=rx_ip):
-                s = socket.socket()
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                s.bind((ip, PROBE_PORT))
-                s.listen(1)
-                return s
-
-            lsock = in_netns(rx_ns, listen)
-            tsock = in_netns(tx_ns, socket.socket)
-            key = f"{h.netns}/{direction}"
-            threads.append(threading.Thread(target=_receiver, args=(lsock, total, out, key)))
-            threads.append(threading.Thread(target=_sender, args=(tsock, (rx_ip, PROBE_PORT), total)))
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60 + 8 * total / (mbps * 1e6 / 8))
-    res: dict[str, dict[str, float]] = {}
-    for h in hosts:
-        res[h.netns] = {d: round(out.get(f"{h.netns}/{d}", 0.0), 1) for d in directions}
-    return res
-
-
-#: Bounds of a verified link: TCP goodput at most this much above the shaped rate ...
-RATE_HIGH = 1.15
-#: ... and at least this much of it (a shared 2-core machine slows transfers; the shaper is
-#: what must never be missing, which the upper bound catches).
-RATE_LOW = 0.5
-
-
-def rate_problems(measured: dict[str, dict[str, float]], mbps: float) -> list[tuple[str, str]]:
-    """(namespace, direction) of every goodput outside the bounds of a ``mbps`` shaper."""
-    expect = mbps * TCP_EFFICIENCY
-    return [(ns, d) for ns, dirs in measured.items() for d, v in dirs.items()
-            if not RATE_LOW * expect <= v <= RATE_HIGH * expect]
-
-
-def check_rates(measured: dict[str, dict[str, float]], mbps: float) -> None:
-    """Raise :class:`ShapingError` unless every measured goodput lies between ``RATE_LOW`` and
-    ``RATE_HIGH`` times what a TCP flow gets from a ``mbps`` shaper (``mbps · 1448/1514``)."""
-    bad = rate_problems(measured, mbps)
-    if bad:
-        expect = mbps * TCP_EFFICIENCY
-        what = ", ".join(f"{ns} {d} {measured[ns][d]:.1f} Mbit/s" for ns, d in bad)
-        raise ShapingError(f"links shaped to {mbps:g} Mbit/s (TCP goodput {expect:.1f}) measured "
-                           f"outside {RATE_LOW:g}..{RATE_HIGH:g}x: {what}")
 
 
 def rack_probe(workers: int = 4, link_mbps: float | None = 100.0,
@@ -343,7 +249,7 @@ def rack_probe(workers: int = 4, link_mbps: float | None = 100.0,
     with transfers sized for ``expect_mbps``: what a missing shaper looks like."""
     with NamespaceRack(workers, link_mbps, switch=False) as rack:
         if link_mbps is None and expect_mbps:
-            rack.measured = measure_rates(rack.hosts, expect_mbps)
+            rack.measured = measure_flows(rack.flows(), expect_mbps)
         rep = rack.report()
         rep["tbf"] = rack.qdisc_stats()
     return rep

@@ -1,11 +1,14 @@
-"""Jobs that run on a shaped namespace rack: training comparisons, all-reduce timings.
+"""Jobs that run on a shaped testbed: training comparisons, all-reduce timings.
 
-Each public function here builds a :class:`~control_plane.testbed.nsrack.NamespaceRack`, runs
-its worker processes inside the rack's host namespaces (THC through the software target, the
-baselines' gloo traffic routed by the switch namespace's kernel, all over the same shaped host
-links), tears the rack down and returns plain data. They must run inside a private namespace:
-call them through :func:`run_on_rack`, which uses
-:func:`control_plane.testbed.isolate.run_isolated` (rootless when not root).
+Each public function here brings up a testbed whose host links are shaped and verified —
+``testbed="namespace"`` (default): a :class:`~control_plane.testbed.nsrack.NamespaceRack`
+(rootless-capable); ``"mininet"`` or ``"buildings"``: a
+:class:`~control_plane.testbed.mnrack.MininetRack` (the Mininet rack or two buildings; root) —
+runs its worker processes inside the hosts' namespaces (THC through the switch, the
+baselines' gloo traffic routed over the same shaped host links), tears the testbed down and
+returns plain data. Call them through :func:`run_on_rack`: a namespace rack must be built
+inside a private namespace (:func:`control_plane.testbed.isolate.run_isolated`, rootless when
+not root); a Mininet testbed is built in this process.
 """
 
 from __future__ import annotations
@@ -17,12 +20,57 @@ import time
 
 log = logging.getLogger(__name__)
 
+#: ``testbed`` values of the jobs: the namespace rack, the Mininet rack, two buildings.
+TESTBEDS = ("namespace", "mininet", "buildings")
+
 
 def run_on_rack(name: str, **kwargs):
-    """Run ``rackrun.<name>(**kwargs)`` in a private (rootless when needed) namespace."""
+    """Run ``rackrun.<name>(**kwargs)``: on a namespace rack in a private (rootless when
+    needed) namespace, on a Mininet testbed here."""
     from control_plane.testbed.isolate import run_isolated
 
-    return run_isolated(f"{__name__}:{name}", kwargs)
+    if kwargs.get("testbed", "namespace") == "namespace":
+        return run_isolated(f"{__name__}:{name}", kwargs)
+    return globals()[name](**kwargs)
+
+
+def open_testbed(testbed: str, workers: int, link_mbps: float | None, *,
+                 granularity: int = 30, num_slots: int = 64, **options):
+    """The shaped testbed ``testbed`` (not yet up) with ``workers`` hosts.
+
+    ``granularity`` (THC's g) and ``num_slots`` (the job's slot window) set the namespace
+    rack's job; a Mininet testbed's job comes from its topology file (g = 30 there).
+    ``options`` go to :class:`~control_plane.testbed.mnrack.MininetRack` (``target``,
+    ``wan_mbps``, ``wan_delay_ms``); a namespace rack takes none.
+    """
+    if testbed == "namespace":
+        from control_plane.testbed.nsrack import NamespaceRack
+
+        if options:
+            raise ValueError(f"the namespace rack takes no {', '.join(sorted(options))}")
+        return NamespaceRack(workers, link_mbps, granularity=granularity, num_slots=num_slots)
+    if granularity != 30:
+        raise ValueError(f"the {testbed} testbed's job runs THC with g = 30 (its topology file); "
+                         f"drop --granularity {granularity} or use the namespace rack")
+    from control_plane.testbed.mnrack import MininetRack
+
+    rack = MininetRack(testbed, link_mbps, **options)
+    if rack.workers != workers:
+        raise ValueError(f"the {testbed} testbed has {rack.workers} hosts; use {rack.workers} "
+                         "workers")
+    return rack
+
+
+def describe(rep: dict) -> str:
+    """One line: what the testbed is and what its links measured."""
+    how = rep.get("target") or ("rootless" if rep.get("rootless") else "root")
+    line = (f"{rep['kind']} up ({how}): {rep['workers']} hosts, "
+            f"links {rep['link_mbps']} Mbit/s, measured {rep['measured_mbps']}")
+    for w in rep.get("wan", []):
+        m = w.get("measured") or {}
+        rates = {d: r.get("rate_mbps") for d, r in m.items()}
+        line += f"; WAN {w['link']}: {w['asked']} ({w['mode']}), measured {rates}"
+    return line
 
 
 def _say(msg: str) -> None:
@@ -47,24 +95,24 @@ def train_compare(task: str, workers: int, link_mbps: float | None, specs: list[
                   steps: int | None = None, eval_every: int | None = None, seed: int = 0,
                   lr: float | None = None, bucket_cap_mb: float = 25.0, thc: dict | None = None,
                   progress: bool = False, quiet: bool = False, timeout_s: float = 1800.0,
-                  thc_pipelined: bool = True, num_slots: int = 64) -> dict:
-    """Train ``task`` once per compressor spec on one shaped rack; wall-clock times measured.
+                  thc_pipelined: bool = True, num_slots: int = 64,
+                  testbed: str = "namespace", **options) -> dict:
+    """Train ``task`` once per compressor spec on one shaped testbed; wall-clock times measured.
 
-    ``specs`` are :class:`host.ddp.baselines.CompressorSpec` fields as dicts. Returns
-    ``{"rack": report, "runs": [harness report, ...], "tbf": shaper counters}``.
+    ``specs`` are :class:`host.ddp.baselines.CompressorSpec` fields as dicts; ``testbed`` and
+    ``options`` as :func:`open_testbed`. Returns ``{"rack": report, "runs": [harness report,
+    ...], "tbf": shaper counters, "switch": switch status}``.
     """
-    from control_plane.testbed.nsrack import NamespaceRack
     from host.ddp.baselines import CompressorSpec
     from host.thc.config import THCConfig
     from host.training.harness import TrainConfig, train
 
     thc_cfg = THCConfig(**(thc or {}))
-    with NamespaceRack(workers, link_mbps, granularity=thc_cfg.granularity,
-                       num_slots=num_slots) as rack:
+    with open_testbed(testbed, workers, link_mbps, granularity=thc_cfg.granularity,
+                      num_slots=num_slots, **options) as rack:
         rep = rack.report()
         if not quiet:
-            _say(f"  namespace rack up ({'rootless' if rep['rootless'] else 'root'}): {workers} "
-                 f"hosts, links {link_mbps} Mbit/s, measured {rep['measured_mbps']}")
+            _say(f"  {describe(rep)}")
         runs = []
         for sd in specs:
             spec = CompressorSpec(**sd)
@@ -77,15 +125,15 @@ def train_compare(task: str, workers: int, link_mbps: float | None, specs: list[
             r = train(TrainConfig(task=task, spec=spec, workers=workers, steps=steps,
                                   eval_every=eval_every, seed=seed, lr=lr, thc=thc_cfg,
                                   bucket_cap_mb=bucket_cap_mb, progress=progress, network=net,
-                                  netns=rack.netns_paths, timeout_s=timeout_s,
-                                  thc_pipelined=thc_pipelined))
+                                  netns=rack.netns_paths, ifname=rack.ifname,
+                                  timeout_s=timeout_s, thc_pipelined=thc_pipelined))
             r["elapsed_s"] = time.perf_counter() - t0
             sw1 = _cpu_seconds(pid)
             # the software target's CPU over the whole run (start-up and evaluations included)
             r["switch_cpu_s"] = sw1 - sw0 if sw0 is not None and sw1 is not None else None
             runs.append(r)
-        status = [s.to_json() for s in rack.embedded.status()] if rack.embedded else []
-        return {"rack": rep, "runs": runs, "tbf": rack.qdisc_stats(), "switch": status}
+        return {"rack": rep, "runs": runs, "tbf": rack.qdisc_stats(),
+                "switch": rack.switch_status()}
 
 
 def _allreduce_worker(rank: int, world: int, elements: int, repeats: int, spec, seed: int,
@@ -138,6 +186,8 @@ def _allreduce_worker(rank: int, world: int, elements: int, repeats: int, spec, 
             ctimes.append(t1 - t0 + time.perf_counter() - t2)
         out["codec_s"] = ctimes
         out["bytes_sent"], out["bytes_received"] = agg.bytes_sent, agg.bytes_received
+        # the slot window's counters (retransmissions, stray results, ...) and its RTT estimate
+        out["window"] = {**agg.window.stats.as_dict(), "srtt_s": agg.window.srtt}
         out["last_count"] = agg.last_count
         if check:
             out["result"] = first.numpy()
@@ -146,26 +196,25 @@ def _allreduce_worker(rank: int, world: int, elements: int, repeats: int, spec, 
 
 def allreduce_bench(workers: int, link_mbps: float | None, elements: int, *, repeats: int = 2,
                     seed: int = 0, check: bool = False, which: tuple[str, ...] = ("thc", "gloo"),
-                    quiet: bool = False) -> dict:
-    """All-reduce one ``elements``-long fp32 tensor per worker on a shaped rack, THC through the
-    switch and gloo's ring all-reduce (fp32) over the same links.
+                    quiet: bool = False, testbed: str = "namespace", **options) -> dict:
+    """All-reduce one ``elements``-long fp32 tensor per worker on a shaped testbed, THC through
+    the switch and gloo's ring all-reduce (fp32) over the same links.
 
     Times are per repeat the slowest rank's (barrier to completion), then the median over
     repeats. With ``check`` each rank's first THC result comes back (``results``).
+    ``testbed`` and ``options`` as :func:`open_testbed`.
     """
-    from control_plane.testbed.nsrack import NamespaceRack
     from host.training.launch import run_workers
 
-    with NamespaceRack(workers, link_mbps) as rack:
+    with open_testbed(testbed, workers, link_mbps, **options) as rack:
         rep = rack.report()
         if not quiet:
-            _say(f"  namespace rack up: {workers} hosts, links {link_mbps} Mbit/s, "
-                 f"measured {rep['measured_mbps']}")
+            _say(f"  {describe(rep)}")
         spec = rack.network_spec()
         res = run_workers(_allreduce_worker, workers,
                           (elements, repeats, spec, seed, check, tuple(which)),
                           timeout_s=120 + 60 * repeats * max(1.0, elements / 4e6),
-                          netns=rack.netns_paths, ifname="eth0")
+                          netns=rack.netns_paths, ifname=rack.ifname)
         bad = {r.rank: r.error for r in res if not r.ok}
         if bad:
             raise RuntimeError(f"all-reduce workers failed: {bad}")
@@ -181,10 +230,11 @@ def allreduce_bench(workers: int, link_mbps: float | None, elements: int, *, rep
             out["thc_bytes_sent"] = vals[0]["bytes_sent"] // repeats
             out["thc_bytes_received"] = vals[0]["bytes_received"] // repeats
             out["min_count"] = min(v["last_count"] for v in vals)
+            # per rank, its slot window's counters over all repeats (retransmissions, ...)
+            out["thc_window"] = [v["window"] for v in vals]
         if "thc_s" in out and "gloo_s" in out:
             out["speedup"] = out["gloo_s"] / out["thc_s"]
         if check:
             out["results"] = [v["result"] for v in vals]
-        if rack.embedded is not None:
-            out["switch"] = [s.to_json() for s in rack.embedded.status()]
+        out["switch"] = rack.switch_status()
         return out

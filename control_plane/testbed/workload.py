@@ -81,6 +81,23 @@ class TestbedWorkloads:
                     "results; run several rounds in one call, or bring the testbed up again")
             self._used_jobs.add(jb.name)
 
+    def raw_network_spec(self, job: str | None = None, round_base: int | None = None):
+        """How worker processes reach ``job``'s switches: a
+        :class:`host.transport.job.RawNetworkSpec` whose rank ``r`` opens its raw socket on
+        member ``r``'s interface inside that host. A fresh round base (unless given) keeps each
+        session's rounds apart from earlier ones at the switches, so a job may run again."""
+        from host.transport.job import RawNetworkSpec, session_round_base
+
+        jb = self.job(job)
+        hosts = [self.plan.host(h) for h in jb.members]
+        return RawNetworkSpec(tuple(self.node_pid(h.name) for h in hosts),
+                              tuple(h.ifname for h in hosts), tuple(h.mac for h in hosts),
+                              tuple(h.ip for h in hosts), tuple(h.gateway_mac for h in hosts),
+                              tuple(h.gateway_ip for h in hosts), job_id=jb.id,
+                              num_slots=jb.num_slots, granularity=jb.thc.g,
+                              round_base=round_base or session_round_base(), policy=jb.policy,
+                              lane_bits=jb.lane_bits)
+
     def path_rtt_ms(self) -> float:
         """Largest round trip any impaired link adds (2 × delay + jitter), for timeouts."""
         return max((2 * (ln.impairment.delay_ms + ln.impairment.jitter_ms)

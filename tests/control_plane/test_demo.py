@@ -110,8 +110,9 @@ def test_demo_table_columns_line_up():
 @pytest.mark.mininet
 @pytest.mark.parametrize("switch", ["softswitch", pytest.param("bmv2", marks=pytest.mark.bmv2)])
 def test_demo_on_a_mininet_rack_trains_like_loopback(tmp_path, capsys, switch):
-    """Through the rack's switch (frames on the hosts' interfaces) the THC run follows the
-    loopback run bit for bit: both switches add the same integers."""
+    """Through the rack's switch (frames on the hosts' shaped interfaces, workers inside the
+    hosts) the THC run follows the loopback run bit for bit: both switches add the same
+    integers; the rack's time is measured, loopback's emulated."""
     runs = {}
     for name, extra in (("loopback", ["--testbed", "loopback"]),
                         ("rack", ["--testbed", "mininet", "--switch", switch])):
@@ -121,7 +122,9 @@ def test_demo_on_a_mininet_rack_trains_like_loopback(tmp_path, capsys, switch):
         assert rc == 0
         capsys.readouterr()
         runs[name] = json.loads(out.read_text())
-    assert runs["rack"]["network"] == f"Mininet rack, {switch}"
+    assert runs["rack"]["network"] == f"Mininet rack ({switch}), links shaped to 100 Mbit/s"
+    assert runs["rack"]["time_basis"] == "measured" and runs["loopback"]["time_basis"] == "emulated"
+    assert set(runs["rack"]["rack"]["measured_mbps"]) == {"h1", "h2", "h3", "h4"}
     loss = {k: [r["loss"] for r in v["runs"][0]["records"]] for k, v in runs.items()}
     assert loss["rack"] == loss["loopback"]
     assert runs["rack"]["network_stats"]["min_count"] == 4

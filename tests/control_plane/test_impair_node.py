@@ -164,3 +164,63 @@ def test_netem_mode_matches_the_kernel(chain):
     else:
         with pytest.raises(ImpairmentError, match="a1/b1"):
             configure(imp, "a1", "b1", "netem", chain.run_node)
+
+
+def _collect(rx, run: int, wait_s: float = 0.5) -> set[int]:
+    """Sequence numbers of run ``run``'s probe frames that ``rx`` receives within ``wait_s``."""
+    import struct
+
+    got: set[int] = set()
+    rx.settimeout(0.05)
+    end = time.monotonic() + wait_s
+    while time.monotonic() < end:
+        try:
+            data = rx.recv(2048)
+        except TimeoutError:
+            continue
+        if len(data) >= 34 and data[14:18] == b"NCPR":
+            r, seq = struct.unpack_from("!II", data, 18)
+            if r == run:
+                got.add(seq)
+    return got
+
+
+@pytest.mark.parametrize("mode", ["bridge", "forwarder"])
+def test_node_is_a_wire_whatever_addresses_frames_carry(chain, mode):
+    # A link forwards every frame to its other end. Switch-to-switch frames of the switch
+    # program do not carry their ends' own addresses (p4/v1model: a partial aggregate keeps the
+    # worker's source MAC and goes to the child's own MAC; an answer swaps them), so the same
+    # MAC shows up as a source on one side and as a destination from that side. A learning
+    # bridge then files that MAC on the side it came from and discards every later frame sent
+    # to it from there: in two buildings the root's results to building B never crossed the
+    # WAN node and every B worker waited for a retransmission timeout per packet.
+    import struct
+
+    from control_plane.testbed.impair.probe import MAGIC, PROBE_ETHERTYPE
+
+    configure(Impairment(bandwidth_mbps=100), "a1", "b1", mode, chain.run_node)
+    fwd = None
+    if mode == "forwarder":
+        socks = in_netns(chain.ns["node"], lambda: (open_packet_socket("a1"),
+                                                    open_packet_socket("b1")))
+        fwd = Forwarder("a1", "b1", Impairment(), socks=socks)
+        fwd.start()
+    child, worker = bytes.fromhex("024e43000303"), bytes.fromhex("020000000303")
+    run = 0x4C52
+
+    def frame(dst: bytes, src: bytes, seq: int) -> bytes:
+        return (struct.pack("!6s6sH4sII", dst, src, PROBE_ETHERTYPE, MAGIC, run, seq)
+                + bytes(40))
+
+    try:
+        for seq in range(20):
+            # side A: frames from the child's MAC (an answer), then frames to it (results)
+            chain.tx.send(frame(worker, child, seq))
+            chain.tx.send(frame(child, worker, 100 + seq))
+            time.sleep(0.002)
+        got = _collect(chain.rx, run)
+    finally:
+        if fwd is not None:
+            fwd.close()
+    assert {100 + s for s in range(20)} <= got, f"frames to a MAC seen on side A lost: {got}"
+    assert set(range(20)) <= got

@@ -19,7 +19,7 @@ import pytest
 
 from control_plane.testbed import isolate, nsrack
 from control_plane.testbed.isolate import IsolationError, check_available, run_isolated
-from control_plane.testbed.nsrack import (
+from control_plane.testbed.shaping import (
     RATE_HIGH,
     TCP_EFFICIENCY,
     ShapingError,

@@ -1,4 +1,4 @@
-"""``netco train --testbed rack``: the comparison on the shaped namespace rack, time measured."""
+"""``netco train --testbed rack|mininet``: the comparison on a shaped testbed, time measured."""
 
 from __future__ import annotations
 
@@ -18,21 +18,29 @@ def _namespaces() -> str | None:
     return None
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(_namespaces() is not None, reason=f"{_namespaces()}")
-def test_train_on_the_rack_reports_measured_time(tmp_path, capsys):
+TESTBEDS = [
+    pytest.param("rack", 2, 200, "namespace rack", marks=[
+        pytest.mark.slow,
+        pytest.mark.skipif(_namespaces() is not None, reason=f"{_namespaces()}")]),
+    pytest.param("mininet", 4, 100, "Mininet rack", marks=[pytest.mark.root, pytest.mark.mininet]),
+]
+
+
+@pytest.mark.parametrize(("testbed", "workers", "mbps", "kind"), TESTBEDS)
+def test_train_on_a_testbed_reports_measured_time(tmp_path, capsys, testbed, workers, mbps, kind):
     out = tmp_path / "r.json"
-    rc = main(["train", "--task", "digits", "--workers", "2", "--compressor", "thc",
-               "--testbed", "rack", "--link-mbps", "200", "--steps", "4", "--eval-every", "2",
-               "--target", "0.0", "--out", str(out)])
+    rc = main(["train", "--task", "digits", "--workers", str(workers), "--compressor", "thc",
+               "--testbed", testbed, "--link-mbps", str(mbps), "--steps", "4", "--eval-every",
+               "2", "--target", "0.0", "--out", str(out)])
     assert rc == 0
     table = capsys.readouterr().out
     assert "meas. s" in table and "emul. s" not in table
-    assert "measured wall-clock time to target, links shaped to 200 Mbit/s" in table
+    assert (f"measured wall-clock time to target, links shaped to {mbps} Mbit/s per worker "
+            f"({kind})") in table
     rep = json.loads(out.read_text())
     assert rep["time_basis"] == "measured"
-    assert rep["network"] == "namespace rack, links shaped to 200 Mbit/s"
-    assert set(rep["testbed"]["measured_mbps"]) == {"h1", "h2"}
+    assert rep["network"] == f"{kind}, links shaped to {mbps} Mbit/s"
+    assert set(rep["testbed"]["measured_mbps"]) == {f"h{r + 1}" for r in range(workers)}
     s = rep["summary"]["thc"]
     assert s["aggregator"] == "network" and s["time_basis"] == "measured"
     assert s["emulated_s"] is None
@@ -40,7 +48,7 @@ def test_train_on_the_rack_reports_measured_time(tmp_path, capsys):
     recs = rep["runs"][0]["records"]
     assert s["steps_to_target"] == 2
     assert s["time_to_target_s"] == pytest.approx(recs[0]["wall_s"] + recs[1]["wall_s"])
-    assert rep["runs"][0]["network_stats"]["min_count"] == 2
+    assert rep["runs"][0]["network_stats"]["min_count"] == workers
 
 
 @pytest.mark.slow

@@ -39,6 +39,16 @@ MODES = ("netem", "bridge", "forwarder")
 #: The forwarder's module (``python -m FORWARDER_MODULE``); also how its process is recognised.
 FORWARDER_MODULE = "control_plane.testbed.impair"
 
+#: Bridge port settings that make the node's bridge a wire: no address learning, every
+#: frame flooded to the other port. A learning bridge files a source MAC on the side it came
+#: from and then discards frames sent to that MAC from the same side; the switch program's
+#: switch-to-switch frames do exactly that (``p4/v1model``: a partial aggregate keeps the
+#: worker's source MAC and is addressed to the child's own MAC, an answer swaps the two), and
+#: a learning WAN node dropped every result the root of two buildings multicast to building
+#: B (each B worker then waited one retransmission timeout per packet: 133 s for a 1M-element
+#: all-reduce instead of ~1 s; docs/testbed.md).
+WIRE = ("learning", "off", "flood", "on", "mcast_flood", "on")
+
 #: ``run(argv, stdin_text=None) -> stdout``; raises RuntimeError when the command fails.
 Runner = Callable[..., str]
 
@@ -106,6 +116,10 @@ def setup_commands(imp: Impairment, if_a: str, if_b: str, mode: str) -> list[lis
                  ["sysctl", "-qw", f"net.ipv6.conf.{BRIDGE}.disable_ipv6=1"],
                  ["ip", "link", "set", if_a, "master", BRIDGE],
                  ["ip", "link", "set", if_b, "master", BRIDGE],
+                 # a wire, not a learning switch: every frame goes to the other end, whatever
+                 # its addresses (see WIRE below)
+                 *(["ip", "link", "set", "dev", dev, "type", "bridge_slave", *WIRE]
+                   for dev in (if_a, if_b)),
                  ["ip", "link", "set", BRIDGE, "up"]]
     for dev in (if_a, if_b):
         if mode == "netem":
@@ -173,6 +187,11 @@ def configure(imp: Impairment, if_a: str, if_b: str, mode: str, run: Runner) -> 
             raise ImpairmentError(f"impairment node {if_a}/{if_b}: drop rule missing after "
                                   f"loading it:\n{listing}")
     for dev in (if_a, if_b):
+        if mode in ("netem", "bridge"):
+            port = run(["ip", "-d", "link", "show", "dev", dev])
+            if "learning off" not in port:
+                raise ImpairmentError(f"impairment node: bridge port {dev} still learns "
+                                      f"addresses (ip -d link shows: {port.strip()})")
         shown = run(["tc", "qdisc", "show", "dev", dev])
         want = []
         if imp.bandwidth_mbps is not None:
