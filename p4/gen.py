@@ -75,6 +75,7 @@ def protocol_p4() -> str:
     out.append(f"#define THC_TABLE_ENTRIES {lay.TABLE_ENTRIES}")
     out.append(f"#define THC_MAX_WORKERS {lay.MAX_WORKERS}")
     out.append(f"#define DROP_REASONS {lay.DROP_REASONS}")
+    out.append(f"const bit<32> THC_ROUND_WINDOW = 0x{lay.ROUND_WINDOW:08x};")
     out.append(f"const bit<8> THC_RANK_ALL = {lay.RANK_ALL};")
     out.append(f"const bit<8> THC_INDEX_BITS = {lay.INDEX_BITS};")
     out.append(f"const bit<8> THC_VALUE_BITS = {lay.VALUE_BITS};")
@@ -214,7 +215,8 @@ def _c_layout_body() -> list[str]:
     out.append(f"#define THC_UDP_PORT 0x{lay.THC_UDP_PORT:04x}")
     out.append(f"#define THC_HEADER_BYTES {lay.THC_HEADER_BYTES}")
     for name in ("THC_VERSION", "COORDS_PER_PACKET", "NORMS_PER_PACKET", "INDEX_BITS",
-                 "VALUE_BITS", "MAX_WORKERS", "TABLE_ENTRIES", "RANK_ALL", "DROP_REASONS"):
+                 "VALUE_BITS", "MAX_WORKERS", "TABLE_ENTRIES", "RANK_ALL", "DROP_REASONS",
+                 "ROUND_WINDOW"):
         out.append(f"#define {name} {getattr(lay, name)}")
     out.append(f"#define INDICES_BYTES {lay.INDICES.nbytes}")
     for w, pay in lay.LANES.items():

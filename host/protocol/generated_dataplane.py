@@ -8,7 +8,7 @@ Data-plane constants of ``p4/shared/define.p4`` and the table and register sizes
 #: Hash of ``host/protocol/netco_layout.h``: a C extension built against another header
 #: reports another value and is refused (host/softswitch/controls/native.py,
 #: host/transport/slots.py).
-LAYOUT_HASH = "e2711ba19477f42b"
+LAYOUT_HASH = "20c7ff63ad4bfb19"
 
 # p4/shared/define.p4
 ETHERTYPE_IPV4 = 2048

@@ -3,7 +3,7 @@
 #ifndef NETCO_LAYOUT_H
 #define NETCO_LAYOUT_H
 
-#define NETCO_LAYOUT_HASH "e2711ba19477f42b"
+#define NETCO_LAYOUT_HASH "20c7ff63ad4bfb19"
 /* Frames: Ethernet II, IPv4 without options, UDP, THC header, payload */
 #define MAX_DATAGRAM 2048
 #define ROW_BYTES 2048
@@ -13,7 +13,7 @@
 #define IPV4_OFFSET 14
 #define UDP_OFFSET 34
 #define THC_OFFSET 42
-#define PAYLOAD_OFFSET 70
+#define PAYLOAD_OFFSET 74
 #define DEFAULT_TTL 64
 #define IPV4_VER_IHL 0x45
 #define IPV4_DONT_FRAGMENT 0x4000
@@ -52,10 +52,11 @@
 #define OFF_COUNT 66 /* 8 bits */
 #define OFF_RESERVED0 67 /* 8 bits */
 #define OFF_RESERVED1 68 /* 16 bits */
+#define OFF_TOKEN 70 /* 32 bits */
 /* Protocol (host/protocol/layout.py) */
 #define THC_UDP_PORT 0x5448
-#define THC_HEADER_BYTES 28
-#define THC_VERSION 1
+#define THC_HEADER_BYTES 32
+#define THC_VERSION 2
 #define COORDS_PER_PACKET 256
 #define NORMS_PER_PACKET 32
 #define INDEX_BITS 4
@@ -64,6 +65,7 @@
 #define TABLE_ENTRIES 16
 #define RANK_ALL 255
 #define DROP_REASONS 16
+#define ROUND_WINDOW 65536
 #define INDICES_BYTES 128
 #define LANES8_BYTES 256
 #define LANES16_BYTES 512
@@ -79,6 +81,7 @@
 #define FLAG_RESENT 0x02
 #define FLAG_DEADLINE 0x04
 #define FLAG_PEEK 0x08
+#define FLAG_START 0x10
 #define DROP_NONE 0
 #define DROP_SHORT 1
 #define DROP_BAD_VERSION 2
@@ -93,6 +96,7 @@
 #define DROP_NOT_IPV4 11
 #define DROP_TTL_EXPIRED 12
 #define DROP_LANE_UNSUPPORTED 13
+#define DROP_AHEAD 14
 /* Data plane (p4/shared/define.p4) */
 #define RESULT_TTL 64
 #define ST_EMPTY 0
