@@ -81,7 +81,7 @@ def _network(args: argparse.Namespace, mode: str, say: Callable[..., None]) -> I
             addrs = [net.address(r) for r in range(args.workers)]
             yield (NetworkSpec(tuple(a.switch for a in addrs), tuple(a.ip for a in addrs),
                                job_id=net.job_id, num_slots=net.num_slots,
-                               round_base=session_round_base()),
+                               round_base=session_round_base(), token=net.token),
                    "software switch on loopback", net.status)
         return
     if os.geteuid() != 0:
@@ -110,7 +110,8 @@ def _network(args: argparse.Namespace, mode: str, say: Callable[..., None]) -> I
                               tuple(h.ip for h in hosts), tuple(h.gateway_mac for h in hosts),
                               tuple(h.gateway_ip for h in hosts), job_id=jb.id,
                               num_slots=jb.num_slots, granularity=jb.thc.g,
-                              round_base=session_round_base(), lane_bits=jb.lane_bits)
+                              round_base=session_round_base(), lane_bits=jb.lane_bits,
+                              token=tb.tokens.get(jb.id, 0))
         yield spec, f"Mininet rack, {rep['target']}", lambda: []
     finally:
         tb.down()

@@ -105,16 +105,17 @@ class ClusterJob:
             raise ValueError(f"client {client!r} is not a member of job {self.name} "
                              f"(members: {list(self.clients)})") from None
 
-    def worker_spec(self, client: Hashable, round_base: int):
+    def worker_spec(self, client: Hashable, round_base: int, token: int = 0):
         """The :class:`host.transport.job.JobSpec` worker ``client`` runs this job with.
 
         ``round_base`` must be fresh for every session (:func:`host.transport.job.session_round_base`):
-        the switch keeps each slot's last round across membership changes.
+        the switch keeps each slot's last round across membership changes. ``token`` is the
+        job's as installed (``ClusterNetwork.controller.tokens[job.id]``).
         """
         from host.transport.job import JobSpec
 
         return JobSpec(self.id, self.rank(client), self.world, num_slots=self.num_slots,
-                       granularity=self.granularity, round_base=round_base)
+                       granularity=self.granularity, round_base=round_base, token=token)
 
     def as_dict(self) -> dict:
         return {"cluster_id": self.cluster_id, "name": self.name, "id": self.id,
@@ -439,7 +440,9 @@ class ClusterNetwork:
         """
         plan = self.plan_for(clusters)
         cfg = plan.network_config(self.base_dir)
-        ctl = Controller(cfg, p4info=self.p4info, election_id=self.election_id, timeout=self.timeout)
+        # jobs that stay keep their tokens (running workers hold them); new ones draw theirs
+        ctl = Controller(cfg, p4info=self.p4info, election_id=self.election_id, timeout=self.timeout,
+                         tokens=self.controller.tokens if self.controller is not None else None)
         self.p4info = ctl.p4info
         entries = job_entries(cfg, ctl.p4info)
         predicted = None
@@ -493,6 +496,7 @@ class ClusterNetwork:
                     return SwitchResult(sw.name, sw.address, error=f"{sw.name}: {exc}")
             raise AssertionError("unreachable")
 
+        await ctl.adopt_tokens(ctl.cfg.switches)
         return list(await asyncio.gather(*(one(sw) for sw in ctl.cfg.switches)))
 
     def update(self, clusters: Mapping[Any, Sequence[Hashable]]) -> NetworkUpdate:

@@ -96,14 +96,15 @@ static PyObject *py_process(PyObject *self, PyObject *args) {
                           &osums, &ogports, &omhit, &ommac, &omaddr, &ooutbuf, &ooutlens,
                           &ooutports, &oconst))
         return NULL;
-    long long J[7], K[8];
-    if (!PyArg_ParseTuple(ojob, "LLLLLLL", &J[0], &J[1], &J[2], &J[3], &J[4], &J[5], &J[6]))
+    long long J[8], K[8];
+    if (!PyArg_ParseTuple(ojob, "LLLLLLLL", &J[0], &J[1], &J[2], &J[3], &J[4], &J[5], &J[6],
+                          &J[7]))
         return NULL;
     if (!PyArg_ParseTuple(oconst, "LLLLLLLL", &K[0], &K[1], &K[2], &K[3], &K[4], &K[5], &K[6],
                           &K[7]))
         return NULL;
     const long long slot_base = J[0], num_slots = J[1], expected = J[2], has_parent = J[3],
-                    lane_bits = J[4], self_addr = J[5];
+                    lane_bits = J[4], self_addr = J[5], token = J[7];
     const long long version = K[0], t_data = K[1], index_bits = K[2], t_result = K[3],
                     rank_all = K[4], thc_port = K[5], max_workers = K[6], ttl = K[7];
     if (!PyTuple_Check(oregs) || PyTuple_GET_SIZE(oregs) != 6) {
@@ -174,7 +175,8 @@ static PyObject *py_process(PyObject *self, PyObject *args) {
             || (int)be16(f + OFF_JOB_ID) != job_id || f[OFF_RANK] >= max_workers
             || be16(f + OFF_ELEM_COUNT) > COORDS_PER_PACKET || f[OFF_SLOT_SET] > 1
             || f[OFF_SLOT_SET] != (f[OFF_ROUND + 3] & 1)
-            || (f[OFF_FLAGS] & (FLAG_DEADLINE | FLAG_PEEK)))
+            || (f[OFF_FLAGS] & (FLAG_DEADLINE | FLAG_PEEK))
+            || (long long)be32(f + OFF_TOKEN) != token) /* issue 16: the job's token */
             goto not_handled;
         uint32_t slot = be16(f + OFF_SLOT);
         if ((long long)slot >= num_slots || slot_base + (long long)slot >= pool_slots)
@@ -216,6 +218,9 @@ static PyObject *py_process(PyObject *self, PyObject *args) {
         int fresh = st == ST_EMPTY;
         if (!fresh && st_round[c] != r) {
             if ((r - st_round[c]) & 0x80000000LL) goto rollback; /* stale */
+            if (((r - st_round[c]) & 0xFFFFFFFFLL) >= ROUND_WINDOW
+                && !(f[OFF_FLAGS] & FLAG_START))
+                goto rollback; /* far ahead (issue 16, H2): AHEAD in the Python path */
             fresh = 1;
         }
         int64_t cb, nc, cnt, wb;

@@ -77,7 +77,7 @@ class NativePath:
                 addr[h] = cfg.member_addr[pos[h]]
             params = tuple(int(job[p][jn]) for p in ("slot_base", "num_slots", "expected",
                                                      "has_parent", "lane_bits", "self_addr",
-                                                     "index"))
+                                                     "index", "token"))
             per_job = nat[jn] = (params, np.ascontiguousarray(cfg.lut[jn]), gports, hit, mac,
                                  addr, np.ascontiguousarray(cfg.sender_keys, dtype=np.uint64),
                                  np.ascontiguousarray(cfg.sender_is_switch, dtype=np.uint8))

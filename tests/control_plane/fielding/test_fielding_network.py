@@ -234,7 +234,7 @@ def aggregate(port: dict[str, int], net: ClusterNetwork, cluster_ids, xs, codec)
         job = net.plan.jobs[cid]
         for c in job.clients:
             ep = UdpEndpoint(("127.0.0.1", port[c]), bind=(IP[c], 0))
-            aggs[c] = NetworkAggregator(ep, job.worker_spec(c, base))
+            aggs[c] = NetworkAggregator(ep, job.worker_spec(c, base, net.controller.tokens[job.id]))
     out: dict = {}
     errs: list = []
 
