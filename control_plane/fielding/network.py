@@ -287,13 +287,15 @@ def plan_network(
     return NetworkPlan(config, jobs, {c: list(jobs[c].clients) for c in jobs}, jdiff)
 
 
-def job_entries(cfg: NetworkConfig, p4info=None) -> dict[str, dict[str, frozenset]]:
+def job_entries(cfg: NetworkConfig, p4info=None,
+                tokens: dict[int, int] | None = None) -> dict[str, dict[str, frozenset]]:
     """``job name -> switch -> {(key, value)}`` of the job's entries (pure).
 
     The keys and values are the controller's normalised forms
     (:func:`control_plane.reconcile.normalise`), so two configs can be compared job by job:
     equal sets mean reconciling from one to the other leaves the job's entries alone.
-    Routes are listed under the pseudo job ``"<routes>"``.
+    Routes are listed under the pseudo job ``"<routes>"``. ``tokens``: job id -> the job's
+    token (``set_job.token``; 0 for a job not in it).
     """
     import finsy as fy
 
@@ -306,7 +308,8 @@ def job_entries(cfg: NetworkConfig, p4info=None) -> dict[str, dict[str, frozense
     out: dict[str, dict[str, set]] = {}
     for sw, items in placement.per_switch.items():
         for j in items:
-            ents = (thc_validate.entries(j) + thc_load.entries(j) + thc_members.entries(j)
+            ents = (thc_validate.entries(j, (tokens or {}).get(j.job.id, 0)) + thc_load.entries(j)
+                    + thc_members.entries(j)
                     + multicast.entries(j))
             out.setdefault(j.job.name, {}).setdefault(sw, set()).update(
                 (n.key, n.value) for n in (normalise(e, schema) for e in ents))
@@ -444,7 +447,8 @@ class ClusterNetwork:
         ctl = Controller(cfg, p4info=self.p4info, election_id=self.election_id, timeout=self.timeout,
                          tokens=self.controller.tokens if self.controller is not None else None)
         self.p4info = ctl.p4info
-        entries = job_entries(cfg, ctl.p4info)
+        await ctl.adopt_tokens(ctl.cfg.switches)   # what the switches hold wins
+        entries = job_entries(cfg, ctl.p4info, ctl.tokens)
         predicted = None
         if self.controller is not None:
             predicted = {sw: diff(ctl.desired.get(sw, []), self.controller.desired.get(sw, []),
@@ -496,7 +500,6 @@ class ClusterNetwork:
                     return SwitchResult(sw.name, sw.address, error=f"{sw.name}: {exc}")
             raise AssertionError("unreachable")
 
-        await ctl.adopt_tokens(ctl.cfg.switches)
         return list(await asyncio.gather(*(one(sw) for sw in ctl.cfg.switches)))
 
     def update(self, clusters: Mapping[Any, Sequence[Hashable]]) -> NetworkUpdate:

@@ -290,7 +290,7 @@ def test_two_clusters_aggregate_separately_and_a_migration_moves_one_client(swit
     first = net.update(THREE)
     assert first.writes > 0 and first.writes == first.writes_per_switch["s1"]
     assert net.update(THREE).writes == 0  # reconcile: nothing to do
-    old_entries = job_entries(net.controller.cfg, net.p4info)
+    old_entries = job_entries(net.controller.cfg, net.p4info, net.controller.tokens)
 
     xs = tensors(1)
     c0 = net.contributions()
@@ -314,7 +314,7 @@ def test_two_clusters_aggregate_separately_and_a_migration_moves_one_client(swit
     # cluster 1: job entry + group modified, member c2 inserted, and the sender entries of all
     # four re-keyed because ranks shift (c2 takes rank 0): 3 deleted, 4 inserted (10)
     assert upd.writes == 14
-    new_entries = job_entries(net.controller.cfg, net.p4info)
+    new_entries = job_entries(net.controller.cfg, net.p4info, net.controller.tokens)
     put, gone = written_keys(upd.results, net.controller.schema)
     mine_new = new_entries["fielding-c0"]["s1"] | new_entries["fielding-c1"]["s1"]
     mine_old = {k for k, _ in old_entries["fielding-c0"]["s1"] | old_entries["fielding-c1"]["s1"]}
