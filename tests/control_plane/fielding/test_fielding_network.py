@@ -469,9 +469,10 @@ def bmv2_base(net) -> dict:
     }
 
 
-def bmv2_round(net, plan, cfg, rnd: int, seed: int) -> None:
-    """Every member of every job sends one DATA (slot 0 of its job, round ``rnd``) at once;
-    each member must get its own cluster's exact sum of table values, count and bitmap."""
+def bmv2_round(net, plan, cfg, rnd: int, seed: int, tokens: dict[int, int]) -> None:
+    """Every member of every job sends one DATA (slot 0 of its job, round ``rnd``, the job's
+    token) at once; each member must get its own cluster's exact sum of table values, count
+    and bitmap."""
     from host.protocol import codec
     from host.protocol import layout as lay
 
@@ -481,7 +482,8 @@ def bmv2_round(net, plan, cfg, rnd: int, seed: int) -> None:
         net.flush(c)
     for job in plan.jobs.values():
         for rank, c in enumerate(job.clients):
-            hd = codec.Header(msg_type=lay.MsgType.DATA, job_id=job.id, slot=0, round=rnd, rank=rank)
+            hd = codec.Header(msg_type=lay.MsgType.DATA, job_id=job.id, slot=0, round=rnd, rank=rank,
+                              token=tokens[job.id])
             net.send(c, thc_frame(net.hosts[c], net.switch_ip("s1"), hd, idx[c]))
     for job in plan.jobs.values():
         table = np.asarray(next(j for j in cfg.jobs if j.id == job.id).thc.table)
@@ -503,7 +505,7 @@ def test_bmv2_two_clusters_and_a_migration(bmv2):
     moved = {0: ["c0", "c1"], 1: ["c2", "c3", "c4", "c5"]}
     assert net.update(two).writes > 0
     before = net.contributions()
-    bmv2_round(bmv2, net.plan, net.controller.cfg, rnd=0, seed=1)
+    bmv2_round(bmv2, net.plan, net.controller.cfg, rnd=0, seed=1, tokens=net.controller.tokens)
     d1 = delta(before, net.contributions())
     assert d1 == {0: 3, 1: 3}
 
@@ -511,7 +513,8 @@ def test_bmv2_two_clusters_and_a_migration(bmv2):
     assert upd.touched_jobs == ["fielding-c0", "fielding-c1"]
     assert upd.writes == upd.predicted_writes["s1"] == 14
     before = net.contributions()
-    bmv2_round(bmv2, net.plan, net.controller.cfg, rnd=1, seed=2)  # c2 now in cluster 1's sum
+    # c2 now in cluster 1's sum
+    bmv2_round(bmv2, net.plan, net.controller.cfg, rnd=1, seed=2, tokens=net.controller.tokens)
     assert delta(before, net.contributions()) == {0: 2, 1: 4}
     assert net.update(moved).writes == 0
     for r in net.status():
