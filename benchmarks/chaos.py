@@ -21,10 +21,11 @@ forged_results
     a local process floods every worker's socket with well-formed RESULT/NORM_RESULT datagrams
     for every (slot, round) the workers will have outstanding: no wrong sum.
 far_future_rounds
-    32 DATA/NORM packets from a member's address (another UDP port) with a far-future round
-    into every slot copy, once without the job's token and once with it (an attacker who
-    copied the token but cannot see the rounds): no stall; the first are dropped as
-    BAD_SENDER, the second as AHEAD (docs/security.md).
+    after two all-reduces, 32 DATA/NORM packets from a member's address (another UDP port),
+    2^30 rounds ahead of the slot copies the third uses, once without the job's token and once with
+    it (an attacker who copied the token but cannot see the rounds): no stall; the first are
+    dropped as BAD_SENDER, the second as AHEAD (docs/security.md; a copy never used opens for
+    any round, so the token is what protects those).
 switch_restarts
     ``--restarts`` SIGKILLs of the switch mid-job, each followed by a fresh start and a
     controller apply: no deadlock, every sum bit-exact.
@@ -222,21 +223,24 @@ def far_future_rounds(args: argparse.Namespace) -> dict:
     n = 3
     codec = THCCodec()
     xs = _data(n, 16 * 256, 3)
-    refs = [simulated_allreduce(codec, xs, round=i).average for i in range(2)]
+    refs = [simulated_allreduce(codec, xs, round=i).average for i in range(3)]
     with EmbeddedNetwork(n, num_slots=16) as net:
         base = session_round_base()
         aggs = _aggs(net, base, SlotConfig(give_up=args.give_up))
-        first = _run(aggs, lambda i: aggs[i].allreduce(xs[i], codec))   # the copies hold rounds
+        # two all-reduces: both copies of every slot used hold a round (base, base + 1)
+        first = _run(aggs, lambda i: [aggs[i].allreduce(xs[i], codec) for _ in range(2)])
         before = net.status()[0].counters["ingress.drops"]
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.bind((net.address(0).ip, 0))            # rank 0's address, another UDP port
             for token in (0, net.token):
                 for i in range(32):
-                    # far ahead of the rounds the workers use next (serial arithmetic)
-                    slot, far = i % 16, (base + (1 << 30) + i) & 0xFFFFFFFF
-                    h = wire.Header(msg_type=lay.MsgType.NORM if i >= 16 else lay.MsgType.DATA,
-                                    job_id=net.job_id, rank=0, slot=slot, round=far | 1,
-                                    slot_set=1, lane_bits=32 if i >= 16 else 4, token=token)
+                    # 2^30 rounds ahead of the copies the next all-reduce uses (round base + 2,
+                    # no START): DATA into its 16 slots, NORM into slot 0 (one norm packet)
+                    norm = i >= 16
+                    far = (base + (1 << 30) + 2 * i) & 0xFFFFFFFF
+                    h = wire.Header(msg_type=lay.MsgType.NORM if norm else lay.MsgType.DATA,
+                                    job_id=net.job_id, rank=0, slot=0 if norm else i, round=far,
+                                    lane_bits=32 if norm else 4, token=token)
                     s.sendto(wire.pack_header(h) + bytes(128), net.address(0).switch)
         time.sleep(0.2)
         after = net.status()[0].counters["ingress.drops"]
@@ -252,7 +256,7 @@ def far_future_rounds(args: argparse.Namespace) -> dict:
     return {"workers": n, "spoofed": 64, "stalled": bool(errs), "seconds": round(took, 2),
             "dropped_bad_sender": dropped(lay.DropReason.BAD_SENDER),
             "dropped_ahead": dropped(lay.DropReason.AHEAD),
-            "exact": _exact([next((x for x in (a, b) if isinstance(x, BaseException)), [a, b])
+            "exact": _exact([next((x for x in (a, b) if isinstance(x, BaseException)), [*a, b])
                              for a, b in zip(first, got, strict=True)], refs),
             "error": repr(errs[0])[:240] if errs else None,
             "timeouts": sum(isinstance(e, SlotTimeoutError) for e in errs),
