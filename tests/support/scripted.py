@@ -28,6 +28,9 @@ class ScriptedSwitch:
     forger who cannot read the token sends): a worker must take only the real one.
     """
 
+    #: class default, for subclasses with their own ``__init__`` (a UDP-Lite one)
+    forged = False
+
     def __init__(self, forged: bool = False) -> None:
         self.forged = forged
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
