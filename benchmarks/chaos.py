@@ -21,10 +21,11 @@ forged_results
     a local process floods every worker's socket with well-formed RESULT/NORM_RESULT datagrams
     for every (slot, round) the workers will have outstanding: no wrong sum.
 far_future_rounds
-    32 DATA packets from a member's address (another UDP port, which the switch cannot tell
-    from the member until the protocol carries a per-job token: docs/security.md) with a
-    far-future round into every slot copy: reported as it is (the job stalls until the
-    controller re-installs it).
+    after two all-reduces, 32 DATA/NORM packets from a member's address (another UDP port),
+    2^30 rounds ahead of the slot copies the third uses, once without the job's token and once with
+    it (an attacker who copied the token but cannot see the rounds): no stall; the first are
+    dropped as BAD_SENDER, the second as AHEAD (docs/security.md; a copy never used opens for
+    any round, so the token is what protects those).
 switch_restarts
     ``--restarts`` SIGKILLs of the switch mid-job, each followed by a fresh start and a
     controller apply: no deadlock, every sum bit-exact.
@@ -59,7 +60,7 @@ from host.protocol import codec as wire
 from host.protocol import layout as lay
 from host.thc import THCCodec
 from host.thc.simulate import allreduce as simulated_allreduce
-from host.transport.job import JobSpec, NetworkAggregator
+from host.transport.job import JobSpec, NetworkAggregator, session_round_base
 from host.transport.ports import UdpEndpoint
 from host.transport.slots import SlotConfig, SlotTimeoutError
 
@@ -76,7 +77,8 @@ def _aggs(net: EmbeddedNetwork, base: int, slots: SlotConfig | None = None,
         a = net.address(r)
         ep = UdpEndpoint(a.switch, bind=(a.ip, 0))
         out.append(NetworkAggregator(ep, JobSpec(net.job_id, r, net.workers,
-                                                 num_slots=net.num_slots, round_base=base), slots))
+                                                 num_slots=net.num_slots, round_base=base,
+                                                 token=net.token), slots))
     return out
 
 
@@ -222,34 +224,45 @@ def far_future_rounds(args: argparse.Namespace) -> dict:
     n = 3
     codec = THCCodec()
     xs = _data(n, 16 * 256, 3)
+    refs = [simulated_allreduce(codec, xs, round=i).average for i in range(3)]
     with EmbeddedNetwork(n, num_slots=16) as net:
+        base = session_round_base()
+        aggs = _aggs(net, base, SlotConfig(give_up=args.give_up))
+        # two all-reduces: both copies of every slot used hold a round (base, base + 1)
+        first = _run(aggs, lambda i: [aggs[i].allreduce(xs[i], codec) for _ in range(2)])
+        before = net.status()[0].counters["ingress.drops"]
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.bind((net.address(0).ip, 0))            # rank 0's address, another UDP port
-            for i in range(32):
-                slot, far = i % 16, (1 << 31) + i
-                h = wire.Header(msg_type=lay.MsgType.NORM if i >= 16 else lay.MsgType.DATA,
-                                job_id=net.job_id, rank=0, slot=slot, round=far + (far & 1) - 1,
-                                slot_set=1, lane_bits=32 if i >= 16 else 4)
-                s.sendto(wire.pack_header(h) + bytes(128), net.address(0).switch)
+            for token in (0, net.token):
+                for i in range(32):
+                    # 2^30 rounds ahead of the copies the next all-reduce uses (round base + 2,
+                    # no START): DATA into its 16 slots, NORM into slot 0 (one norm packet)
+                    norm = i >= 16
+                    far = (base + (1 << 30) + 2 * i) & 0xFFFFFFFF
+                    h = wire.Header(msg_type=lay.MsgType.NORM if norm else lay.MsgType.DATA,
+                                    job_id=net.job_id, rank=0, slot=0 if norm else i, round=far,
+                                    lane_bits=32 if norm else 4, token=token)
+                    s.sendto(wire.pack_header(h) + bytes(128), net.address(0).switch)
         time.sleep(0.2)
-        aggs = _aggs(net, 1, SlotConfig(give_up=args.give_up))
+        after = net.status()[0].counters["ingress.drops"]
         t0 = time.monotonic()
         got = _run(aggs, lambda i: aggs[i].allreduce(xs[i], codec))
         took = time.monotonic() - t0
         _close(aggs)
         errs = [g for g in got if isinstance(g, BaseException)]
-        # a restarted switch (fresh slots) and the controller's apply clear it
-        net.restart_switch()
-        aggs = _aggs(net, 1, SlotConfig(give_up=args.give_up))
-        again = _run(aggs, lambda i: aggs[i].allreduce(xs[i], codec))
-        _close(aggs)
-    return {"workers": n, "spoofed": 32, "stalled": bool(errs), "seconds": round(took, 2),
+
+    def dropped(reason: lay.DropReason) -> int:
+        return after.get(int(reason), 0) - before.get(int(reason), 0)
+
+    return {"workers": n, "spoofed": 64, "stalled": bool(errs), "seconds": round(took, 2),
+            "dropped_bad_sender": dropped(lay.DropReason.BAD_SENDER),
+            "dropped_ahead": dropped(lay.DropReason.AHEAD),
+            "exact": _exact([next((x for x in (a, b) if isinstance(x, BaseException)), [*a, b])
+                             for a, b in zip(first, got, strict=True)], refs),
             "error": repr(errs[0])[:240] if errs else None,
             "timeouts": sum(isinstance(e, SlotTimeoutError) for e in errs),
-            "after_switch_restart_exact": _exact([[g] if not isinstance(g, BaseException) else g
-                                            for g in again],
-                                           [simulated_allreduce(codec, xs, round=0).average]),
-            "mitigation": "none host-side: needs the per-job token (docs/security.md)"}
+            "mitigation": "the per-job token (BAD_SENDER) and the round window (AHEAD): "
+                          "docs/security.md"}
 
 
 def switch_restarts(args: argparse.Namespace) -> dict:

@@ -113,7 +113,7 @@ def _echo_worker(addr, n_packets: int, window: int, barrier, q, repeats: int = 1
 
 
 def _thc_worker(addr, world: int, coords: int, num_slots: int, base: int, barrier, q,
-                repeats: int = 1) -> None:
+                repeats: int = 1, token: int = 0) -> None:
     import torch
 
     from host.thc import THCCodec
@@ -126,7 +126,8 @@ def _thc_worker(addr, world: int, coords: int, num_slots: int, base: int, barrie
     norms = codec.chunk_norms(x)  # the goodput run skips agreement: same scale is not needed
     enc = codec.encode(x, norms, worker=addr.rank, round=0)
     ep = UdpEndpoint(addr.switch, bind=(addr.ip, 0))
-    agg = NetworkAggregator(ep, JobSpec(1, addr.rank, world, num_slots=num_slots, round_base=base))
+    agg = NetworkAggregator(ep, JobSpec(1, addr.rank, world, num_slots=num_slots, round_base=base,
+                                        token=token))
     times = []
     for _ in range(repeats):
         barrier.wait()
@@ -138,7 +139,7 @@ def _thc_worker(addr, world: int, coords: int, num_slots: int, base: int, barrie
 
 
 def _allreduce_worker(addr, world: int, numel: int, num_slots: int, base: int, barrier, q,
-                      repeats: int = 1, pipeline: int | None = None) -> None:
+                      repeats: int = 1, pipeline: int | None = None, token: int = 0) -> None:
     """``repeats`` THC all-reduces (timed behind a barrier) and, after each, the codec's own
     chunk norms + encode and decode of the same tensor in the same process (``codec_s``)."""
     import torch
@@ -151,8 +152,8 @@ def _allreduce_worker(addr, world: int, numel: int, num_slots: int, base: int, b
     codec = THCCodec()
     x = torch.randn(numel, generator=torch.Generator().manual_seed(100 + addr.rank))
     ep = UdpEndpoint(addr.switch, bind=(addr.ip, 0))
-    agg = NetworkAggregator(ep, JobSpec(1, addr.rank, world, num_slots=num_slots, round_base=base),
-                            pipeline_coords=pipeline)
+    agg = NetworkAggregator(ep, JobSpec(1, addr.rank, world, num_slots=num_slots, round_base=base,
+                                        token=token), pipeline_coords=pipeline)
     runs = []
     out = None
     for k in range(repeats):
@@ -205,7 +206,8 @@ def _gloo_worker(rank: int, world: int, numel: int, port: int, q, repeats: int =
 
 def _raw_worker_main(argv: list[str]) -> int:
     """``python benchmarks/transport.py --raw-worker MODE IF MAC DMAC IP DIP RANK WORLD COORDS
-    SLOTS START [REPEATS PERIOD]``: one worker in a network namespace; prints one JSON line.
+    SLOTS START [REPEATS PERIOD [TOKEN]]``: one worker in a network namespace; prints one JSON
+    line (TOKEN: the job's, as the controller installed it).
 
     MODE ``echo``: the window loop of :func:`_echo_worker` over a raw socket (the limit);
     ``thc``: ``sum_encoded`` through the switch. Run ``k`` (of REPEATS) waits until the clock
@@ -216,6 +218,7 @@ def _raw_worker_main(argv: list[str]) -> int:
     start = float(argv[10])
     repeats = int(argv[11]) if len(argv) > 11 else 1
     period = float(argv[12]) if len(argv) > 12 else 0.0
+    token = int(argv[13]) if len(argv) > 13 else 0
     import torch
 
     from host.thc import THCCodec
@@ -234,7 +237,7 @@ def _raw_worker_main(argv: list[str]) -> int:
     codec = THCCodec()
     x = torch.randn(coords, generator=torch.Generator().manual_seed(rank))
     enc = codec.encode(x, codec.chunk_norms(x), worker=rank, round=0)
-    agg = NetworkAggregator(ep, JobSpec(1, rank, world, num_slots=slots))
+    agg = NetworkAggregator(ep, JobSpec(1, rank, world, num_slots=slots, token=token))
     times = []
     for k in range(repeats):
         time.sleep(max(0.0, start + k * period - time.time()))
@@ -342,7 +345,7 @@ def veth_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
                 time.sleep(0.05)
             return p
 
-        def run_workers_in_ns(mode: str, n_items: int, dst_self: bool) -> list[dict]:
+        def run_workers_in_ns(mode: str, n_items: int, dst_self: bool, token: int = 0) -> list[dict]:
             start = time.time() + 8.0  # after every worker imported torch and encoded
             period = 1.5 if repeats > 1 else 0.0
             ps = []
@@ -352,7 +355,7 @@ def veth_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
                     ["ip", "netns", "exec", ns[r], sys.executable, os.path.abspath(__file__),
                      "--raw-worker", mode, h_if[r], macs[r], dmac, ips[r], dip, str(r),
                      str(workers), str(n_items), str(num_slots), str(start), str(repeats),
-                     str(period)],
+                     str(period), str(token)],
                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
             out = []
             for p in ps:
@@ -378,10 +381,11 @@ def veth_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
             "jobs": [{"name": "bench", "id": 1, "members": [f"w{r}" for r in range(workers)],
                       "num_slots": num_slots}],
         })
-        res = run_sync(Controller(cfg).apply())
+        ctl = Controller(cfg)
+        res = run_sync(ctl.apply())
         if not all(r.ok for r in res):
             raise RuntimeError(f"controller apply failed: {[r.to_json() for r in res]}")
-        thc = run_workers_in_ns("thc", coords, dst_self=False)
+        thc = run_workers_in_ns("thc", coords, dst_self=False, token=ctl.tokens[1])
     finally:
         for p in procs:
             if p.poll() is None:
@@ -437,7 +441,7 @@ def udp_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
         cpu0 = _cpu_s(pid)
         res = _run([ctx.Process(target=_thc_worker,
                                 args=(net.address(r), workers, coords, num_slots, 1, bar, q,
-                                      repeats))
+                                      repeats, net.token))
                     for r in range(workers)], q, workers, 600 * repeats)
         cpu = _cpu_s(pid) - cpu0
     times = [max(r[2][k] for r in res) for k in range(repeats)]
@@ -469,7 +473,7 @@ def allreduce_16m(workers: int, numel: int, num_slots: int, repeats: int = 1,
         bar = ctx.Barrier(workers)
         res = _run([ctx.Process(target=_allreduce_worker,
                                 args=(net.address(r), workers, numel, num_slots, 1, bar, q,
-                                      repeats, pipeline))
+                                      repeats, pipeline, net.token))
                     for r in range(workers)], q, workers, 1200 * repeats)
     res.sort(key=lambda r: r[1])
     runs = [r[2] for r in res]

@@ -34,8 +34,9 @@ from finsy.proto import p4i
 from control_plane.config import NetworkConfig, SwitchSpec
 from control_plane.desired import desired_state, load_p4info
 from control_plane.p4names import program_view
-from control_plane.placement import Placement, limits_from_p4info, place
+from control_plane.placement import JOBS_TABLE, Placement, limits_from_p4info, place
 from control_plane.reconcile import Diff, describe, diff
+from control_plane.thc_validate import SET_JOB, draw_token
 from host.softswitch.server import MAX_WRITE_UPDATES
 
 log = logging.getLogger(__name__)
@@ -145,11 +146,16 @@ class Controller:
         Connect to every switch over TLS with these credentials
         (:func:`control_plane.options.tls_credentials`, the ``--tls-*`` flags); without them a
         switch's ``tls`` block in the file applies (:meth:`credentials`).
+    tokens : dict, optional
+        Job id -> token to install instead of a fresh draw (a caller that knows the workers'
+        tokens, e.g. after a switch restart lost every entry); the tokens the switches hold
+        still win (:meth:`adopt_tokens`).
     """
 
     def __init__(self, cfg: NetworkConfig, p4info: p4i.P4Info | None = None,
                  election_id: int | None = None, timeout: float = 15.0,
-                 tls: fy.GRPCCredentialsTLS | None = None) -> None:
+                 tls: fy.GRPCCredentialsTLS | None = None,
+                 tokens: dict[int, int] | None = None) -> None:
         self.cfg = cfg
         if p4info is None:
             p4info, self.p4info_source = load_p4info(cfg)
@@ -162,7 +168,13 @@ class Controller:
         view = program_view(p4info)
         self.schema = fy.P4Schema(view)
         self.placement: Placement = place(cfg, limits_from_p4info(view))
-        self.desired: dict[str, list] = desired_state(cfg, view, self.placement)
+        #: job id -> the job's token (``set_job.token``): drawn here, replaced by the one the
+        #: switches already hold when :meth:`apply` reads it back (:meth:`adopt_tokens`), so a
+        #: second apply writes nothing and running workers keep theirs. Workers get it from
+        #: here (``JobSpec.token``).
+        self.tokens: dict[int, int] = {j.id: (tokens or {}).get(j.id) or draw_token()
+                                       for j in cfg.jobs}
+        self.desired: dict[str, list] = desired_state(cfg, view, self.placement, self.tokens)
         self.election_id = election_id if election_id is not None else cfg.controller.election_id
         self.timeout = timeout
         self.tls = tls
@@ -306,9 +318,62 @@ class Controller:
             res.counters = await self.read_counters(client)
         return res
 
+    # -- job tokens ---------------------------------------------------------------------------
+    def installed_tokens(self, installed: list) -> dict[int, int]:
+        """job id -> ``set_job.token`` of the jobs entries among ``installed`` (read back)."""
+        table = self.schema.tables[JOBS_TABLE]
+        action = self.schema.actions[SET_JOB]
+        try:
+            pid = action.params["token"].id
+        except KeyError:            # a program without tokens (protocol version 1)
+            return {}
+        out: dict[int, int] = {}
+        for e in installed:
+            if not isinstance(e, fy.P4TableEntry):
+                continue
+            te = e.encode(self.schema)
+            if te.table_entry.table_id != table.id or not te.table_entry.match:
+                continue
+            act = te.table_entry.action
+            if act.WhichOneof("type") != "action" or act.action.action_id != action.id:
+                continue
+            job_id = int.from_bytes(te.table_entry.match[0].exact.value, "big")
+            for p in act.action.params:
+                if p.param_id == pid:
+                    out[job_id] = int.from_bytes(p.value, "big")
+        return out
+
+    async def adopt_tokens(self, switches: list[SwitchSpec]) -> None:
+        """Keep the tokens the switches already hold (first switch in the file wins) and
+        rebuild the desired state with them; a job no switch holds keeps its fresh draw.
+        A switch that cannot be read is skipped (its apply reports the error)."""
+        async def read(sw: SwitchSpec) -> dict[int, int]:
+            try:
+                async with self.session(sw, write=False) as client:
+                    return self.installed_tokens(
+                        [e async for e in client.read(fy.P4TableEntry(JOBS_TABLE))])
+            except Exception:
+                log.debug("tokens of %s not read", sw.name, exc_info=True)
+                return {}
+
+        found = await asyncio.gather(*(read(sw) for sw in switches))
+        held: dict[int, int] = {}
+        for per_switch in found:
+            for job_id, token in per_switch.items():
+                held.setdefault(job_id, token)
+        changed = False
+        for job_id, token in held.items():
+            if job_id in self.tokens and token and self.tokens[job_id] != token:
+                self.tokens[job_id] = token
+                changed = True
+        if changed:
+            self.desired = desired_state(self.cfg, program_view(self.p4info), self.placement,
+                                         self.tokens)
+
     # -- operations on all switches ----------------------------------------------------------
     async def _each(self, fn, switches: list[str] | None) -> list[SwitchResult]:
         chosen = [s for s in self.cfg.switches if switches is None or s.name in switches]
+        await self.adopt_tokens(self.cfg.switches)   # all: a job spans switches not chosen
 
         async def one(sw: SwitchSpec) -> SwitchResult:
             try:

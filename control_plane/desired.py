@@ -19,11 +19,13 @@ from control_plane.placement import Placement, limits_from_p4info, place
 
 
 def desired_state(cfg: NetworkConfig, p4info: p4i.P4Info | None = None,
-                  placement: Placement | None = None) -> dict[str, list]:
+                  placement: Placement | None = None,
+                  tokens: dict[int, int] | None = None) -> dict[str, list]:
     """switch name → the finsy entities it should hold (table entries and multicast groups).
 
     ``p4info`` supplies the capacities (jobs table size, slot pool); without it the
-    defaults of p4/v1model/include/size.p4 apply.
+    defaults of p4/v1model/include/size.p4 apply. ``tokens`` maps a job id to its token
+    (``set_job.token``; 0 for a job not in it).
 
     Raises
     ------
@@ -36,7 +38,7 @@ def desired_state(cfg: NetworkConfig, p4info: p4i.P4Info | None = None,
     for sw in cfg.switches:
         ents: list = []
         for j in placement.per_switch[sw.name]:
-            ents += thc_validate.entries(j)
+            ents += thc_validate.entries(j, (tokens or {}).get(j.job.id, 0))
             if sw.target not in VALUES_TARGETS:
                 ents += thc_load.entries(j)   # the TNA program has no table: workers map
             ents += thc_members.entries(j)

@@ -111,6 +111,12 @@ class EmbeddedNetwork:
     def log_path(self) -> Path:
         return self.workdir / "switch.log"
 
+    @property
+    def token(self) -> int:
+        """The job's token (``set_job.token``) the controller installed: every worker's
+        ``JobSpec.token``. 0 for an echo switch (no controller)."""
+        return self.controller.tokens[self.job_id] if self.controller is not None else 0
+
     def address(self, rank: int) -> WorkerAddress:
         """Addresses of worker ``rank``."""
         return WorkerAddress(rank, self.worker_ips[rank], (self.switch_ips[rank], self.ports[rank]))
@@ -180,7 +186,9 @@ class EmbeddedNetwork:
 
         (self.workdir / "net.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
         self.config = parse_config(raw, base_dir=REPO)
-        self.controller = Controller(self.config)
+        # after a restart the switch holds nothing: install the tokens the workers hold
+        old = self.controller.tokens if self.controller is not None else None
+        self.controller = Controller(self.config, tokens=old)
         results = run_sync(self.controller.apply())
         bad = [r for r in results if not r.ok]
         if bad:

@@ -1,13 +1,19 @@
 """Entries of the P4 control ``ThcValidate`` (p4/v1model/include/control/thc_validate.p4).
 
 ``ingress.thc_validate.jobs``: ``job_id → set_job(index, slot_base, num_slots, expected,
-lane_bits, mcast_grp, has_parent, parent_port, parent_addr, self_addr, self_id)``;
+lane_bits, mcast_grp, has_parent, parent_port, parent_addr, self_addr, self_id, token)``;
 ``ingress.thc_validate.senders``: ``(job_id, rank, ingress_port, src_addr) →
 sender(is_switch)`` — one per direct contributor, binding its rank to the port and address
 it sends from (docs/protocol.md, "Controller-installed state" and "Validation").
+
+``token`` is the job's secret (one per job, the same at every switch of the job): drawn by
+:func:`draw_token` when the controller first installs the job and kept afterwards (the
+controller reads it back, :meth:`control_plane.controller.Controller.adopt_tokens`).
 """
 
 from __future__ import annotations
+
+import secrets
 
 import finsy as fy
 
@@ -20,8 +26,17 @@ SET_JOB = "ingress.thc_validate.set_job"
 SENDER = "ingress.thc_validate.sender"
 
 
-def job_entry(j: JobAtSwitch) -> fy.P4TableEntry:
-    """The ``jobs`` entry of ``j`` at its switch.
+def draw_token() -> int:
+    """A fresh job token: 32 random bits from :mod:`secrets` (never 0, the value of a header
+    a sender did not fill in)."""
+    while True:
+        t = secrets.randbits(32)
+        if t:
+            return t
+
+
+def job_entry(j: JobAtSwitch, token: int = 0) -> fy.P4TableEntry:
+    """The ``jobs`` entry of ``j`` at its switch, with the job's ``token``.
 
     Raises
     ------
@@ -41,7 +56,7 @@ def job_entry(j: JobAtSwitch) -> fy.P4TableEntry:
             index=j.index, slot_base=j.slot_base, num_slots=j.num_slots, expected=j.expected,
             lane_bits=j.lane_bits, mcast_grp=j.mcast_grp, has_parent=int(j.parent is not None),
             parent_port=j.parent_port, parent_addr=j.parent_addr, self_addr=j.self_addr,
-            self_id=j.self_id,
+            self_id=j.self_id, token=token,
         ),
         metadata=OWNER_TAG,
     )
@@ -60,6 +75,6 @@ def sender_entries(j: JobAtSwitch) -> list[fy.P4TableEntry]:
     ]
 
 
-def entries(j: JobAtSwitch) -> list[fy.P4TableEntry]:
-    """All ``ThcValidate`` entries of ``j``."""
-    return [job_entry(j), *sender_entries(j)]
+def entries(j: JobAtSwitch, token: int = 0) -> list[fy.P4TableEntry]:
+    """All ``ThcValidate`` entries of ``j`` (its job's ``token`` in the jobs entry)."""
+    return [job_entry(j, token), *sender_entries(j)]

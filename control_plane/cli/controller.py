@@ -255,7 +255,10 @@ def _apply_once(args: argparse.Namespace, ctl) -> int:
     failed = [r for r in results if not r.ok]
     if args.json:
         _print_json({"p4info": ctl.p4info_source, "writes": ctl.writes,
-                     "switches": [r.to_json() for r in results]})
+                     "switches": [r.to_json() for r in results],
+                     # the workers' JobSpec.token (`netco train --token`); a secret: the JSON
+                     # goes to the operator, not a log
+                     "tokens": {str(k): v for k, v in sorted(ctl.tokens.items())}})
     else:
         print(_table(_summary_rows(results, written=True), _SUMMARY_HEADER))
         print(f"{ctl.writes} updates written to {len(results) - len(failed)} switch(es)")

@@ -81,7 +81,7 @@ def _network(args: argparse.Namespace, mode: str, say: Callable[..., None]) -> I
             addrs = [net.address(r) for r in range(args.workers)]
             yield (NetworkSpec(tuple(a.switch for a in addrs), tuple(a.ip for a in addrs),
                                job_id=net.job_id, num_slots=net.num_slots,
-                               round_base=session_round_base()),
+                               round_base=session_round_base(), token=net.token),
                    "software switch on loopback", net.status)
         return
     raise ValueError(f"mode {mode!r}: the rack and Mininet run through run_on_rack")

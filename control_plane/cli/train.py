@@ -95,6 +95,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     net.add_argument("--lane-bits", type=int, choices=[0, 8, 16, 32], default=0,
                      help="the job's result lane width, its lane_bits in the controller's file "
                           "(default 0: derived from workers x g, the controller's default)")
+    net.add_argument("--token", type=_token, default=0, metavar="T",
+                     help="the job's token with --switch IP:PORT (set_job.token as the "
+                          "controller installed it: `netco controller apply --json`, 'tokens'); "
+                          "the embedded switch's is taken from its controller")
     parser.add_argument("--out", help="JSON report path (default netco-train-TASK.json)")
     parser.add_argument("--plot", help="PNG path with --compare (default netco-train-TASK.png)")
     parser.add_argument("--json", action="store_true", help="print the JSON report to stdout")
@@ -174,6 +178,17 @@ def _print_table(summaries: dict[str, dict], gap: dict[str, dict], metric: str, 
               "bytes / link rate)")
 
 
+
+def _token(text: str) -> int:
+    """``--token``: an integer 0..2^32-1 (decimal or 0x hex)."""
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer: give the job's token") from None
+    if not 0 <= value <= 0xFFFFFFFF:
+        raise argparse.ArgumentTypeError(f"{value} is not 32 bits: give 0..4294967295")
+    return value
+
 @contextlib.contextmanager
 def network_for(args: argparse.Namespace, thc: THCConfig) -> Iterator[NetworkSpec | None]:
     """The THC runs' :class:`NetworkSpec` (starting the embedded target when asked), or None."""
@@ -189,7 +204,7 @@ def network_for(args: argparse.Namespace, thc: THCConfig) -> Iterator[NetworkSpe
             yield NetworkSpec(tuple(a.switch for a in addrs), tuple(a.ip for a in addrs),
                               job_id=args.job_id, num_slots=args.slots,
                               granularity=thc.granularity, policy=args.policy,
-                              uplink=args.uplink)
+                              uplink=args.uplink, token=emb.token)
         return
     switches = []
     for part in args.switch.split(","):
@@ -206,7 +221,7 @@ def network_for(args: argparse.Namespace, thc: THCConfig) -> Iterator[NetworkSpe
         raise UsageError(f"--worker-ips: {len(ips)} addresses for {args.workers} workers")
     yield NetworkSpec(tuple(switches), tuple(ips), job_id=args.job_id, num_slots=args.slots,
                       granularity=thc.granularity, policy=args.policy, uplink=args.uplink,
-                      lane_bits=args.lane_bits)
+                      lane_bits=args.lane_bits, token=args.token)
 
 
 def session(network: NetworkSpec) -> NetworkSpec:

@@ -105,16 +105,17 @@ class ClusterJob:
             raise ValueError(f"client {client!r} is not a member of job {self.name} "
                              f"(members: {list(self.clients)})") from None
 
-    def worker_spec(self, client: Hashable, round_base: int):
+    def worker_spec(self, client: Hashable, round_base: int, token: int = 0):
         """The :class:`host.transport.job.JobSpec` worker ``client`` runs this job with.
 
         ``round_base`` must be fresh for every session (:func:`host.transport.job.session_round_base`):
-        the switch keeps each slot's last round across membership changes.
+        the switch keeps each slot's last round across membership changes. ``token`` is the
+        job's as installed (``ClusterNetwork.controller.tokens[job.id]``).
         """
         from host.transport.job import JobSpec
 
         return JobSpec(self.id, self.rank(client), self.world, num_slots=self.num_slots,
-                       granularity=self.granularity, round_base=round_base)
+                       granularity=self.granularity, round_base=round_base, token=token)
 
     def as_dict(self) -> dict:
         return {"cluster_id": self.cluster_id, "name": self.name, "id": self.id,
@@ -286,13 +287,15 @@ def plan_network(
     return NetworkPlan(config, jobs, {c: list(jobs[c].clients) for c in jobs}, jdiff)
 
 
-def job_entries(cfg: NetworkConfig, p4info=None) -> dict[str, dict[str, frozenset]]:
+def job_entries(cfg: NetworkConfig, p4info=None,
+                tokens: dict[int, int] | None = None) -> dict[str, dict[str, frozenset]]:
     """``job name -> switch -> {(key, value)}`` of the job's entries (pure).
 
     The keys and values are the controller's normalised forms
     (:func:`control_plane.reconcile.normalise`), so two configs can be compared job by job:
     equal sets mean reconciling from one to the other leaves the job's entries alone.
-    Routes are listed under the pseudo job ``"<routes>"``.
+    Routes are listed under the pseudo job ``"<routes>"``. ``tokens``: job id -> the job's
+    token (``set_job.token``; 0 for a job not in it).
     """
     import finsy as fy
 
@@ -305,7 +308,8 @@ def job_entries(cfg: NetworkConfig, p4info=None) -> dict[str, dict[str, frozense
     out: dict[str, dict[str, set]] = {}
     for sw, items in placement.per_switch.items():
         for j in items:
-            ents = (thc_validate.entries(j) + thc_load.entries(j) + thc_members.entries(j)
+            ents = (thc_validate.entries(j, (tokens or {}).get(j.job.id, 0)) + thc_load.entries(j)
+                    + thc_members.entries(j)
                     + multicast.entries(j))
             out.setdefault(j.job.name, {}).setdefault(sw, set()).update(
                 (n.key, n.value) for n in (normalise(e, schema) for e in ents))
@@ -439,9 +443,12 @@ class ClusterNetwork:
         """
         plan = self.plan_for(clusters)
         cfg = plan.network_config(self.base_dir)
-        ctl = Controller(cfg, p4info=self.p4info, election_id=self.election_id, timeout=self.timeout)
+        # jobs that stay keep their tokens (running workers hold them); new ones draw theirs
+        ctl = Controller(cfg, p4info=self.p4info, election_id=self.election_id, timeout=self.timeout,
+                         tokens=self.controller.tokens if self.controller is not None else None)
         self.p4info = ctl.p4info
-        entries = job_entries(cfg, ctl.p4info)
+        await ctl.adopt_tokens(ctl.cfg.switches)   # what the switches hold wins
+        entries = job_entries(cfg, ctl.p4info, ctl.tokens)
         predicted = None
         if self.controller is not None:
             predicted = {sw: diff(ctl.desired.get(sw, []), self.controller.desired.get(sw, []),

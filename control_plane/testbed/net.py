@@ -180,6 +180,8 @@ class Testbed(TestbedWorkloads):
         self.tag = tag or f"nt{os.getpid() % 1000:03d}"
         self.plan: TestbedPlan = make_plan(self.cfg, self.tag, seed, impairments)
         self.choice = choose_target(target, self.cfg.controller.bmv2_json)
+        #: job id -> the job's token as installed by the last apply (workers' JobSpec.token)
+        self.tokens: dict[int, int] = {}
         self.cfg_eff = dataclasses.replace(self.cfg, switches=tuple(
             dataclasses.replace(s, target=self.choice.target) for s in self.cfg.switches))
         if force_mode is not None and force_mode not in impnode.MODES:
@@ -522,8 +524,9 @@ class Testbed(TestbedWorkloads):
         from control_plane.controller import Controller, run_sync
 
         logging.getLogger("finsy").setLevel(logging.ERROR)
-        ctl = Controller(self.cfg_eff, timeout=30.0)
+        ctl = Controller(self.cfg_eff, timeout=30.0, tokens=self.tokens)
         results = run_sync(ctl.apply())
+        self.tokens = dict(ctl.tokens)
         errors = [r.error for r in results if not r.ok]
         if errors:
             raise TestbedError("controller apply failed: " + "; ".join(str(e) for e in errors))

@@ -193,7 +193,8 @@ class NamespaceRack:
         return NetworkSpec(tuple(a.switch for a in addrs), tuple(a.ip for a in addrs),
                            job_id=self.job_id, num_slots=self.num_slots,
                            granularity=self.granularity,
-                           round_base=round_base or session_round_base(), **kw)
+                           round_base=round_base or session_round_base(),
+                           token=self.embedded.token, **kw)
 
     def report(self) -> dict:
         return {"kind": "namespace rack", "rootless": os.environ.get("NETCO_ROOTLESS") == "1",

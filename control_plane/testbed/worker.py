@@ -37,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--lane-bits", type=int, default=0,
                    help="the job's result lane width (0: derived from world and g)")
+    p.add_argument("--token", type=int, default=0,
+                   help="the job's token as the controller installed it (set_job.token)")
     args = p.parse_args(argv)
 
     import numpy as np
@@ -50,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     codec = THCCodec(THCConfig(bits=args.b, granularity=args.g, clip_mass=args.p))
     ep = RawEndpoint(args.ifname, args.src_mac, args.dst_mac, args.src_ip, args.dst_ip)
     spec = JobSpec(args.job_id, args.rank, args.world, args.num_slots, args.g,
-                   lane_bits=args.lane_bits)
+                   lane_bits=args.lane_bits, token=args.token)
     agg = NetworkAggregator(ep, spec, SlotConfig(rto=args.rto, max_rto=max(0.5, 4 * args.rto),
                                                  policy=args.policy))
     outs = []

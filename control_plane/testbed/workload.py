@@ -96,7 +96,7 @@ class TestbedWorkloads:
                               tuple(h.gateway_ip for h in hosts), job_id=jb.id,
                               num_slots=jb.num_slots, granularity=jb.thc.g,
                               round_base=round_base or session_round_base(), policy=jb.policy,
-                              lane_bits=jb.lane_bits)
+                              lane_bits=jb.lane_bits, token=self.tokens.get(jb.id, 0))
 
     def path_rtt_ms(self) -> float:
         """Largest round trip any impaired link adds (2 × delay + jitter), for timeouts."""
@@ -146,7 +146,9 @@ class TestbedWorkloads:
         def work(rank: int) -> None:
             try:
                 agg = NetworkAggregator(eps[rank], JobSpec(jb.id, rank, n, jb.num_slots, jb.thc.g,
-                                                                 lane_bits=jb.lane_bits), cfg)
+                                                                 lane_bits=jb.lane_bits,
+                                                                 token=self.tokens.get(jb.id, 0)),
+                                        cfg)
                 for rnd in range(rounds):
                     t = tensors(rank, rnd) if callable(tensors) else tensors[rank]
                     outs[rank].append(agg.allreduce(t, codec))
@@ -184,7 +186,8 @@ class TestbedWorkloads:
                    "--b", str(jb.thc.b), "--g", str(jb.thc.g), "--p", repr(jb.thc.p),
                    "--policy", cfg.policy, "--rto", f"{cfg.rto:g}", "--size", str(size),
                    "--seed", str(seed), "--rounds", str(rounds), "--out", str(out),
-                   "--lane-bits", str(jb.lane_bits)]
+                   "--lane-bits", str(jb.lane_bits),
+                   "--token", str(self.tokens.get(jb.id, 0))]
             procs[name] = (spawn(cmd, self.workdir / f"worker-{name}.log", ns_pid=self.node_pid(name)), out)
         end = time.monotonic() + timeout
         results: dict[str, dict[str, Any]] = {}

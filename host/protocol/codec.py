@@ -56,6 +56,7 @@ class Header:
     version: int = lay.THC_VERSION
     reserved0: int = 0
     reserved1: int = 0
+    token: int = 0
 
     def __post_init__(self) -> None:
         if self.slot_set is None:

@@ -23,8 +23,17 @@ from dataclasses import dataclass
 #: UDP destination (and source) port of every THC message: 0x5448, ASCII "TH".
 THC_UDP_PORT = 0x5448
 
-#: Protocol version carried in every header; the switch drops any other value.
-THC_VERSION = 1
+#: Protocol version carried in every header; the switch drops any other value. Version 2 added
+#: the per-job ``token`` (header 28 -> 32 bytes), :attr:`Flag.START` and
+#: :attr:`DropReason.AHEAD` (docs/protocol.md, "Version 2").
+THC_VERSION = 2
+
+#: A contribution whose round is more than this many rounds ahead of its slot copy's (serial
+#: arithmetic) is dropped as :attr:`DropReason.AHEAD` unless it carries :attr:`Flag.START`. A
+#: copy sees every round of its parity, so an honest sender is at most 2 ahead; 2^16 leaves
+#: room and is a 16-bit test on Tofino (the high half of the difference is zero). A blind
+#: spoofer's random round lands inside with probability 2^-16 (and it needs the token too).
+ROUND_WINDOW = 1 << 16
 
 #: Coordinates per data packet (fixed payload, zero-padded; see docs/protocol.md for the choice).
 COORDS_PER_PACKET = 256
@@ -88,6 +97,11 @@ class Flag(enum.IntFlag):
     #: worker: answer this sender only with the copy's current count and bitmap (a RESULT
     #: flagged PEEK, sums not meaningful); changes no state. Used to name missing ranks.
     PEEK = 0x08
+    #: worker: a round of this slot copy's first use in a session (``round_base`` and
+    #: ``round_base + 1``): the switch accepts it however far ahead of the copy's round (a new
+    #: session starts at the clock, far above the last one); any other contribution more than
+    #: :data:`ROUND_WINDOW` ahead is dropped as :attr:`DropReason.AHEAD` (issue 16, H2).
+    START = 0x10
 
 
 class DropReason(enum.IntEnum):
@@ -126,6 +140,9 @@ class DropReason(enum.IntEnum):
     #: the job's lane width is one this target cannot produce from DATA (v1model on BMv2:
     #: 32-bit lanes would grow the packet by more than BMv2's 512 bytes of headroom).
     LANE_UNSUPPORTED = 13
+    #: round more than :data:`ROUND_WINDOW` ahead of the slot copy's without
+    #: :attr:`Flag.START` (far-future rounds would make every later contribution STALE).
+    AHEAD = 14
 
 
 #: Size of the drop counter array (room for future reasons).
@@ -159,6 +176,9 @@ THC_HEADER: tuple[Field, ...] = (
     Field("count", 8, "number of worker contributions in the sum (results, partials)"),
     Field("reserved0", 8, "zero"),
     Field("reserved1", 16, "zero"),
+    Field("token", 32, "per-job secret the controller installs (set_job.token); the switch "
+                       "drops a contribution or result with another as BAD_SENDER, workers "
+                       "ignore results with another"),
 )
 
 #: Rank value the switch writes into multicast results.

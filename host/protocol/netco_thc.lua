@@ -8,13 +8,13 @@
 local thc = Proto("netco_thc", "netco THC aggregation protocol")
 
 local THC_UDP_PORT = 21576
-local THC_VERSION = 1
-local HEADER_BYTES = 28
+local THC_VERSION = 2
+local HEADER_BYTES = 32
 local MAX_WORKERS = 32
 local RANK_ALL = 255
 
 local msg_types = { [1] = "DATA", [2] = "RESULT", [3] = "NORM", [4] = "NORM_RESULT", [5] = "PARTIAL", [6] = "NORM_PARTIAL" }
-local drop_reasons = { [0] = "NONE", [1] = "SHORT", [2] = "BAD_VERSION", [3] = "BAD_TYPE", [4] = "MALFORMED", [5] = "UNKNOWN_JOB", [6] = "BAD_SENDER", [7] = "BAD_SLOT", [8] = "STALE", [9] = "DUPLICATE", [10] = "NO_ROUTE", [11] = "NOT_IPV4", [12] = "TTL_EXPIRED", [13] = "LANE_UNSUPPORTED" }
+local drop_reasons = { [0] = "NONE", [1] = "SHORT", [2] = "BAD_VERSION", [3] = "BAD_TYPE", [4] = "MALFORMED", [5] = "UNKNOWN_JOB", [6] = "BAD_SENDER", [7] = "BAD_SLOT", [8] = "STALE", [9] = "DUPLICATE", [10] = "NO_ROUTE", [11] = "NOT_IPV4", [12] = "TTL_EXPIRED", [13] = "LANE_UNSUPPORTED", [14] = "AHEAD" }
 local up_types = { [1] = true, [3] = true, [5] = true, [6] = true }
 local norm_types = { [3] = true, [4] = true, [6] = true }
 -- types that carry count and bitmap (results, partials)
@@ -45,10 +45,12 @@ f.bitmap = ProtoField.uint32("netco_thc.bitmap", "bitmap", base.HEX, nil, nil, "
 f.count = ProtoField.uint8("netco_thc.count", "count", base.DEC, nil, nil, "number of worker contributions in the sum (results, partials)")
 f.reserved0 = ProtoField.uint8("netco_thc.reserved0", "reserved0", base.DEC, nil, nil, "zero")
 f.reserved1 = ProtoField.uint16("netco_thc.reserved1", "reserved1", base.DEC, nil, nil, "zero")
+f.token = ProtoField.uint32("netco_thc.token", "token", base.DEC, nil, nil, "per-job secret the controller installs (set_job.token); the switch drops a contribution or result with another as BAD_SENDER, workers ignore results with another")
 f.flag_retx = ProtoField.bool("netco_thc.flags.retx", "RETX", 8, nil, 0x01)
 f.flag_resent = ProtoField.bool("netco_thc.flags.resent", "RESENT", 8, nil, 0x02)
 f.flag_deadline = ProtoField.bool("netco_thc.flags.deadline", "DEADLINE", 8, nil, 0x04)
 f.flag_peek = ProtoField.bool("netco_thc.flags.peek", "PEEK", 8, nil, 0x08)
+f.flag_start = ProtoField.bool("netco_thc.flags.start", "START", 8, nil, 0x10)
 f.index = ProtoField.uint8("netco_thc.index", "index", base.DEC, nil, nil, "4-bit THC index (two per byte, even element in the high nibble)")
 f.value = ProtoField.uint8("netco_thc.value", "value", base.DEC, nil, nil, "THC table value L[q] (8-bit values uplink)")
 f.lane = ProtoField.uint32("netco_thc.lane", "lane", base.DEC, nil, nil, "lane sum (8, 16 or 32 bits, the job's lane width)")
@@ -80,9 +82,10 @@ local header = {
   { "count", 24, 1 },
   { "reserved0", 25, 1 },
   { "reserved1", 26, 2 },
+  { "token", 28, 4 },
 }
 
-local flag_names = { { 0x01, "RETX" }, { 0x02, "RESENT" }, { 0x04, "DEADLINE" }, { 0x08, "PEEK" } }
+local flag_names = { { 0x01, "RETX" }, { 0x02, "RESENT" }, { 0x04, "DEADLINE" }, { 0x08, "PEEK" }, { 0x10, "START" } }
 
 local function flag_text(flags)
   local t = {}

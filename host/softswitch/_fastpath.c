@@ -122,7 +122,8 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
             || (int)be16(f + OFF_JOB_ID) != job_id || f[OFF_RANK] >= max_workers
             || be16(f + OFF_ELEM_COUNT) > COORDS_PER_PACKET || f[OFF_SLOT_SET] > 1
             || f[OFF_SLOT_SET] != (f[OFF_ROUND + 3] & 1)
-            || (f[OFF_FLAGS] & (FLAG_DEADLINE | FLAG_PEEK)))
+            || (f[OFF_FLAGS] & (FLAG_DEADLINE | FLAG_PEEK))
+            || (long long)be32(f + OFF_TOKEN) != J->token) /* issue 16: the job's token */
             goto not_handled;
         uint32_t slot = be16(f + OFF_SLOT);
         if ((long long)slot >= num_slots || slot_base + (long long)slot >= pool_slots)
@@ -162,6 +163,9 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
         int fresh = st == ST_EMPTY;
         if (!fresh && st_round[c] != r) {
             if ((r - st_round[c]) & 0x80000000LL) goto rollback; /* stale */
+            if (((r - st_round[c]) & 0xFFFFFFFFLL) >= ROUND_WINDOW
+                && !(f[OFF_FLAGS] & FLAG_START))
+                goto rollback; /* far ahead (issue 16, H2): AHEAD in the Python path */
             fresh = 1;
         }
         int64_t cb, nc, cnt, wb;
@@ -269,14 +273,14 @@ int fp_parse_consts(PyObject *o, fp_consts_t *k) {
                             &k->rank_all, &k->thc_port, &k->max_workers, &k->ttl) ? 0 : -1;
 }
 
-/* (job_id, jn, (slot_base, num_slots, expected, has_parent, lane_bits, self_addr, index), lut,
+/* (job_id, jn, (slot_base, num_slots, expected, has_parent, lane_bits, self_addr, index, token), lut,
  *  group ports, member_hit, member_mac, member_addr); takes 5 buffers */
 int fp_parse_job(PyObject *o, fp_job_t *j, buf_t *bufs, int *nb) {
     PyObject *params, *olut, *og, *oh, *om, *oa;
     if (!PyArg_ParseTuple(o, "iiOOOOOO", &j->job_id, &j->jn, &params, &olut, &og, &oh, &om, &oa))
         return -1;
-    if (!PyArg_ParseTuple(params, "LLLLLLL", &j->slot_base, &j->num_slots, &j->expected,
-                          &j->has_parent, &j->lane_bits, &j->self_addr, &j->index))
+    if (!PyArg_ParseTuple(params, "LLLLLLLL", &j->slot_base, &j->num_slots, &j->expected,
+                          &j->has_parent, &j->lane_bits, &j->self_addr, &j->index, &j->token))
         return -1;
     buf_t *b = bufs + *nb;
     if (take(olut, &b[0], 0, 256 * 8, "lut") < 0) return (*nb += 1, -1);
@@ -332,7 +336,7 @@ out:
 static const char *doc =
     "process(buf, lens, ports, n, order, job, state, consts, out, accepted)\n"
     "  job: (job_id, jn, (slot_base, num_slots, expected, has_parent, lane_bits, self_addr,\n"
-    "        index), lut, group ports, member_hit, member_mac, member_addr)\n"
+    "        index, token), lut, group ports, member_hit, member_mac, member_addr)\n"
     "  state: (sender_keys, sender_is_switch, pool_slots, regs (round, state, contrib, nc,\n"
     "          cnt, wb), sums)\n"
     "  consts: (version, T_DATA, index_bits, T_RESULT, rank_all, thc_port, max_workers,\n"

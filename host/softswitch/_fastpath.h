@@ -41,7 +41,7 @@ typedef struct {
 /* One job with a THC table (Pipeline's compiled configuration). */
 typedef struct {
     int job_id, jn;
-    long long slot_base, num_slots, expected, has_parent, lane_bits, self_addr, index;
+    long long slot_base, num_slots, expected, has_parent, lane_bits, self_addr, index, token;
     const uint32_t *lut;            /* 256 (high, low nibble) pairs */
     const int64_t *gports;          /* the job's multicast group ports */
     const uint8_t *mhit, *mmac;     /* members table per group port */

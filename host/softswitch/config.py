@@ -43,7 +43,7 @@ REQUIRED_ACTIONS = (SET_JOB, SENDER, LOAD_TABLE, SET_MEMBER, ROUTE)
 REQUIRED_COUNTERS = (DROPS, CONTRIBUTIONS, RESULTS, RESENT)
 
 JOB_PARAMS = ("index", "slot_base", "num_slots", "expected", "lane_bits", "mcast_grp",
-              "has_parent", "parent_port", "parent_addr", "self_addr", "self_id")
+              "has_parent", "parent_port", "parent_addr", "self_addr", "self_id", "token")
 
 
 def sender_key(job: np.ndarray | int, rank, port, addr):

@@ -196,7 +196,7 @@ _PROGRAM_ACTIONS = {
     "ingress.thc_validate.set_job": [
         ("index", 8), ("slot_base", 16), ("num_slots", 16), ("expected", 8), ("lane_bits", 8),
         ("mcast_grp", 16), ("has_parent", 1), ("parent_port", 9), ("parent_addr", 32),
-        ("self_addr", 32), ("self_id", 8)],
+        ("self_addr", 32), ("self_id", 8), ("token", 32)],
     "ingress.thc_validate.unknown_job": [],
     "ingress.thc_validate.sender": [("is_switch", 1)],
     "ingress.thc_validate.bad_sender": [],

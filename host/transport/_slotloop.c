@@ -49,7 +49,8 @@
 #define RAW_HDR THC_OFFSET
 
 /* Header fields the loop writes and reads: byte offset and width (1, 2 or 4), big endian. */
-enum { F_SLOT, F_ROUND, F_SET, F_CNT, F_OFF, F_FLAGS, F_TYPE, F_JOB, F_COUNT, F_BITMAP, F_LANE, F_RANK, NF };
+enum { F_SLOT, F_ROUND, F_SET, F_CNT, F_OFF, F_FLAGS, F_TYPE, F_JOB, F_COUNT, F_BITMAP, F_LANE, F_RANK,
+       F_TOKEN, NF };
 
 typedef struct {
     int off[NF], width[NF];
@@ -319,6 +320,10 @@ static void build_packet(const loop_t *L, uint8_t *h, int s, int64_t i, uint32_t
     int64_t r = L->base[s] + i / L->W;
     memcpy(h, L->hdr_tmpl, L->hdr_bytes);
     const fields_t *f = &L->f;
+    /* issue 16, H2: the first use of each slot copy in a session (rounds round_base and
+     * round_base + 1; the template's round field holds round_base) may be far ahead */
+    if ((uint32_t)((uint32_t)r - get_be(L->hdr_tmpl + f->off[F_ROUND], f->width[F_ROUND])) < 2)
+        flags |= FLAG_START;
     put_be(h + f->off[F_SLOT], f->width[F_SLOT], (uint32_t)s);
     put_be(h + f->off[F_ROUND], f->width[F_ROUND], (uint32_t)(r & 0xFFFFFFFF));
     put_be(h + f->off[F_SET], f->width[F_SET], (uint32_t)(r & 1));
@@ -517,6 +522,11 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
                 || get_be(h + f->off[F_ROUND], f->width[F_ROUND]) != L->out_round[s]
                 || (get_be(h + f->off[F_FLAGS], f->width[F_FLAGS]) & FLAG_PEEK)) {
                 L->stray++;
+                continue;
+            }
+            if (get_be(h + f->off[F_TOKEN], f->width[F_TOKEN])
+                != get_be(L->hdr_tmpl + f->off[F_TOKEN], f->width[F_TOKEN])) {
+                L->foreign++; /* not the job's token (issue 16): forged */
                 continue;
             }
             uint32_t lane = get_be(h + f->off[F_LANE], f->width[F_LANE]);

@@ -75,6 +75,11 @@ class JobSpec:
         default). Checked with :func:`host.protocol.jobs.lane_problem`, the controller's rule;
         a RESULT with another width raises :class:`~host.transport.slots.LaneMismatchError`
         instead of being decoded as garbage (issue 16, S2).
+    token : int
+        The job's secret token (``set_job.token``, drawn by the controller when it first
+        installs the job: :attr:`control_plane.controller.Controller.tokens`). Every packet
+        carries it; the switch drops contributions with another, and the worker ignores
+        results with another (issue 16). 0..2³²−1.
     """
 
     job_id: int
@@ -85,8 +90,11 @@ class JobSpec:
     round_base: int = 1
     uplink: str = "indices"
     lane_bits: int = 0
+    token: int = 0
 
     def __post_init__(self) -> None:
+        if not 0 <= self.token <= 0xFFFFFFFF:
+            raise ValueError(f"token={self.token}: the job's token is 32 bits (0..4294967295)")
         if not 0 <= self.rank < self.world <= MAX_WORKERS:
             raise ValueError(f"rank={self.rank}, world={self.world}: need 0 <= rank < world <= {MAX_WORKERS}")
         if self.uplink not in UPLINKS:
@@ -166,7 +174,7 @@ class NetworkAggregator:
         self.last_timing: dict[str, float] = {}
         self.spec = spec
         self.window = SlotWindow(endpoint, spec.job_id, spec.rank, spec.world, spec.num_slots, slots,
-                                 round_base=spec.round_base)
+                                 round_base=spec.round_base, token=spec.token)
         self._round = 0
         #: Contribution count of the last sum (int, or the minimum over packets when partial).
         self.last_count: int = spec.world
@@ -513,7 +521,7 @@ class NetworkSpec:
         The switch's UDP address for each rank (one entry: shared by all ranks).
     ips : tuple of str
         The address each rank binds (its IPv4 address in the controller's file).
-    job_id, num_slots, granularity, round_base, uplink, lane_bits : as :class:`JobSpec`.
+    job_id, num_slots, granularity, round_base, uplink, lane_bits, token : as :class:`JobSpec`.
     policy : {"exact", "partial"}
     """
 
@@ -526,6 +534,7 @@ class NetworkSpec:
     policy: str = "exact"
     uplink: str = "indices"
     lane_bits: int = 0
+    token: int = 0
 
     def connect(self, rank: int, world: int) -> NetworkAggregator:
         """The aggregator of worker ``rank`` (opens its socket)."""
@@ -537,7 +546,7 @@ class NetworkSpec:
         sw = self.switch[rank] if len(self.switch) > 1 else self.switch[0]
         ep = UdpEndpoint(sw, bind=(self.ips[rank], 0))
         spec = JobSpec(self.job_id, rank, world, self.num_slots, self.granularity, self.round_base,
-                       self.uplink, self.lane_bits)
+                       self.uplink, self.lane_bits, self.token)
         return NetworkAggregator(ep, spec, SlotConfig(policy=self.policy))
 
 
@@ -554,7 +563,7 @@ class RawNetworkSpec:
     ----------
     ns_pids, ifnames, macs, ips : per rank
     gateway_macs, gateway_ips : per rank: the attachment switch's MAC and address
-    job_id, num_slots, granularity, round_base, policy : as :class:`NetworkSpec`.
+    job_id, num_slots, granularity, round_base, policy, lane_bits, token : as :class:`NetworkSpec`.
     """
 
     ns_pids: tuple[int, ...]
@@ -570,6 +579,7 @@ class RawNetworkSpec:
     policy: str = "exact"
     uplink: str = "indices"
     lane_bits: int = 0
+    token: int = 0
 
     def connect(self, rank: int, world: int) -> NetworkAggregator:
         """The aggregator of worker ``rank`` (opens its raw socket in the host's namespace)."""
@@ -581,5 +591,5 @@ class RawNetworkSpec:
             self.ifnames[rank], self.macs[rank], self.gateway_macs[rank], self.ips[rank],
             self.gateway_ips[rank]))
         spec = JobSpec(self.job_id, rank, world, self.num_slots, self.granularity, self.round_base,
-                       self.uplink, self.lane_bits)
+                       self.uplink, self.lane_bits, self.token)
         return NetworkAggregator(ep, spec, SlotConfig(policy=self.policy))

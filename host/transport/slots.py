@@ -63,6 +63,7 @@ _IDX = {name: i for i, name in enumerate(_FIELDS)}
 _HEADER = wire.HEADER_STRUCT
 # Plain ints: IntFlag arithmetic costs an enum call per packet.
 _RETX, _DEADLINE, _PEEK = int(Flag.RETX), int(Flag.DEADLINE), int(Flag.PEEK)
+_START = int(Flag.START)
 
 
 def _field_spec() -> tuple[int, ...]:
@@ -73,7 +74,7 @@ def _field_spec() -> tuple[int, ...]:
         where[f.name] = (off, f.bits // 8)
         off += f.bits // 8
     names = ("slot", "round", "slot_set", "elem_count", "chunk_offset", "flags", "msg_type",
-             "job_id", "count", "bitmap", "lane_bits", "rank")
+             "job_id", "count", "bitmap", "lane_bits", "rank", "token")
     return tuple(v for n in names for v in where[n])
 
 
@@ -182,7 +183,7 @@ class SlotWindow:
     """
 
     def __init__(self, endpoint: Endpoint, job_id: int, rank: int, world: int, num_slots: int,
-                 config: SlotConfig | None = None, round_base: int = 1) -> None:
+                 config: SlotConfig | None = None, round_base: int = 1, token: int = 0) -> None:
         if num_slots < 1:
             raise ValueError("num_slots must be >= 1")
         self.ep = endpoint
@@ -191,6 +192,12 @@ class SlotWindow:
         self.world = world
         self.num_slots = num_slots
         self.cfg = config or SlotConfig()
+        #: the job's token (``set_job.token``): carried by every packet; a result with another
+        #: is forged and dropped (counted in ``foreign_results``). Issue 16.
+        self.token = token & 0xFFFFFFFF
+        #: rounds ``round_base`` and ``round_base + 1`` of each slot carry ``Flag.START`` (a
+        #: new session may start far ahead of the switch's copies; other rounds may not).
+        self.round_base = round_base & 0xFFFFFFFF
         # Next round per slot, separately for data and norm state (they are distinct at the
         # switch). All workers start at the same ``round_base`` and advance identically.
         self.next_round = {"data": np.full(num_slots, round_base, dtype=np.int64),
@@ -272,6 +279,10 @@ class SlotWindow:
         hdr[_IDX["lane_bits"]] = lane_bits
         hdr[_IDX["job_id"]] = self.job_id
         hdr[_IDX["rank"]] = self.rank
+        hdr[_IDX["token"]] = self.token
+        # not sent as is: every packet's round is set per packet; the C loop reads the
+        # session's round_base from here to set Flag.START
+        hdr[_IDX["round"]] = self.round_base
         return hdr
 
     def exchange(self, kind: str, msg_type: MsgType, lane_bits: int, payloads: list[memoryview],
@@ -339,6 +350,9 @@ class SlotWindow:
         done = 0
         gain_srtt, gain_var = 0.125 / nbuf, 0.25 / nbuf  # see _sample
 
+        round_base, token = self.round_base, self.token
+        i_token = _IDX["token"]
+
         def build(s: int, i: int, flags: int) -> bytes:
             r = base[s] + i // W
             hdr[i_slot] = s
@@ -346,7 +360,7 @@ class SlotWindow:
             hdr[i_set] = r & 1
             hdr[i_cnt] = elem_counts[i]
             hdr[i_off] = offsets[i]
-            hdr[i_flags] = flags
+            hdr[i_flags] = flags | (_START if (r - round_base) & 0xFFFFFFFF < 2 else 0)
             b = bufs[s % nbuf]
             pack_into(b, 0, *hdr)
             b[THC_HEADER_BYTES:] = payloads[i]
@@ -402,6 +416,9 @@ class SlotWindow:
                         or h[i_round] != out_round[s] or h[i_flags] & _PEEK):
                     stats.stray_results += 1
                     continue
+                if h[i_token] != token:
+                    stats.foreign_results += 1      # not the job's token: forged (issue 16)
+                    continue
                 if result_lanes is not None and h[i_lane] != result_lanes:
                     raise _lane_mismatch(job_id, h[i_lane], result_lanes)
                 i = out_pkt[s]
@@ -429,7 +446,7 @@ class SlotWindow:
                     self.suspects = 0
                 d = sent[s]
                 rep_buf[s, : len(d)] = np.frombuffer(d, dtype=np.uint8)
-                rep_buf[s, flags_at] = _RETX
+                rep_buf[s, flags_at] = _RETX | (d[flags_at] & _START)
                 rep_len[s] = len(d)
                 if stats.min_count is None or cnt < stats.min_count:
                     stats.min_count = cnt
@@ -585,7 +602,8 @@ class SlotWindow:
                 hdr[_IDX["slot_set"]] = r & 1
                 hdr[_IDX["elem_count"]] = int(ec[i])
                 hdr[_IDX["chunk_offset"]] = int(of[i])
-                hdr[_IDX["flags"]] = flags
+                hdr[_IDX["flags"]] = flags | (_START if (r - self.round_base) & 0xFFFFFFFF < 2
+                                              else 0)
                 b = bytearray(THC_HEADER_BYTES + nb)
                 bld(b, 0, *hdr)
                 b[THC_HEADER_BYTES:] = pay[i * nb : (i + 1) * nb].tobytes()

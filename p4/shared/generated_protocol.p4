@@ -4,12 +4,13 @@
 #define NETCO_GENERATED_PROTOCOL_P4
 
 const bit<16> THC_UDP_PORT = 0x5448;
-const bit<8> THC_VERSION = 1;
+const bit<8> THC_VERSION = 2;
 #define THC_COORDS 256
 #define THC_NORMS 32
 #define THC_TABLE_ENTRIES 16
 #define THC_MAX_WORKERS 32
 #define DROP_REASONS 16
+const bit<32> THC_ROUND_WINDOW = 0x00010000;
 const bit<8> THC_RANK_ALL = 255;
 const bit<8> THC_INDEX_BITS = 4;
 const bit<8> THC_VALUE_BITS = 8;
@@ -23,6 +24,7 @@ const bit<8> FLAG_RETX = 0x01;
 const bit<8> FLAG_RESENT = 0x02;
 const bit<8> FLAG_DEADLINE = 0x04;
 const bit<8> FLAG_PEEK = 0x08;
+const bit<8> FLAG_START = 0x10;
 const bit<8> DROP_NONE = 0;
 const bit<8> DROP_SHORT = 1;
 const bit<8> DROP_BAD_VERSION = 2;
@@ -37,10 +39,11 @@ const bit<8> DROP_NO_ROUTE = 10;
 const bit<8> DROP_NOT_IPV4 = 11;
 const bit<8> DROP_TTL_EXPIRED = 12;
 const bit<8> DROP_LANE_UNSUPPORTED = 13;
-const bit<16> THC_UDP_LEN_LANES8 = 292;
-const bit<16> THC_UDP_LEN_LANES16 = 548;
-const bit<16> THC_UDP_LEN_LANES32 = 1060;
-const bit<16> THC_UDP_LEN_NORMS = 164;
+const bit<8> DROP_AHEAD = 14;
+const bit<16> THC_UDP_LEN_LANES8 = 296;
+const bit<16> THC_UDP_LEN_LANES16 = 552;
+const bit<16> THC_UDP_LEN_LANES32 = 1064;
+const bit<16> THC_UDP_LEN_NORMS = 168;
 
 header thc_h {
     bit<8> version;  // protocol version, THC_VERSION
@@ -58,6 +61,7 @@ header thc_h {
     bit<8> count;  // number of worker contributions in the sum (results, partials)
     bit<8> reserved0;  // zero
     bit<16> reserved1;  // zero
+    bit<32> token;  // per-job secret the controller installs (set_job.token); the switch drops a contribution or result with another as BAD_SENDER, workers ignore results with another
 }
 
 // indices: 128 x bit<8> (128 bytes)

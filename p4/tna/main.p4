@@ -13,6 +13,7 @@
 #include "../shared/generated_protocol.p4"
 #include "../shared/define.p4"
 #include "../shared/header.p4"
+#include "../shared/size.p4"
 #include "include/target.p4"
 #include "include/generated_words.p4"
 #include "include/header.p4"

@@ -5,6 +5,7 @@
 #include <v1model.p4>
 
 #include "../shared/generated_protocol.p4"
+#include "../shared/size.p4"
 #include "include/size.p4"
 #include "../shared/define.p4"
 #include "../shared/header.p4"

@@ -78,6 +78,7 @@ def test_two_level_tree_parent_child_entries() -> None:
         "index": 1, "slot_base": 8, "num_slots": 40, "expected": 2, "lane_bits": 8, "mcast_grp": 2,
         "has_parent": 1, "parent_port": 3, "parent_addr": "10.0.255.1", "self_addr": "10.0.255.2",
         "self_id": 0,  # lowest rank below leaf0 (a0 = rank 0)
+        "token": 0,    # desired_state without tokens (the controller passes its own)
     }
     leaf1 = job_action(d["leaf1"], 7)
     assert (leaf1["has_parent"], leaf1["parent_port"], leaf1["self_id"]) == (1, 3, 2)  # b0 = rank 2

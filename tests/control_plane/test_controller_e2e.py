@@ -75,13 +75,16 @@ def host_socket(ip: str) -> socket.socket:
     return s
 
 
-def aggregate_once(cfg, job_id: int, socks: dict, switch_port: dict, seed: int = 0) -> dict:
-    """Every member sends one DATA for slot 0 round 0; returns host -> decoded result."""
+def aggregate_once(cfg, job_id: int, socks: dict, switch_port: dict, seed: int = 0,
+                   token: int = 0) -> dict:
+    """Every member sends one DATA for slot 0 round 0 with the job's ``token``; returns host ->
+    decoded result."""
     job = next(j for j in cfg.jobs if j.id == job_id)
     rng = np.random.default_rng(seed)
     idx = {h: rng.integers(0, 16, lay.COORDS_PER_PACKET) for h in job.members}
     for rank, h in enumerate(job.members):
-        hd = codec.Header(msg_type=lay.MsgType.DATA, job_id=job_id, slot=0, round=0, rank=rank)
+        hd = codec.Header(msg_type=lay.MsgType.DATA, job_id=job_id, slot=0, round=0, rank=rank,
+                          token=token)
         socks[h].sendto(codec.encode(hd, idx[h]), ("127.0.0.1", switch_port[h]))
     table = np.array(job.thc.table)
     want = sum(table[idx[h]] for h in job.members)
@@ -109,7 +112,7 @@ def test_single_switch_job_aggregates(switches: Switches) -> None:
     socks = {h: host_socket(ip) for h, ip in ips.items()}
     try:
         for job_id, n, bitmap in ((5, 3, 0b111), (6, 2, 0b11)):
-            got = aggregate_once(cfg, job_id, socks, port, seed=job_id)
+            got = aggregate_once(cfg, job_id, socks, port, seed=job_id, token=ctl.tokens[job_id])
             for _h, (msg, want) in got.items():
                 assert msg.header.msg_type == lay.MsgType.RESULT and msg.header.job_id == job_id
                 assert (msg.header.count, msg.header.bitmap, msg.header.lane_bits) == (n, bitmap, 8)
@@ -152,7 +155,7 @@ def test_two_level_tree_aggregates(switches: Switches) -> None:
     assert all(r.ok for r in asyncio.run(ctl.apply()))
     socks = {h: host_socket(ip) for h, ip in ips.items()}
     try:
-        got = aggregate_once(cfg, 7, socks, hp)
+        got = aggregate_once(cfg, 7, socks, hp, token=ctl.tokens[7])
     finally:
         for s in socks.values():
             s.close()

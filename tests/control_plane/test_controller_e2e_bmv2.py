@@ -73,7 +73,8 @@ def test_controller_programs_a_working_tree(tree) -> None:
     for rnd in range(2):
         idx = {h: rng.integers(0, 16, lay.COORDS_PER_PACKET) for h in LEAF}
         for rank, h in enumerate(LEAF):
-            hd = codec.Header(msg_type=lay.MsgType.DATA, job_id=9, slot=0, round=rnd, rank=rank)
+            hd = codec.Header(msg_type=lay.MsgType.DATA, job_id=9, slot=0, round=rnd, rank=rank,
+                              token=ctl.tokens[9])
             net.send(h, thc_frame(net.hosts[h], net.switch_ip(LEAF[h]), hd, idx[h]))
         want = np.sum([table[i] for i in idx.values()], axis=0)
         for h in LEAF:

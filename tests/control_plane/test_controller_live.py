@@ -148,6 +148,25 @@ def test_apply_twice_second_apply_writes_nothing(clean) -> None:
     assert ctl.writes == before
 
 
+def test_job_tokens_are_drawn_once_and_read_back(clean) -> None:
+    """Issue 16: each job gets a random 32-bit token, the same at every switch of the job; a
+    later controller (another process) reads the installed one back instead of drawing anew."""
+    kind, targets = clean
+    cfg = parse_config(config(targets, kind))
+    ctl = Controller(cfg)
+    assert sorted(ctl.tokens) == sorted(j.id for j in cfg.jobs)
+    assert all(0 < t < 1 << 32 for t in ctl.tokens.values()) and len(set(ctl.tokens.values())) == 2
+    by_switch(run(ctl.apply()))
+    later = Controller(cfg)
+    assert later.tokens != ctl.tokens                     # a fresh draw before reading back
+    d = by_switch(run(later.diff()))
+    assert later.tokens == ctl.tokens and all(r.diff.in_sync for r in d.values())
+    for s in ("s1", "s2"):   # job a spans both switches: one token
+        (job_a,) = [e for e in later.desired[s] if getattr(e, "table_id", "") ==
+                    "ingress.thc_validate.jobs" and e.match["job_id"] == cfg.jobs[0].id]
+        assert job_a.action.args["token"] == ctl.tokens[cfg.jobs[0].id]
+
+
 def test_exact_diff_after_changing_one_job(clean) -> None:
     kind, targets = clean
     raw = config(targets, kind)

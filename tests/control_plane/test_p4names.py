@@ -96,7 +96,7 @@ def test_limits_and_controller_use_program_names():
     assert ctl.p4info is raw                          # pushed as the compiler wrote it
     assert ctl.schema.tables["ingress.thc_validate.jobs"].id == \
         fy.P4Schema(raw).tables["pipe.ingress.thc_validate.jobs"].id
-    assert ctl.desired["s1"] == desired_state(parse_config(NET), v1)["s1"]
+    assert ctl.desired["s1"] == desired_state(parse_config(NET), v1, tokens=ctl.tokens)["s1"]
 
 
 TOFINO_TEXT = '''pkg_info {

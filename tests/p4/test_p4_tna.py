@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import tempfile
 from pathlib import Path
 
@@ -67,34 +68,38 @@ def test_per_target_constants_cover_a_packet():
     assert words.count(".apply(") == k["TNA_WORDS_PER_PASS"]
 
 
-#: Sizes each target sets for itself: the TNA's slot pool (and what follows from it) is its own.
-PER_TARGET_SIZES = {"THC_SLOTS"}
-
-
 def size_drift(target_p4: Path) -> list[str]:
-    """The sizes ``target_p4`` restates from ``p4/v1model/include/size.p4`` (every name both
-    define, but the per-target ones) that differ from the generated constants."""
-    tna, v1 = GEN.tna_constants(target_p4), GEN.v1model_sizes()
-    shared = (set(tna) & set(v1)) - PER_TARGET_SIZES
-    assert {"MAX_JOBS", "SENDERS_TABLE_SIZE", "MEMBERS_TABLE_SIZE", "ROUTES_TABLE_SIZE"} <= shared
-    return [f"{n} = {tna[n]}, generated {getattr(dp, n)}" for n in sorted(shared)
-            if tna[n] != getattr(dp, n)]
+    """The shared sizes (``p4/shared/size.p4``) that ``target_p4`` restates instead of taking
+    them from the shared file, as lines naming the value and the shared one."""
+    tna, shared = GEN.tna_constants(target_p4), GEN.shared_sizes()
+    return [f"{n} = {tna[n]} restated; p4/shared/size.p4 has {shared[n]}"
+            for n in sorted(set(tna) & set(shared))]
 
 
-def test_tna_restates_the_generated_sizes():
-    """``p4/tna/include/target.p4`` cannot include the v1model ``size.p4``: the sizes it restates
-    must equal the generated ones the controller and the software target use, so that a drift
-    fails CI without a compiler (p4/README.md, "Tofino")."""
-    assert size_drift(GEN.TNA_TARGET) == [], "p4/tna/include/target.p4 differs from size.p4"
+def test_shared_sizes_are_the_generated_ones():
+    shared = GEN.shared_sizes()
+    assert {"MAX_JOBS", "SENDERS_TABLE_SIZE", "MEMBERS_TABLE_SIZE", "ROUTES_TABLE_SIZE"} <= set(shared)
+    assert all(getattr(dp, n) == v for n, v in shared.items())
 
 
-def test_tna_size_check_sees_a_drift(tmp_path):
+def test_tna_takes_the_shared_sizes():
+    """``p4/tna/include/target.p4`` keeps only what is Tofino's own (slot pool, passes,
+    recirculation port); the table sizes both programs share come from ``p4/shared/size.p4``,
+    which both ``main.p4`` include, so they cannot drift (issue 15; checked without a compiler)."""
+    assert size_drift(GEN.TNA_TARGET) == [], "p4/tna/include/target.p4 restates shared sizes"
+    assert size_drift(GEN.SIZE_P4) == [], "p4/v1model/include/size.p4 restates shared sizes"
+    for main in (REPO / "p4/tna/main.p4", REPO / "p4/v1model/main.p4"):
+        includes = re.findall(r'^#include "([^"]+)"', main.read_text(), flags=re.M)
+        assert "../shared/size.p4" in includes, f"{main.relative_to(REPO)} must include it"
+
+
+def test_tna_size_check_sees_a_restated_size(tmp_path):
     drifted = tmp_path / "target.p4"
     text = GEN.TNA_TARGET.read_text()
-    line = f"#define MAX_JOBS {dp.MAX_JOBS}\n"
-    assert line in text
-    drifted.write_text(text.replace(line, f"#define MAX_JOBS {dp.MAX_JOBS * 2}\n"))
-    assert size_drift(drifted) == [f"MAX_JOBS = {dp.MAX_JOBS * 2}, generated {dp.MAX_JOBS}"]
+    drifted.write_text(text.replace("#define TNA_PASSES 2\n",
+                                    f"#define TNA_PASSES 2\n#define MAX_JOBS {dp.MAX_JOBS * 2}\n"))
+    assert size_drift(drifted) == [
+        f"MAX_JOBS = {dp.MAX_JOBS * 2} restated; p4/shared/size.p4 has {dp.MAX_JOBS}"]
 
 
 def test_generated_p4_is_fresh():

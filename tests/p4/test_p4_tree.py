@@ -112,3 +112,21 @@ def test_tree_retransmissions_never_double_count(tree, tree_job):
     r = got["b1"][0]
     assert r.msg.header.flags & Flag.RESENT and r.msg.header.count == 4
     np.testing.assert_array_equal(r.msg.values, want)
+
+
+def test_tree_new_session_far_ahead_passes_start_to_the_root(tree, tree_job):
+    """Issue 16: a session's first round may be far ahead of the copies' (START); a leaf passes
+    START on in its partial, so the root opens its copy too instead of dropping it as AHEAD."""
+    net = tree
+    rng = np.random.default_rng(4)
+    t = np.asarray(TABLE)
+    for rnd, flags in ((0, 0), (1 << 24, Flag.START), ((1 << 24) + 2, 0)):
+        idxs = {h: rng.integers(0, 16, C) for h in HOSTS}
+        for h in HOSTS:
+            send_data(net, h, 3, rnd, idxs[h], flags=flags)
+        got = collect(net, HOSTS, more=4)
+        want = np.sum([t[i] for i in idxs.values()], axis=0)
+        for h in HOSTS:
+            assert len(got[h]) == 1, f"{h}: {len(got[h])} results in round {rnd}"
+            assert got[h][0].msg.header.round == rnd and got[h][0].msg.header.count == 4
+            np.testing.assert_array_equal(got[h][0].msg.values, want)

@@ -105,6 +105,7 @@ class SwitchJob:
     parent_port: int | None = None
     parent_ip: str = "0.0.0.0"
     self_id: int = 0
+    token: int = 0         # set_job.token: every THC header of the job must carry it
 
     def __post_init__(self) -> None:
         if len(self.table) != lay.TABLE_ENTRIES:
@@ -128,7 +129,7 @@ def job_entries(job: SwitchJob) -> list:
                 expected=len(job.contributors), lane_bits=job.lane_bits, mcast_grp=grp,
                 has_parent=int(job.parent_port is not None),
                 parent_port=job.parent_port or 0, parent_addr=job.parent_ip,
-                self_addr=job.self_ip, self_id=job.self_id,
+                self_addr=job.self_ip, self_id=job.self_id, token=job.token,
             ),
         ),
         fy.P4TableEntry(

@@ -16,10 +16,12 @@ from tests.support.aggnet import Host
 SWITCH_MAC = "02:00:00:00:ff:fe"
 
 
-def thc_frame(src: Host, dst_ip: str, header: codec.Header, values: np.ndarray) -> bytes:
-    """Ethernet/IPv4/UDP frame from ``src`` carrying ``codec.encode(header, values)``."""
+def thc_frame(src: Host, dst_ip: str, header: codec.Header, values: np.ndarray,
+              sport: int = lay.THC_UDP_PORT) -> bytes:
+    """Ethernet/IPv4/UDP frame from ``src`` (UDP source port ``sport``) carrying
+    ``codec.encode(header, values)``."""
     pkt = (Ether(src=src.mac, dst=SWITCH_MAC) / IP(src=src.ip, dst=dst_ip, ttl=64)
-           / UDP(sport=lay.THC_UDP_PORT, dport=lay.THC_UDP_PORT)
+           / UDP(sport=sport, dport=lay.THC_UDP_PORT)
            / codec.encode(header, values))
     return bytes(pkt)
 
@@ -50,18 +52,18 @@ def thc_only(frames: list[bytes]) -> list[Received]:
 
 
 def wait_count(net, host: Host, dst_ip: str, job_id: int, rank: int, slot: int, rnd: int,
-               want: int, kind: int = 1, timeout: float = 3.0) -> int:
+               want: int, kind: int = 1, timeout: float = 3.0, token: int = 0) -> int:
     """Poll the switch with PEEK requests until copy (slot, rnd) counts ``want`` contributions.
 
     Frames from different hosts enter the switch on different ports, whose processing order is
     not guaranteed; a PEEK (which changes no state, docs/protocol.md) is the barrier. Returns
-    the last count seen. ``kind`` is the message type (DATA or NORM).
+    the last count seen. ``kind`` is the message type (DATA or NORM); ``token`` the job's.
     """
     import time
 
     lane = 32 if kind == lay.MsgType.NORM else lay.INDEX_BITS
     hd = codec.Header(msg_type=kind, job_id=job_id, slot=slot, round=rnd, rank=rank,
-                      lane_bits=lane, flags=lay.Flag.RETX | lay.Flag.PEEK)
+                      lane_bits=lane, flags=lay.Flag.RETX | lay.Flag.PEEK, token=token)
     frame = thc_frame(host, dst_ip, hd, np.zeros(0, dtype=np.uint8))
     end = time.monotonic() + timeout
     seen = -1

@@ -24,7 +24,7 @@ def lane_bits_check(n: int, g: int) -> int:
 
 
 def new_job(net: AggregationNetwork, hosts: list[str], lane_bits: int | None = None,
-            table: list[int] = TABLE, num_slots: int = 4) -> SwitchJob:
+            table: list[int] = TABLE, num_slots: int = 4, token: int = 0) -> SwitchJob:
     k = next(_ids.setdefault(id(net), itertools.count(0)))
     assert k < dp.MAX_JOBS, "more jobs than MAX_JOBS in p4/v1model/include/size.p4"
     contributors = []
@@ -34,7 +34,7 @@ def new_job(net: AggregationNetwork, hosts: list[str], lane_bits: int | None = N
     job = SwitchJob(job_id=100 + k, index=k, table=table,
                     lane_bits=lane_bits or lane_bits_check(len(hosts), max(table)),
                     self_ip=net.switch_ip(SWITCH), contributors=contributors,
-                    slot_base=k * num_slots, num_slots=num_slots)
+                    slot_base=k * num_slots, num_slots=num_slots, token=token)
     net.install_job(SWITCH, job)
     for name in hosts:
         net.flush(name)

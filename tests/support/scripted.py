@@ -23,10 +23,16 @@ class ScriptedSwitch:
     The first transmission of packets with ``offset // 256 % 7 == 3`` is dropped; every 5th
     packet is answered twice (a duplicate); every 9th also gets a stale answer (previous round);
     packets with ``offset // 256 % 11 == 4`` get a partial result (count 1, bitmap of rank 0).
-    Result lanes are ``(payload byte * 3 + slot) & 0xFFFF`` as 16-bit lanes.
+    Result lanes are ``(payload byte * 3 + slot) & 0xFFFF`` as 16-bit lanes. With ``forged``,
+    every answer is preceded by the same answer with another token and lanes 0xFFFF (what a
+    forger who cannot read the token sends): a worker must take only the real one.
     """
 
-    def __init__(self) -> None:
+    #: class default, for subclasses with their own ``__init__`` (a UDP-Lite one)
+    forged = False
+
+    def __init__(self, forged: bool = False) -> None:
+        self.forged = forged
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(("127.0.0.1", 0))
         self.sock.settimeout(0.05)
@@ -73,6 +79,10 @@ class ScriptedSwitch:
                 continue
             partial = k % 11 == 4
             a = self.answer(h, payload, h[_I["round"]], 1 if partial else 2, 1 if partial else 3)
+            if self.forged:
+                bad = list(H.unpack_from(a))
+                bad[_I["token"]] ^= 0x80000001
+                self.sock.sendto(H.pack(*bad) + b"\xff" * (len(a) - THC_HEADER_BYTES), addr)
             self.sock.sendto(a, addr)
             if k % 5 == 0:
                 self.sock.sendto(a, addr)
@@ -86,13 +96,16 @@ class ScriptedSwitch:
 
 
 def scripted_exchange(native: bool, n: int = 300, W: int = 16, expect: bool | None = None,
-                      sw: ScriptedSwitch | None = None, ep: UdpEndpoint | None = None) -> tuple:
+                      sw: ScriptedSwitch | None = None, ep: UdpEndpoint | None = None,
+                      token: int = 0) -> tuple:
     """One exchange of ``n`` packets through a scripted switch (``sw``, or a new one) from ``ep``
-    (or a new UDP endpoint); returns (window, lanes, counts, the switch's log, payload)."""
+    (or a new UDP endpoint) with the job token ``token``; returns (window, lanes, counts, the
+    switch's log, payload)."""
     sw = sw or ScriptedSwitch()
     ep = ep or UdpEndpoint(sw.address, bind=("127.0.0.1", 0))
     win = SlotWindow(ep, job_id=7, rank=0, world=2, num_slots=W,
-                     config=SlotConfig(rto=0.15, max_rto=0.4), round_base=0xFFFFFFF0)
+                     config=SlotConfig(rto=0.15, max_rto=0.4), round_base=0xFFFFFFF0,
+                     token=token)
     win.native = native
     rng = np.random.default_rng(5)
     payload = rng.integers(0, 256, size=n * 128, dtype=np.uint8)

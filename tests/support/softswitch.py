@@ -91,7 +91,7 @@ def job_entities(job_id: int, contributors: list[Peer], *, index: int = 0, lane_
                  table: list[int] = TABLE, slot_base: int = 0, num_slots: int = 8,
                  members: list[Peer] | None = None, parent: tuple[int, str] | None = None,
                  self_id: int = 0, expected: int | None = None, mcast_grp: int | None = None,
-                 self_ip: str = SELF_IP) -> list:
+                 self_ip: str = SELF_IP, token: int = 0) -> list:
     """finsy entities of one job: the group, then jobs, tables, senders and members entries
     (the controller's order: a job entry names its group, which must exist)."""
     members = contributors if members is None else members
@@ -106,7 +106,7 @@ def job_entities(job_id: int, contributors: list[Peer], *, index: int = 0, lane_
                             lane_bits=lane_bits, mcast_grp=grp, has_parent=int(parent is not None),
                             parent_port=parent[0] if parent else 0,
                             parent_addr=parent[1] if parent else "0.0.0.0",
-                            self_addr=self_ip, self_id=self_id)),
+                            self_addr=self_ip, self_id=self_id, token=token)),
         fy.P4TableEntry("ingress.thc_load.tables", match=fy.P4TableMatch(job_id=job_id),
                         action=fy.P4TableAction("ingress.thc_load.load_table",
                                                 **{f"v{i}": v for i, v in enumerate(table)})),

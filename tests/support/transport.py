@@ -57,7 +57,7 @@ def aggregator(net: EmbeddedNetwork, rank: int, base: int, slots: SlotConfig | N
     ep = UdpEndpoint(a.switch, bind=(a.ip, 0))
     if faults:
         ep = FaultyEndpoint(ep, seed=rank, **faults)
-    spec = JobSpec(net.job_id, rank, net.workers, num_slots=net.num_slots, round_base=base)
+    spec = JobSpec(net.job_id, rank, net.workers, num_slots=net.num_slots, round_base=base, token=net.token)
     return NetworkAggregator(ep, spec, slots)
 
 

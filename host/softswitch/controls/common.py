@@ -82,6 +82,9 @@ T_RESULT, T_NORM_RESULT = int(T.RESULT), int(T.NORM_RESULT)
 T_PARTIAL, T_NORM_PARTIAL = int(T.PARTIAL), int(T.NORM_PARTIAL)
 F_RETX, F_RESENT = int(lay.Flag.RETX), int(lay.Flag.RESENT)
 F_DEADLINE, F_PEEK = int(lay.Flag.DEADLINE), int(lay.Flag.PEEK)
+F_START = int(lay.Flag.START)
+#: a contribution more rounds ahead of its copy than this, without START, is dropped as AHEAD
+ROUND_WINDOW = int(lay.ROUND_WINDOW)
 
 
 class Pending:

@@ -72,7 +72,7 @@ def native_job(cfg: Compiled, jn: int) -> tuple | None:
             addr[h] = cfg.member_addr[pos[h]]
         params = tuple(int(job[p][jn]) for p in ("slot_base", "num_slots", "expected",
                                                  "has_parent", "lane_bits", "self_addr",
-                                                 "index"))
+                                                 "index", "token"))
         per_job = nat[jn] = (int(cfg.job_id[jn]), jn, params, np.ascontiguousarray(cfg.lut[jn]),
                              gports, hit, mac, addr)
     return per_job

@@ -12,12 +12,14 @@ from host.softswitch.controls.common import (
     F_PEEK,
     F_RESENT,
     F_RETX,
+    F_START,
     IS_NORM,
     IS_SWITCH_TYPE,
     IS_UP,
     OUT_ANSWER,
     OUT_MULTICAST,
     OUT_UP,
+    ROUND_WINDOW,
     ST_COLLECTING,
     ST_EMPTY,
     ST_FINAL,
@@ -88,8 +90,12 @@ class ThcSlot:
                     continue
                 fresh = st == ST_EMPTY
                 if not fresh and c_round[x] != r:
-                    if (r - c_round[x]) & 0x80000000:   # serial-number arithmetic: older
+                    ahead = (r - c_round[x]) & 0xFFFFFFFF
+                    if ahead & 0x80000000:   # serial-number arithmetic: older
                         late.append((row, R.STALE))
+                        continue
+                    if ahead >= ROUND_WINDOW and not fl & F_START:
+                        late.append((row, R.AHEAD))      # far-future round (issue 16, H2)
                         continue
                     fresh = True
                 if fresh:
@@ -104,7 +110,7 @@ class ThcSlot:
                         action, oflags = OUT_ANSWER, F_RESENT
                         outc["resent"] += 1
                     elif st == ST_SENT_UP:
-                        action, oflags = OUT_UP, F_RETX | (fl & F_DEADLINE)
+                        action, oflags = OUT_UP, F_RETX | (fl & (F_DEADLINE | F_START))
                         outc["retx_up"] += 1
                     elif fl & F_DEADLINE:
                         action, release = 0, True       # release now, add nothing
@@ -145,7 +151,7 @@ class ThcSlot:
                 if release:
                     if hp:
                         st = ST_SENT_UP
-                        emits.append((row, c, OUT_UP, cnt, wb, fl & F_DEADLINE, j))
+                        emits.append((row, c, OUT_UP, cnt, wb, fl & (F_DEADLINE | F_START), j))
                     else:
                         st = ST_FINAL
                         emits.append((row, c, OUT_MULTICAST, cnt, wb, 0, j))
@@ -207,10 +213,13 @@ class ThcSlot:
                 return False                                 # overlapping slot ranges of jobs
         st = self.st_state[ucell]
         cr = self.st_round[ucell]
-        ahead = ((R - cr) & 0xFFFFFFFF) < 0x80000000
+        diff = (R - cr) & 0xFFFFFFFF
+        ahead = diff < 0x80000000
         fresh = (st == ST_EMPTY) | ((cr != R) & ahead)
         if ((st != ST_EMPTY) & ~ahead).any() or (~fresh & (st != ST_COLLECTING)).any():
             return False                                     # stale, or complete already
+        if ((st != ST_EMPTY) & (diff >= ROUND_WINDOW) & ahead).any():
+            return False                                     # far ahead: START decides
         gor = np.bitwise_or.reduceat(bit[order], starts)
         if (np.bitwise_count(gor) != counts).any():
             return False                                     # a contributor twice
@@ -249,6 +258,7 @@ class ThcSlot:
             e[:, 2] = np.where(hp[done], OUT_UP, OUT_MULTICAST)
             e[:, 3] = cnt[done]
             e[:, 4] = wb[done]
+            e[:, 5] = np.where(hp[done], flags[order][last] & F_START, 0)   # as the slow path
             e[:, 6] = jn[order][last]
             self._emit(b, v, e, cfg)
         return True

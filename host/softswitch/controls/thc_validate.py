@@ -49,6 +49,8 @@ class ThcValidate:
         slot = v["slot"].astype(np.int64)
         r[(slot >= job["num_slots"][jx]) | (job["slot_base"][jx] + slot >= self.pool_slots)] = R.BAD_SLOT
         r[~norm & (t != T.DATA) & (lane != job["lane_bits"][jx])] = R.MALFORMED
+        # the job's token: the first check after the job lookup (issue 16)
+        r[v["token"].astype(np.int64) != job["token"][jx]] = R.BAD_SENDER
         r[jn < 0] = R.UNKNOWN_JOB
         limit = np.where(norm, lay.NORMS_PER_PACKET, lay.COORDS_PER_PACKET)
         sset = v["slot_set"].astype(np.int64)

@@ -52,6 +52,7 @@ struct thc_job_t {
     ip4_t   parent_addr;
     ip4_t   self_addr;
     bit<8>  self_id;
+    bit<32> token_x;      // token ^ hdr.thc.token: 0 = the job's token (issue 16)
 }
 
 // Zero-initialised (Tofino does not clear metadata unless asked to).

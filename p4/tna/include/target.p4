@@ -30,8 +30,7 @@
 #define TNA_WORDS_AFTER_DECIDE 8
 #define TNA_WORDS_END 16
 
-// Jobs the switch serves at once (thc_validate.jobs, per-job counters).
-#define MAX_JOBS 16
+// MAX_JOBS and the table sizes both programs share: p4/shared/size.p4.
 // Aggregation slots shared by all jobs (power of two). A cell is (slot, kind, set):
 // cell = (kind * 2 + set) * THC_SLOTS + slot.
 #define THC_SLOTS 1024
@@ -39,11 +38,5 @@
 #define THC_CELLS 4096
 // Word registers hold one word pass of a cell each: index = cell + (pass - 1) * THC_CELLS.
 #define THC_WORD_REGISTERS 8192
-// (job, rank, ingress port, source address) bindings of workers and child switches.
-#define SENDERS_TABLE_SIZE 1024
-// (job, egress port) -> member address for multicast results.
-#define MEMBERS_TABLE_SIZE 1024
-// IPv4 routes for ordinary traffic.
-#define ROUTES_TABLE_SIZE 1024
 
 #endif

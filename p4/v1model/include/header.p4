@@ -28,6 +28,7 @@ struct thc_job_t {
     ip4_t   parent_addr;
     ip4_t   self_addr;    // this switch's aggregation address (source of results)
     bit<8>  self_id;      // this switch's contributor id at the parent
+    bit<32> token;        // per-job secret every THC header of the job carries
 }
 
 struct local_metadata_t {

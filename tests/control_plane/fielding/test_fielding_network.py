@@ -234,7 +234,7 @@ def aggregate(port: dict[str, int], net: ClusterNetwork, cluster_ids, xs, codec)
         job = net.plan.jobs[cid]
         for c in job.clients:
             ep = UdpEndpoint(("127.0.0.1", port[c]), bind=(IP[c], 0))
-            aggs[c] = NetworkAggregator(ep, job.worker_spec(c, base))
+            aggs[c] = NetworkAggregator(ep, job.worker_spec(c, base, net.controller.tokens[job.id]))
     out: dict = {}
     errs: list = []
 
@@ -290,7 +290,7 @@ def test_two_clusters_aggregate_separately_and_a_migration_moves_one_client(swit
     first = net.update(THREE)
     assert first.writes > 0 and first.writes == first.writes_per_switch["s1"]
     assert net.update(THREE).writes == 0  # reconcile: nothing to do
-    old_entries = job_entries(net.controller.cfg, net.p4info)
+    old_entries = job_entries(net.controller.cfg, net.p4info, net.controller.tokens)
 
     xs = tensors(1)
     c0 = net.contributions()
@@ -314,7 +314,7 @@ def test_two_clusters_aggregate_separately_and_a_migration_moves_one_client(swit
     # cluster 1: job entry + group modified, member c2 inserted, and the sender entries of all
     # four re-keyed because ranks shift (c2 takes rank 0): 3 deleted, 4 inserted (10)
     assert upd.writes == 14
-    new_entries = job_entries(net.controller.cfg, net.p4info)
+    new_entries = job_entries(net.controller.cfg, net.p4info, net.controller.tokens)
     put, gone = written_keys(upd.results, net.controller.schema)
     mine_new = new_entries["fielding-c0"]["s1"] | new_entries["fielding-c1"]["s1"]
     mine_old = {k for k, _ in old_entries["fielding-c0"]["s1"] | old_entries["fielding-c1"]["s1"]}
@@ -469,9 +469,10 @@ def bmv2_base(net) -> dict:
     }
 
 
-def bmv2_round(net, plan, cfg, rnd: int, seed: int) -> None:
-    """Every member of every job sends one DATA (slot 0 of its job, round ``rnd``) at once;
-    each member must get its own cluster's exact sum of table values, count and bitmap."""
+def bmv2_round(net, plan, cfg, rnd: int, seed: int, tokens: dict[int, int]) -> None:
+    """Every member of every job sends one DATA (slot 0 of its job, round ``rnd``, the job's
+    token) at once; each member must get its own cluster's exact sum of table values, count
+    and bitmap."""
     from host.protocol import codec
     from host.protocol import layout as lay
 
@@ -481,7 +482,8 @@ def bmv2_round(net, plan, cfg, rnd: int, seed: int) -> None:
         net.flush(c)
     for job in plan.jobs.values():
         for rank, c in enumerate(job.clients):
-            hd = codec.Header(msg_type=lay.MsgType.DATA, job_id=job.id, slot=0, round=rnd, rank=rank)
+            hd = codec.Header(msg_type=lay.MsgType.DATA, job_id=job.id, slot=0, round=rnd, rank=rank,
+                              token=tokens[job.id])
             net.send(c, thc_frame(net.hosts[c], net.switch_ip("s1"), hd, idx[c]))
     for job in plan.jobs.values():
         table = np.asarray(next(j for j in cfg.jobs if j.id == job.id).thc.table)
@@ -503,7 +505,7 @@ def test_bmv2_two_clusters_and_a_migration(bmv2):
     moved = {0: ["c0", "c1"], 1: ["c2", "c3", "c4", "c5"]}
     assert net.update(two).writes > 0
     before = net.contributions()
-    bmv2_round(bmv2, net.plan, net.controller.cfg, rnd=0, seed=1)
+    bmv2_round(bmv2, net.plan, net.controller.cfg, rnd=0, seed=1, tokens=net.controller.tokens)
     d1 = delta(before, net.contributions())
     assert d1 == {0: 3, 1: 3}
 
@@ -511,7 +513,8 @@ def test_bmv2_two_clusters_and_a_migration(bmv2):
     assert upd.touched_jobs == ["fielding-c0", "fielding-c1"]
     assert upd.writes == upd.predicted_writes["s1"] == 14
     before = net.contributions()
-    bmv2_round(bmv2, net.plan, net.controller.cfg, rnd=1, seed=2)  # c2 now in cluster 1's sum
+    # c2 now in cluster 1's sum
+    bmv2_round(bmv2, net.plan, net.controller.cfg, rnd=1, seed=2, tokens=net.controller.tokens)
     assert delta(before, net.contributions()) == {0: 2, 1: 4}
     assert net.update(moved).writes == 0
     for r in net.status():

@@ -134,7 +134,8 @@ def _aggregators(net: EmbeddedNetwork, slots: SlotConfig) -> list[NetworkAggrega
         ep = UdpEndpoint(a.switch, bind=(a.ip, 0))
         if r == 1:  # loses datagrams both ways: retransmissions (RETX) and re-sent results (RESENT)
             ep = FaultyEndpoint(ep, loss_pct=25.0, seed=4)
-        out.append(NetworkAggregator(ep, JobSpec(net.job_id, r, net.workers, num_slots=net.num_slots),
+        out.append(NetworkAggregator(ep, JobSpec(net.job_id, r, net.workers, num_slots=net.num_slots,
+                                                 token=net.token),
                                      slots))
     return out
 
@@ -168,7 +169,7 @@ def test_capture_of_a_real_allreduce_decodes_field_by_field(tmp_path, monkeypatc
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
                 s.bind((a.ip, 0))
                 s.sendto(bad_set, a.switch)
-                s.sendto(bytes([2]) + bad_set[1:], a.switch)
+                s.sendto(bytes([lay.THC_VERSION + 1]) + bad_set[1:], a.switch)
             status = net.status()[0].counters["ingress.drops"]
             time.sleep(0.5)  # let the capture take the last packets from the kernel
         finally:

@@ -92,7 +92,8 @@ def _crafted() -> list[tuple[bytes, str | None]]:
         (_msg(T.DATA, 4, [1, 2], job_id=7, slot=0, round=4, rank=40, elem_count=2), "MALFORMED"),
         (_msg(T.DATA, 4, [1], job_id=7, slot=0, round=4, elem_count=300), "MALFORMED"),
         (_raw(T.RESULT, 4, 128, job_id=7, slot=0, round=4, elem_count=1), "MALFORMED"),
-        (_msg(T.DATA, 4, [1], job_id=7, slot=0, round=4, elem_count=1, version=2), "BAD_VERSION"),
+        (_msg(T.DATA, 4, [1], job_id=7, slot=0, round=4, elem_count=1,
+               version=lay.THC_VERSION + 1), "BAD_VERSION"),
         (_raw(9, 4, 128, job_id=7, slot=0, round=4), "BAD_TYPE"),
         (_msg(T.DATA, 4, [1], job_id=7, slot=0, round=4, elem_count=1)[:100], "SHORT"),
     ]

@@ -13,21 +13,22 @@ from host.protocol import codec
 from host.protocol import layout as lay
 
 
-def test_header_is_28_whole_bytes_and_offsets_match_the_spec():
-    assert lay.THC_HEADER_BYTES == 28
+def test_header_is_32_whole_bytes_and_offsets_match_the_spec():
+    assert lay.THC_HEADER_BYTES == 32 and lay.THC_VERSION == 2
     h = codec.Header(msg_type=lay.MsgType.RESULT, job_id=0x0102, slot=0x0304, round=0x05060708,
                      rank=9, lane_bits=16, elem_count=0x0A0B, chunk_offset=0x0C0D0E0F,
-                     bitmap=0x10111213, count=0x14, flags=lay.Flag.RESENT)
+                     bitmap=0x10111213, count=0x14, flags=lay.Flag.RESENT, token=0x15161718)
     b = codec.pack_header(h)
-    assert len(b) == 28
+    assert len(b) == 32
     # documented offsets (docs/protocol.md, "THC header")
-    assert b[0] == 1 and b[1] == 2 and b[2] == 2 and b[3] == 16
+    assert b[0] == 2 and b[1] == 2 and b[2] == 2 and b[3] == 16
     assert b[4:6] == bytes([1, 2]) and b[6] == 9 and b[7] == 0  # round 0x...08 is even
     assert b[8:10] == bytes([3, 4]) and b[10:12] == bytes([0x0A, 0x0B])
     assert struct.unpack("!I", b[12:16])[0] == 0x05060708
     assert struct.unpack("!I", b[16:20])[0] == 0x0C0D0E0F
     assert struct.unpack("!I", b[20:24])[0] == 0x10111213
-    assert b[24] == 0x14 and b[25:] == b"\0\0\0"
+    assert b[24] == 0x14 and b[25:28] == b"\0\0\0"
+    assert struct.unpack("!I", b[28:32])[0] == 0x15161718
     assert codec.unpack_header(b) == h
 
 
@@ -73,7 +74,7 @@ def test_norms_order_as_unsigned_bits():
 def test_data_message_roundtrip(idx, rnd, rank):
     h = codec.Header(msg_type=lay.MsgType.DATA, job_id=7, slot=3, round=rnd, rank=rank)
     buf = codec.encode(h, np.array(idx, dtype=np.uint8))
-    assert len(buf) == codec.message_bytes(lay.MsgType.DATA, 4) == 28 + 128
+    assert len(buf) == codec.message_bytes(lay.MsgType.DATA, 4) == 32 + 128
     m = codec.decode(buf)
     assert m.header.round == rnd and m.header.rank == rank and m.header.elem_count == len(idx)
     assert list(m.values) == idx

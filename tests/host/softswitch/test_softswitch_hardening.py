@@ -34,7 +34,7 @@ def _aggs(net, base):
         a = net.address(r)
         ep = UdpEndpoint(a.switch, bind=(a.ip, 0))
         out.append(NetworkAggregator(ep, JobSpec(net.job_id, r, net.workers,
-                                                 num_slots=net.num_slots, round_base=base)))
+                                                 num_slots=net.num_slots, round_base=base, token=net.token)))
     return out
 
 

@@ -54,7 +54,8 @@ def run_allreduce(net: EmbeddedNetwork, numel: int, slots: SlotConfig) -> list[N
     for r in range(n):
         a = net.address(r)
         aggs.append(NetworkAggregator(UdpEndpoint(a.switch, bind=(a.ip, 0)),
-                                      JobSpec(net.job_id, r, n, num_slots=net.num_slots), slots))
+                                      JobSpec(net.job_id, r, n, num_slots=net.num_slots,
+                                              token=net.token), slots))
     run_workers(n, lambda r: aggs[r].allreduce(xs[r], codec_))
     return aggs
 
@@ -66,7 +67,7 @@ def send_bad(net: EmbeddedNetwork) -> None:
     bad_set = codec.encode(codec.Header(msg_type=lay.MsgType.DATA, job_id=net.job_id, slot=0,
                                         round=7, slot_set=0), [1, 2, 3])
     bad_version = codec.encode(good, [1, 2, 3])
-    bad_version = bytes([2]) + bad_version[1:]
+    bad_version = bytes([lay.THC_VERSION + 1]) + bad_version[1:]
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind((a.ip, 0))
         s.sendto(bad_set, a.switch)

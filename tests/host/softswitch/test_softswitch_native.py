@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from host.protocol.framing import PAYLOAD_OFFSET
 from host.protocol.layout import Flag
 from host.softswitch import pipeline as pl_mod
 from host.softswitch.frames import ipv4_checksum
@@ -102,7 +103,8 @@ def test_a_plain_batch_is_handled_in_c():
     assert state == ref and len(got) == 6
     t = np.asarray(TABLE)
     for _, f in got:
-        assert np.array_equal(np.frombuffer(f[70:], dtype=np.uint8), (sum(t[i] for i in idx)) & 0xFF)
+        assert np.array_equal(np.frombuffer(f[PAYLOAD_OFFSET:], dtype=np.uint8),
+                              (sum(t[i] for i in idx)) & 0xFF)
 
 
 def test_a_duplicate_mid_batch_rolls_back_and_falls_back():

@@ -169,10 +169,12 @@ def _udp_kernel_drops(port: int) -> int:
 def test_fuzzed_packets_never_crash_and_every_drop_is_counted(rig):
     rig.install()
     rng = np.random.default_rng(1)
-    deep = dict(version=1, job_id=JOB, rank=0, elem_count=C)
-    templates = [fuzz(THC()), fuzz(THC(version=1, job_id=JOB)),
-                 fuzz(THC(version=1, job_id=JOB, msg_type=1, lane_bits=4, rank=0)),
-                 fuzz(THC(version=1, job_id=JOB, msg_type=3, lane_bits=32, rank=0)),
+    # the deeper templates carry the job's token (0 here), as a sender that knows it would
+    v, tok = lay.THC_VERSION, 0
+    deep = dict(version=v, job_id=JOB, rank=0, elem_count=C, token=tok)
+    templates = [fuzz(THC()), fuzz(THC(version=v, job_id=JOB, token=tok)),
+                 fuzz(THC(version=v, job_id=JOB, msg_type=1, lane_bits=4, rank=0, token=tok)),
+                 fuzz(THC(version=v, job_id=JOB, msg_type=3, lane_bits=32, rank=0, token=tok)),
                  fuzz(THC(msg_type=1, lane_bits=4, slot=5, **deep)),
                  fuzz(THC(msg_type=3, lane_bits=32, slot=6, **{**deep, "elem_count": 8}))]
     full = lay.THC_HEADER_BYTES + lay.LANES[32].nbytes

@@ -206,7 +206,7 @@ def test_every_drop_reason_is_counted_and_changes_nothing():
                         action=fy.P4TableAction(
                             "ingress.thc_validate.set_job", index=2, slot_base=16, num_slots=4,
                             expected=1, lane_bits=8, mcast_grp=1, has_parent=0, parent_port=0,
-                            parent_addr="0.0.0.0", self_addr=SELF_IP, self_id=0)),
+                            parent_addr="0.0.0.0", self_addr=SELF_IP, self_id=0, token=0)),
         fy.P4TableEntry("ingress.thc_validate.senders",
                         match=fy.P4TableMatch(job_id=21, rank=0, ingress_port=1, src_addr=W[0].ip),
                         action=fy.P4TableAction("ingress.thc_validate.sender", is_switch=0))])
@@ -215,7 +215,7 @@ def test_every_drop_reason_is_counted_and_changes_nothing():
     hdr = bytearray(good)
     cases = {
         R.SHORT: [bytes(hdr[:20]), bytes(hdr[:100])],
-        R.BAD_VERSION: [bytes([2]) + bytes(hdr[1:])],
+        R.BAD_VERSION: [bytes([lay.THC_VERSION + 1]) + bytes(hdr[1:])],
         R.BAD_TYPE: [bytes(hdr[:1]) + bytes([0]) + bytes(hdr[2:]),
                      bytes(hdr[:1]) + bytes([9]) + bytes(hdr[2:])],
         R.MALFORMED: [

@@ -53,7 +53,7 @@ def test_gso_workers_give_exact_sums_identical_to_plain_ones(n, threads, cloop, 
                 a = net.address(r)
                 ep = UdpEndpoint(a.switch, bind=(a.ip, 0), gso=0 if mode == "plain" else 64)
                 agg = NetworkAggregator(ep, JobSpec(net.job_id, r, n, num_slots=128,
-                                                    round_base=base))
+                                                    round_base=base, token=net.token))
                 agg.window.native = mode != "python"
                 aggs.append(agg)
             try:

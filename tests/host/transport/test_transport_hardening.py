@@ -33,7 +33,8 @@ def _aggregators(net: EmbeddedNetwork, base: int, native: bool, slots: SlotConfi
     for r in ranks if ranks is not None else range(net.workers):
         a = net.address(r)
         ep = UdpEndpoint(a.switch, bind=(a.ip, 0))
-        js = JobSpec(net.job_id, r, net.workers, num_slots=net.num_slots, round_base=base, **spec)
+        js = JobSpec(net.job_id, r, net.workers, num_slots=net.num_slots, round_base=base, **spec,
+                     token=net.token)
         agg = NetworkAggregator(ep, js, slots)
         agg.window.native = native and slotmod.NATIVE
         out.append(agg)

@@ -43,7 +43,7 @@ def test_worker_metrics_count_packets_retransmissions_and_goodput():
             ep = UdpEndpoint(a.switch, bind=(a.ip, 0))
             if r == 1:
                 ep = FaultyEndpoint(ep, loss_pct=20.0, seed=2)
-            aggs.append(NetworkAggregator(ep, JobSpec(net.job_id, r, n, num_slots=8),
+            aggs.append(NetworkAggregator(ep, JobSpec(net.job_id, r, n, num_slots=8, token=net.token),
                                           SlotConfig(rto=0.02, max_rto=0.2)))
         with start_worker_metrics(aggs, 0) as srv:
             assert scrape(srv.url)[("netco_worker_packets_sent_total", 0)] == 0

@@ -25,7 +25,7 @@ from host.transport.faults import FaultyRelay
 from host.transport.job import JobSpec, NetworkAggregator
 from host.transport.ports import RawEndpoint, UdpEndpoint
 from host.transport.slots import SlotConfig, SlotTimeoutError, SlotWindow
-from tests.support.scripted import scripted_exchange
+from tests.support.scripted import ScriptedSwitch, scripted_exchange
 from tests.support.transport import (
     FAULT_IDS,
     FAULTS,
@@ -67,6 +67,19 @@ def test_c_loop_sends_and_accepts_exactly_what_the_python_loop_does():
     assert sc.stray_results > 0 and sc.partial_results > 0 and sc.missing_ranks == {1}
     assert (wc.next_round["data"] == wp.next_round["data"]).all()
     assert wc.srtt is not None and wp.srtt is not None
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
+def test_results_with_another_token_are_ignored_and_counted(native):
+    """Issue 16: a RESULT from the switch's address with another token (a forger who cannot read
+    the job's) never reaches the sums: both loops count it with the foreign results."""
+    win, out, _, _, payload = scripted_exchange(native, token=0x5EC2E7A1,
+                                                    sw=ScriptedSwitch(forged=True))
+    want = np.zeros_like(out).reshape(-1, COORDS_PER_PACKET)
+    by = payload.reshape(-1, 128).astype(np.uint32)
+    want[:, :128] = (by * 3 + (np.arange(len(by)) % 16)[:, None]) & 0xFFFF
+    np.testing.assert_array_equal(out, want.reshape(-1))
+    assert win.stats.foreign_results >= 300
 
 
 def test_c_loop_raises_the_give_up_with_the_missing_ranks():
@@ -125,7 +138,7 @@ def test_c_and_python_loops_give_the_same_exact_sums(n):
                 a = net.address(r)
                 agg = NetworkAggregator(UdpEndpoint(a.switch, bind=(a.ip, 0)),
                                         JobSpec(net.job_id, r, n, num_slots=32,
-                                                round_base=1 + (i << 20)))
+                                                round_base=1 + (i << 20), token=net.token))
                 agg.window.native = native
                 aggs.append(agg)
             try:
@@ -145,7 +158,7 @@ def test_c_loop_allreduce_equals_the_in_process_protocol():
     xs = worker_data(n, 20_000, 7)
     with EmbeddedNetwork(n, num_slots=16) as net:
         aggs = [NetworkAggregator(UdpEndpoint(net.address(r).switch, bind=(net.address(r).ip, 0)),
-                                  JobSpec(net.job_id, r, n, num_slots=16)) for r in range(n)]
+                                  JobSpec(net.job_id, r, n, num_slots=16, token=net.token)) for r in range(n)]
         for a in aggs:
             a.window.native = True   # also under NETCO_TRANSPORT_C=0
         try:
@@ -161,7 +174,8 @@ def _relayed(net: EmbeddedNetwork, rank: int, slots: SlotConfig, **faults):
     a = net.address(rank)
     relay = FaultyRelay(a.switch, a.ip, seed=rank, **faults)
     ep = UdpEndpoint(relay.address, bind=("127.0.0.1", 0))
-    agg = NetworkAggregator(ep, JobSpec(net.job_id, rank, net.workers, num_slots=net.num_slots),
+    agg = NetworkAggregator(ep, JobSpec(net.job_id, rank, net.workers, num_slots=net.num_slots,
+                                        token=net.token),
                             slots)
     agg.window.native = True
     return agg, relay
@@ -200,7 +214,7 @@ def test_c_loop_worker_killed_mid_round_partial_sums_are_exact_per_packet():
         # counts must be n or n - 1 only: a generous wait once the dead rank is known
         slots = SlotConfig(policy="partial", deadline=0.3, rto=0.02, max_rto=0.1, suspect_wait=0.1)
         aggs = [NetworkAggregator(UdpEndpoint(net.address(r).switch, bind=(net.address(r).ip, 0)),
-                                  JobSpec(net.job_id, r, n, num_slots=8), slots)
+                                  JobSpec(net.job_id, r, n, num_slots=8, token=net.token), slots)
                 for r in range(n - 1)]
         for a in aggs:
             a.window.native = True

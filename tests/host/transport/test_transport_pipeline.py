@@ -73,7 +73,7 @@ def _allreduce_all(net, xs, pipeline, native=True, feedback=False, rounds=1, **f
         if faults:
             ep = FaultyEndpoint(ep, seed=r, **faults)
         agg = NetworkAggregator(ep, JobSpec(net.job_id, r, n, num_slots=net.num_slots,
-                                            round_base=base), pipeline_coords=pipeline)
+                                            round_base=base, token=net.token), pipeline_coords=pipeline)
         agg.window.native = native
         aggs.append(agg)
     fbs = [ErrorFeedback() if feedback else None for _ in range(n)]

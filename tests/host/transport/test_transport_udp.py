@@ -181,7 +181,7 @@ def test_worker_killed_mid_round_partial_sums_are_exact_per_packet():
         a = net.address(n - 1)
         dying = NetworkAggregator(
             FaultyEndpoint(UdpEndpoint(a.switch, bind=(a.ip, 0)), die_after=20),
-            JobSpec(net.job_id, n - 1, n, num_slots=8), SlotConfig(give_up=1.0, rto=0.02))
+            JobSpec(net.job_id, n - 1, n, num_slots=8, token=net.token), SlotConfig(give_up=1.0, rto=0.02))
 
         try:
             sums_with_a_dying_worker(n, aggs, dying, encs, codec)

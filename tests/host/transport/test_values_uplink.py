@@ -66,7 +66,7 @@ def test_values_uplink_sums_equal_indices_uplink(net, numel):
         def go(r: int, uplink=uplink, base=base):
             a = net.address(r)
             spec = JobSpec(net.job_id, r, n, num_slots=net.num_slots, round_base=base,
-                           uplink=uplink)
+                           uplink=uplink, token=net.token)
             agg = NetworkAggregator(UdpEndpoint(a.switch, bind=(a.ip, 0)), spec)
             try:
                 out = agg.sum_encoded(encs[r], codec)

@@ -15,7 +15,8 @@ control ThcValidate(inout headers_t hdr, inout ingress_metadata_t meta,
     @name(".ingress.thc_validate.set_job")
     action set_job(bit<8> index, bit<16> slot_base, bit<16> num_slots, bit<8> expected,
                    bit<8> lane_bits, bit<16> mcast_grp, bit<1> has_parent, port_t parent_port,
-                   ip4_t parent_addr, ip4_t self_addr, bit<8> self_id) {
+                   ip4_t parent_addr, ip4_t self_addr, bit<8> self_id,
+                   bit<32> token) {
         meta.job.index = index;
         meta.job.slot_base = slot_base;
         meta.job.slot_room = num_slots |-| hdr.thc.slot;
@@ -32,6 +33,7 @@ control ThcValidate(inout headers_t hdr, inout ingress_metadata_t meta,
         meta.job.parent_addr_x = parent_addr ^ hdr.ipv4.src_addr;
         meta.job.self_addr = self_addr;
         meta.job.self_id = self_id;
+        meta.job.token_x = token ^ hdr.thc.token;   // compared in checks, this stage's data
     }
     @name(".ingress.thc_validate.unknown_job")
     action unknown_job() {
@@ -165,30 +167,34 @@ control ThcValidate(inout headers_t hdr, inout ingress_metadata_t meta,
             meta.job.lane_x: ternary;
             meta.job.parent_port_x: ternary;
             meta.job.parent_addr_x: ternary;
+            meta.job.token_x: ternary;
         }
         actions = { drop; header_reason; }
         default_action = header_reason();
         size = 32;
         const entries = {
             // header, job, elems, up, rank_over, slots, sender, partial, switch, parent,
-            // kind, lane_x, parent_port_x, parent_addr_x
-            (0, 0, _, _, _, _, _, _, _, _, _, _, _, _): drop(DROP_UNKNOWN_JOB);
-            (0, _, 0, _, _, _, _, _, _, _, _, _, _, _): drop(DROP_MALFORMED);
-            (0, _, _, 1, 1, _, _, _, _, _, _, _, _, _): drop(DROP_MALFORMED);
-            (0, _, _, _, _, 0, _, _, _, _, _, _, _, _): drop(DROP_BAD_SLOT);
-            (0, _, _, 1, _, _, 0, _, _, _, _, _, _, _): drop(DROP_BAD_SENDER);
-            (0, _, _, 1, _, _, _, 1, 0, _, _, _, _, _): drop(DROP_BAD_SENDER);
-            (0, _, _, 1, _, _, _, 0, 1, _, _, _, _, _): drop(DROP_BAD_SENDER);
-            (0, _, _, 0, _, _, _, _, _, 0, _, _, _, _): drop(DROP_BAD_SENDER);
+            // kind, lane_x, parent_port_x, parent_addr_x, token_x
+            (0, 0, _, _, _, _, _, _, _, _, _, _, _, _, _): drop(DROP_UNKNOWN_JOB);
+            (0, _, 0, _, _, _, _, _, _, _, _, _, _, _, _): drop(DROP_MALFORMED);
+            (0, _, _, 1, 1, _, _, _, _, _, _, _, _, _, _): drop(DROP_MALFORMED);
+            (0, _, _, _, _, 0, _, _, _, _, _, _, _, _, 0): drop(DROP_BAD_SLOT);
+            (0, _, _, 1, _, _, 0, _, _, _, _, _, _, _, 0): drop(DROP_BAD_SENDER);
+            (0, _, _, 1, _, _, _, 1, 0, _, _, _, _, _, 0): drop(DROP_BAD_SENDER);
+            (0, _, _, 1, _, _, _, 0, 1, _, _, _, _, _, 0): drop(DROP_BAD_SENDER);
+            (0, _, _, 0, _, _, _, _, _, 0, _, _, _, _, 0): drop(DROP_BAD_SENDER);
             // From here on only the lanes and the parent's port/address are left to check.
-            (0, _, _, 1, _, _, _, _, _, _, KIND_NORM, _, _, _): header_reason();
-            (0, _, _, 1, _, _, _, _, _, _, KIND_DATA, 0, _, _): header_reason();
-            (0, _, _, 1, _, _, _, _, _, _, KIND_DATA, _, _, _): drop(DROP_LANE_UNSUPPORTED);
-            (0, _, _, 0, _, _, _, _, _, _, KIND_NORM, _, 0, 0): header_reason();
-            (0, _, _, 0, _, _, _, _, _, _, KIND_DATA, 0, 0, 0): header_reason();
-            (0, _, _, 0, _, _, _, _, _, _, KIND_DATA, 0, _, _): drop(DROP_BAD_SENDER);
-            (0, _, _, 0, _, _, _, _, _, _, KIND_NORM, _, _, _): drop(DROP_BAD_SENDER);
-            (0, _, _, 0, _, _, _, _, _, _, KIND_DATA, _, _, _): drop(DROP_LANE_UNSUPPORTED);
+            (0, _, _, 1, _, _, _, _, _, _, KIND_NORM, _, _, _, 0): header_reason();
+            (0, _, _, 1, _, _, _, _, _, _, KIND_DATA, 0, _, _, 0): header_reason();
+            (0, _, _, 1, _, _, _, _, _, _, KIND_DATA, _, _, _, 0): drop(DROP_LANE_UNSUPPORTED);
+            (0, _, _, 0, _, _, _, _, _, _, KIND_NORM, _, 0, 0, 0): header_reason();
+            (0, _, _, 0, _, _, _, _, _, _, KIND_DATA, 0, 0, 0, 0): header_reason();
+            (0, _, _, 0, _, _, _, _, _, _, KIND_DATA, 0, _, _, 0): drop(DROP_BAD_SENDER);
+            (0, _, _, 0, _, _, _, _, _, _, KIND_NORM, _, _, _, 0): drop(DROP_BAD_SENDER);
+            (0, _, _, 0, _, _, _, _, _, _, KIND_DATA, _, _, _, 0): drop(DROP_LANE_UNSUPPORTED);
+            // The job's token (issue 16): every row above but the header's own faults wants
+            // token_x 0, so a wrong token ends here, after the same checks as v1model's.
+            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _): drop(DROP_BAD_SENDER);
         }
     }
 

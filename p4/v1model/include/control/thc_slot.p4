@@ -59,10 +59,12 @@ control ThcSlot(inout headers_t hdr, inout local_metadata_t meta) {
                 fresh = true;
             } else if (rnd != hdr.thc.round) {
                 bit<32> ahead = hdr.thc.round - rnd;   // serial-number comparison
-                if (ahead[31:31] == 0) {
-                    fresh = true;
-                } else {
+                if (ahead[31:31] == 1) {
                     meta.drop_reason = DROP_STALE;
+                } else if (ahead >= THC_ROUND_WINDOW && (hdr.thc.flags & FLAG_START) == 0) {
+                    meta.drop_reason = DROP_AHEAD;     // far-future round (issue 16, H2)
+                } else {
+                    fresh = true;
                 }
             }
             if (meta.drop_reason == 0) {
@@ -81,7 +83,7 @@ control ThcSlot(inout headers_t hdr, inout local_metadata_t meta) {
                         meta.out_flags = FLAG_RESENT;
                     } else if (st == ST_SENT_UP) {
                         meta.acc_mode = ACC_READ; meta.out_action = OUT_UP;
-                        meta.out_flags = FLAG_RETX | (hdr.thc.flags & FLAG_DEADLINE);
+                        meta.out_flags = FLAG_RETX | (hdr.thc.flags & (FLAG_DEADLINE | FLAG_START));
                     } else if (deadline) {
                         meta.acc_mode = ACC_READ; release = true;
                     } else {
@@ -110,7 +112,7 @@ control ThcSlot(inout headers_t hdr, inout local_metadata_t meta) {
                     // Complete (or deadline): the root multicasts, a child sends up.
                     if (meta.job.has_parent == 1) {
                         st = ST_SENT_UP; meta.out_action = OUT_UP;
-                        meta.out_flags = hdr.thc.flags & FLAG_DEADLINE;
+                        meta.out_flags = hdr.thc.flags & (FLAG_DEADLINE | FLAG_START);
                     } else {
                         st = ST_FINAL; meta.out_action = OUT_MULTICAST; meta.out_flags = 0;
                     }

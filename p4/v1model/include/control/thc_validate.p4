@@ -2,7 +2,7 @@
 // first failed check; nothing here touches aggregation state, so a rejected packet has no
 // side effect besides the drop counter.
 // Tables (Python mirror: control_plane thc_validate module):
-//   ingress.thc_validate.jobs     job_id -> set_job(...)
+//   ingress.thc_validate.jobs     job_id -> set_job(..., token)
 //   ingress.thc_validate.senders  (job_id, rank, ingress_port, src_addr) -> sender(is_switch)
 #ifndef NETCO_THC_VALIDATE_P4
 #define NETCO_THC_VALIDATE_P4
@@ -12,7 +12,8 @@ control ThcValidate(inout headers_t hdr, inout local_metadata_t meta,
     @name(".ingress.thc_validate.set_job")
     action set_job(bit<8> index, bit<16> slot_base, bit<16> num_slots, bit<8> expected,
                    bit<8> lane_bits, bit<16> mcast_grp, bit<1> has_parent, port_t parent_port,
-                   ip4_t parent_addr, ip4_t self_addr, bit<8> self_id) {
+                   ip4_t parent_addr, ip4_t self_addr, bit<8> self_id,
+                   bit<32> token) {
         meta.job.index = index;
         meta.job.slot_base = slot_base;
         meta.job.num_slots = num_slots;
@@ -24,6 +25,7 @@ control ThcValidate(inout headers_t hdr, inout local_metadata_t meta,
         meta.job.parent_addr = parent_addr;
         meta.job.self_addr = self_addr;
         meta.job.self_id = self_id;
+        meta.job.token = token;
     }
     @name(".ingress.thc_validate.unknown_job")
     action unknown_job() {
@@ -84,7 +86,9 @@ control ThcValidate(inout headers_t hdr, inout local_metadata_t meta,
             jobs.apply();
         }
         if (meta.drop_reason == 0) {
-            if (meta.kind == KIND_DATA && hdr.thc.msg_type != MSG_DATA
+            if (hdr.thc.token != meta.job.token) {
+                meta.drop_reason = DROP_BAD_SENDER;   // not the job's token (issue 16)
+            } else if (meta.kind == KIND_DATA && hdr.thc.msg_type != MSG_DATA
                     && hdr.thc.lane_bits != meta.job.lane_bits) {
                 meta.drop_reason = DROP_MALFORMED;   // lanes of another width than the job's
             } else if (t == MSG_DATA && meta.job.lane_bits > MAX_DATA_RESULT_LANE_BITS) {

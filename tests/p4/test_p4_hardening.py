@@ -1,0 +1,120 @@
+"""Issue 16 on the wire, on every target of ``tests/p4/conftest.py`` (BMv2, the software
+target over UDP and AF_PACKET): the per-job token (protocol version 2), the round window that
+keeps far-future rounds from stalling a slot (H2), and a member's address on another UDP port
+(S3). Each test installs its own job on the module's switch."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from host.protocol import codec
+from host.protocol import layout as lay
+from host.protocol.layout import DropReason, Flag, MsgType
+from tests.support.aggnet import WORKERS, SwitchJob
+from tests.support.frames import collect, thc_frame, thc_only, wait_count
+from tests.support.jobs import SWITCH, expected_sums, new_job
+
+C = lay.COORDS_PER_PACKET
+TOKEN = 0x5EC2E7A1
+
+
+def data(net, job: SwitchJob, host: str, rank: int, slot: int, rnd: int, idx: np.ndarray,
+         flags: int = 0, token: int | None = None, sport: int = lay.THC_UDP_PORT) -> bytes:
+    h = codec.Header(msg_type=MsgType.DATA, job_id=job.job_id, slot=slot, round=rnd, rank=rank,
+                     flags=flags, token=job.token if token is None else token)
+    return thc_frame(net.hosts[host], job.self_ip, h, idx, sport=sport)
+
+
+def drops_delta(before: dict[int, int], after: dict[int, int]) -> dict[DropReason, int]:
+    return {DropReason(k): after.get(k, 0) - before.get(k, 0)
+            for k in after if after.get(k, 0) != before.get(k, 0)}
+
+
+def test_wrong_token_dropped_as_bad_sender_and_never_summed(single_switch):
+    net = single_switch
+    hosts = WORKERS[:2]
+    job = new_job(net, hosts, token=TOKEN)
+    idxs = [np.full(C, 3), np.full(C, 5)]
+    before = net.drop_counts(SWITCH)
+    # a member's own port and address, every field right but the token (off by one bit, 0)
+    net.send("w0", data(net, job, "w0", 0, 0, 0, np.full(C, 15), token=TOKEN ^ 1))
+    net.send("w1", data(net, job, "w1", 1, 0, 0, np.full(C, 15), token=0))
+    for rank, h in enumerate(hosts):
+        net.send(h, data(net, job, h, rank, 0, 0, idxs[rank]))
+    got = collect(net, hosts)
+    for h in hosts:
+        assert len(got[h]) == 1 and got[h][0].msg.header.count == 2
+        assert got[h][0].msg.header.token == TOKEN          # results carry the job's token
+        np.testing.assert_array_equal(got[h][0].msg.values, expected_sums(idxs))
+    assert drops_delta(before, net.drop_counts(SWITCH)) == {DropReason.BAD_SENDER: 2}
+
+
+def test_member_address_on_another_udp_port_without_the_token_is_dropped(single_switch):
+    """S3: a datagram from a member's IPv4 address but another UDP source port (another
+    process on that host) replaced the member's contribution; it does not know the token."""
+    net = single_switch
+    hosts = WORKERS[:2]
+    job = new_job(net, hosts, token=TOKEN + 1)
+    idxs = [np.full(C, 1), np.full(C, 2)]
+    before = net.drop_counts(SWITCH)
+    for token in (0, TOKEN):          # none, and another job's
+        net.send("w0", data(net, job, "w0", 0, 1, 0, np.full(C, 15), token=token, sport=40001))
+    for rank, h in enumerate(hosts):
+        net.send(h, data(net, job, h, rank, 1, 0, idxs[rank]))
+    got = collect(net, hosts)
+    for h in hosts:
+        assert len(got[h]) == 1 and got[h][0].msg.header.bitmap == 0b11
+        np.testing.assert_array_equal(got[h][0].msg.values, expected_sums(idxs))
+    assert drops_delta(before, net.drop_counts(SWITCH)) == {DropReason.BAD_SENDER: 2}
+
+
+def test_far_future_rounds_dropped_as_ahead_and_the_slot_goes_on(single_switch):
+    """H2: a contribution more than ROUND_WINDOW rounds ahead of its copy (and without START)
+    is dropped as AHEAD, so it cannot make the members' next rounds STALE."""
+    net = single_switch
+    hosts = WORKERS[:2]
+    job = new_job(net, hosts, token=TOKEN + 2)
+    rng = np.random.default_rng(3)
+    r0 = [rng.integers(0, 16, C) for _ in hosts]
+    for rank, h in enumerate(hosts):
+        net.send(h, data(net, job, h, rank, 2, 0, r0[rank]))
+    collect(net, hosts)
+    before = net.drop_counts(SWITCH)
+    # same copy (even rounds), 2^16 and 2^30 rounds ahead, with the job's token
+    for far in (lay.ROUND_WINDOW, 1 << 30):
+        net.send("w0", data(net, job, "w0", 0, 2, far, np.full(C, 15)))
+    r2 = [rng.integers(0, 16, C) for _ in hosts]
+    for rank, h in enumerate(hosts):
+        net.send(h, data(net, job, h, rank, 2, 2, r2[rank]))
+    got = collect(net, hosts)
+    for h in hosts:
+        assert len(got[h]) == 1 and got[h][0].msg.header.round == 2
+        np.testing.assert_array_equal(got[h][0].msg.values, expected_sums(r2))
+    assert drops_delta(before, net.drop_counts(SWITCH)) == {DropReason.AHEAD: 2}
+
+
+def test_start_opens_a_copy_however_far_ahead(single_switch):
+    """A new session starts at the clock, far above the copies' rounds: its first rounds carry
+    START and open the copy; the round after (no START) is within the window."""
+    net = single_switch
+    hosts = WORKERS[:2]
+    job = new_job(net, hosts, token=TOKEN + 3)
+    rng = np.random.default_rng(4)
+    r0 = [rng.integers(0, 16, C) for _ in hosts]
+    for rank, h in enumerate(hosts):
+        net.send(h, data(net, job, h, rank, 3, 0, r0[rank]))
+    collect(net, hosts)
+    base = 1 << 24
+    before = net.drop_counts(SWITCH)
+    for rnd, flags in ((base, Flag.START), (base + 2, 0)):
+        idxs = [rng.integers(0, 16, C) for _ in hosts]
+        net.send("w0", data(net, job, "w0", 0, 3, rnd, idxs[0], flags=flags))
+        assert wait_count(net, net.hosts["w1"], job.self_ip, job.job_id, 1, 3, rnd, want=1,
+                          token=job.token) == 1
+        net.send("w1", data(net, job, "w1", 1, 3, rnd, idxs[1], flags=flags))
+        got = collect(net, hosts)
+        for h in hosts:
+            assert len(got[h]) == 1 and got[h][0].msg.header.round == rnd
+            np.testing.assert_array_equal(got[h][0].msg.values, expected_sums(idxs))
+    assert drops_delta(before, net.drop_counts(SWITCH)) == {}
+    assert thc_only(net.recv("w0", count=1, timeout=0.1)) == []
