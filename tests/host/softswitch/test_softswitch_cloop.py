@@ -27,7 +27,8 @@ def _allreduce(net: EmbeddedNetwork, xs, base: int):
         a = net.address(r)
         ep = UdpEndpoint(a.switch, bind=(a.ip, 0))
         aggs.append(NetworkAggregator(ep, JobSpec(net.job_id, r, net.workers,
-                                                  num_slots=net.num_slots, round_base=base)))
+                                                  num_slots=net.num_slots, round_base=base,
+                                                  token=net.token)))
     try:
         got = run_workers(net.workers, lambda r: aggs[r].allreduce(xs[r], codec))
         ports = {net.address(r).ip: a.ep.address[1] for r, a in enumerate(aggs)}

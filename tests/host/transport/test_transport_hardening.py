@@ -222,7 +222,7 @@ def test_a_switch_restart_during_the_last_round_of_a_job_completes(native):
         a2 = net.address(2)
         relay = FaultyRelay(a2.switch, a2.ip)
         ep2 = UdpEndpoint(relay.address, bind=(a2.ip, 0))
-        agg2 = NetworkAggregator(ep2, JobSpec(net.job_id, 2, n, num_slots=16), cfg)
+        agg2 = NetworkAggregator(ep2, JobSpec(net.job_id, 2, n, num_slots=16, token=net.token), cfg)
         agg2.window.native = native and slotmod.NATIVE
         aggs.append(agg2)
         cut = threading.Event()
