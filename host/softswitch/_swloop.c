@@ -766,6 +766,10 @@ PyObject *py_loop(PyObject *self, PyObject *args) {
             break;
         }
         if (ready == 0) { reason = R_TIMEOUT; break; }
+        /* a configuration written while poll() waited: the frames stay in the sockets for the
+         * next run, with the new configuration (never one batch with the old one) */
+        if (__atomic_load_n(&ctl[CTL_STOP], __ATOMIC_ACQUIRE)) { reason = R_STOP; break; }
+        if (__atomic_load_n(&ctl[CTL_CHANGED], __ATOMIC_ACQUIRE)) { reason = R_CHANGED; break; }
         Py_ssize_t n = 0;
         int nports = 0;
         for (Py_ssize_t k = 0; k < np_ && n < batch; k++) {

@@ -106,17 +106,28 @@ def test_a_plain_batch_is_handled_in_c():
         assert np.array_equal(np.frombuffer(f[70:], dtype=np.uint8), (sum(t[i] for i in idx)) & 0xFF)
 
 
-def test_a_duplicate_mid_batch_rolls_back_and_falls_back():
-    """Frames 0..3 change two copies in C, frame 4 is a counted contributor again: the batch
-    goes to the Python path from the state before it (one DUPLICATE drop, no double count)."""
+def test_a_duplicate_mid_batch_is_dropped_and_counted_in_c():
+    """Frames 0..3 change two copies in C, frame 4 is a counted contributor again: the C path
+    drops it as the reference does (one DUPLICATE drop, no double count), the rest goes on."""
     frames = [data(W[0], 30, 0, 1, np.full(C, 3)), data(W[1], 30, 0, 1, np.full(C, 4)),
               data(W[0], 30, 1, 1, np.full(C, 5)), data(W[1], 30, 1, 1, np.full(C, 6)),
               data(W[0], 30, 0, 1, np.full(C, 3)), data(W[2], 30, 0, 1, np.full(C, 7))]
     got, state, nat = _run(frames, native=True, batch=True)
     want, ref, _ = _run(frames, native=False, batch=False)
-    assert nat == 0
+    assert nat == 1
     assert sorted(got) == sorted(want) and state == ref
-    assert sum(ref[2].values()) == 1
+    assert ref[2] == {int(lay.DropReason.DUPLICATE): 1}
+
+
+def test_a_peek_mid_batch_falls_back_with_nothing_changed():
+    """A status request is not the C path's case: the whole batch goes to the Python path."""
+    frames = [data(W[0], 30, 0, 1, np.full(C, 3)), data(W[1], 30, 0, 1, np.full(C, 4)),
+              data(W[0], 30, 0, 1, np.full(C, 3), flags=int(Flag.RETX | Flag.PEEK)),
+              data(W[2], 30, 0, 1, np.full(C, 7))]
+    got, state, nat = _run(frames, native=True, batch=True)
+    want, ref, _ = _run(frames, native=False, batch=False)
+    assert nat == 0
+    assert sorted(got) == sorted(want) and state == ref and ref[6]["peek"] == 1
 
 
 def test_a_job_with_a_parent_runs_in_c():
@@ -287,9 +298,9 @@ def test_process_writes_the_accepted_rows():
     res = pl_mod._fastpath.process(buf, lens, ports, n, None, job, p.native_state(cfg),
                                    _NATIVE_CONSTS, (out.buf, out.lens, out.ports), acc)
     assert res is not None and res[3] == n and acc.tolist() == [0, 1, 2]
-    # a stale round (behind the copy's) is not taken: nothing accepted, nothing written
+    # a status request (PEEK) is not taken: nothing accepted, nothing written
     acc[:] = -1
-    stale = data(W[0], 30, 1, 1, np.full(C, 0))[1]
+    stale = data(W[0], 30, 1, 1, np.full(C, 0), flags=int(Flag.PEEK))[1]
     buf[0, : len(stale)] = np.frombuffer(stale, dtype=np.uint8)
     res = pl_mod._fastpath.process(buf, lens, ports, 1, None, job, p.native_state(cfg),
                                    _NATIVE_CONSTS, (out.buf, out.lens, out.ports), acc)
