@@ -1,22 +1,27 @@
-/* The software target's common case in C: a batch of plain worker contributions of one job.
+/* The software target's common case in C: the aggregation frames of one job, in a flat tree
+ * or a hierarchy of switches.
  *
  * host/softswitch/pipeline.py is the reference; Pipeline.process calls this first (when built)
  * and runs its own numpy/Python path whenever this returns None. A batch qualifies when every
- * frame is an Ethernet/IPv4/UDP/THC DATA frame with 4-bit indices of the given job that passes
- * every check of ThcValidate (version, type, lane width, element count, slot set = round
- * parity, rank, job entry with a table, slot range, sender binding of a worker), carries no
- * bytes behind its payload and no PEEK/DEADLINE flag, and -- packet by packet in arrival order,
- * the P4 program's slot logic -- is a new contribution to a collecting copy (or starts a newer
- * round) of a job without a parent. Anything else (a duplicate, a retransmission of a counted
- * contribution, a stale round, norms, partials, drops, routing) sends the whole batch to the
- * Python path: the registers and sums this call changed are restored first, so the fallback
- * starts from the same state. A batch taken is accepted whole: process() reports the rows it
- * accepted (all of them), from which the switch learns reply addresses.
+ * frame is an Ethernet/IPv4/UDP/THC frame of the given job that passes every check of
+ * ThcValidate (version, type, lane width, element count, slot set = round parity, rank, job
+ * entry with a table, slot range, sender binding of a worker or child switch, parent binding of
+ * a result), carries no bytes behind its payload and no PEEK flag, and is one of: DATA (4-bit
+ * indices of a worker), PARTIAL (the job's lanes from a child switch), RESULT (the job's lanes
+ * from the parent of a job with one). Anything else (norms, drops by validation, routing, a
+ * status request) sends the whole batch to the Python path. Then, packet by packet in arrival
+ * order, the P4 program's slot logic (ThcSlot._aggregate): a new contribution (the first
+ * contributor of a round overwrites), a release on DEADLINE with or without adding, the
+ * result multicast or the partial sent up at completion, the stored result answered to a
+ * retransmission (RESENT), a partial re-sent up (RETX), a parent's result stored and fanned
+ * out, STALE and DUPLICATE drops (counted by the caller, as the reference counts them). Should
+ * an output not fit, the registers and sums this call changed are restored first (undo log),
+ * so that the fallback starts from the same state. A batch taken is accepted whole:
+ * process() reports the rows it accepted (all of them), from which the switch learns reply
+ * addresses.
  *
- * Per packet: the copy's registers, the table lookup (L[high nibble], L[low nibble] per byte)
- * added to the copy's 256 32-bit sums (the first contributor of a round overwrites), and at
- * completion the result built once per multicast replica, exactly as Pipeline._emit builds it
- * (header rewrite, lanes truncated to the job's width, members table, IPv4 checksum).
+ * Every output is built as Pipeline._emit builds it (header rewrite, lanes truncated to the
+ * job's width, members table for multicast copies, MACs swapped for answers, IPv4 checksum).
  *
  * fp_batch needs no Python object: the C switch loop (_swloop.c) calls it with the GIL
  * released.
@@ -78,17 +83,90 @@ static int scratch_grow(fp_scratch_t *s, size_t cells, size_t n) {
     return 0;
 }
 
+/* One emission (ThcEmit + ThcOutput, as Pipeline._emit builds it): the frame f rewritten,
+ * its payload the copy's sums s truncated to the job's lanes, once per replica -- multicast:
+ * the job's group, each copy rewritten by the members table; answer: back to the ingress port;
+ * up: the partial to the parent. Returns the frames written, -1 when out of room. */
+static Py_ssize_t emit(const fp_consts_t *K, const fp_job_t *J, const uint8_t *f, int64_t inport,
+                       const uint32_t *s, int action, int64_t cnt, int64_t wb, int flags,
+                       fp_out_t *out, Py_ssize_t nout) {
+    const int lane_bits = (int)J->lane_bits, lb = lane_bits / 8;
+    const int plen = lane_bits * (COORDS_PER_PACKET / 8);
+    const Py_ssize_t k = action == OUT_MULTICAST ? J->ng : 1;
+    if (nout + k > out->cap) return -1;
+    const uint8_t *first = NULL;
+    for (Py_ssize_t g = 0; g < k; g++) {
+        uint8_t *o = out->buf + (size_t)(nout + g) * ROW_BYTES;
+        memcpy(o, f, PAYLOAD_OFFSET);
+        o[OFF_COUNT] = (uint8_t)cnt;
+        put32(o + OFF_BITMAP, (uint32_t)wb);
+        put16(o + OFF_SPORT, (uint32_t)K->thc_port);
+        put16(o + OFF_UDP_CSUM, 0);
+        o[OFF_LANE_BITS] = (uint8_t)lane_bits;
+        o[OFF_TTL] = (uint8_t)K->ttl;
+        o[OFF_MSG_TYPE] = (uint8_t)(action == OUT_UP ? MSG_PARTIAL : K->t_result);
+        o[OFF_FLAGS] = (uint8_t)flags;
+        put32(o + OFF_SRC, (uint32_t)J->self_addr);
+        put16(o + OFF_UDP_LEN, (uint32_t)(UDP_HEADER_BYTES + THC_HEADER_BYTES + plen));
+        put16(o + OFF_IP_LEN, (uint32_t)(UDP_HEADER_BYTES + THC_HEADER_BYTES + plen
+                                        + IPV4_HEADER_BYTES));
+        int64_t eport;
+        if (action == OUT_UP) {
+            o[OFF_RANK] = (uint8_t)J->self_id;
+            put32(o + OFF_DST, (uint32_t)J->parent_addr);
+            eport = J->parent_port;
+        } else if (action == OUT_ANSWER) {
+            memcpy(o + OFF_DST, f + OFF_SRC, 4);
+            memcpy(o + OFF_DST_MAC, f + OFF_SRC_MAC, 6);
+            memcpy(o + OFF_SRC_MAC, f + OFF_DST_MAC, 6);
+            eport = inport;
+        } else {
+            o[OFF_RANK] = (uint8_t)K->rank_all;
+            if (J->mhit[g]) {
+                memcpy(o + OFF_DST_MAC, J->mmac + 6 * g, 6);
+                put32(o + OFF_DST, J->maddr[g]);
+            }
+            eport = J->gports[g];
+        }
+        put16(o + OFF_IP_CSUM, 0);
+        uint32_t cs = 0;
+        for (int w = 0; w < IPV4_HEADER_BYTES / 2; w++) cs += be16(o + IPV4_OFFSET + 2 * w);
+        cs = (cs & 0xFFFF) + (cs >> 16);
+        cs = (cs & 0xFFFF) + (cs >> 16);
+        put16(o + OFF_IP_CSUM, ~cs & 0xFFFF);
+        uint8_t *d = o + PAYLOAD_OFFSET;
+        if (first) {
+            memcpy(d, first, (size_t)plen);   /* the same payload for every replica */
+        } else if (lb == 1) {
+            for (int q = 0; q < COORDS_PER_PACKET; q++) d[q] = (uint8_t)s[q];
+        } else if (lb == 2) {
+            for (int q = 0; q < COORDS_PER_PACKET; q++) put16(d + 2 * q, s[q] & 0xFFFF);
+        } else {
+            for (int q = 0; q < COORDS_PER_PACKET; q++) put32(d + 4 * q, s[q]);
+        }
+        first = d;
+        out->lens[nout + g] = PAYLOAD_OFFSET + plen;
+        out->ports[nout + g] = eport;
+    }
+    return k;
+}
+
+/* the lanes of a PARTIAL or parent RESULT (lb bytes each, network order) as 32-bit values */
+static inline uint32_t lane_at(const uint8_t *p, int lb, int q) {
+    return lb == 1 ? p[q] : lb == 2 ? be16(p + 2 * q) : be32(p + 4 * q);
+}
+
 int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8_t *buf,
              const int64_t *lens, const int64_t *ports, Py_ssize_t n, const int64_t *order,
              fp_out_t *out, fp_result_t *res, fp_scratch_t *scratch) {
     const long long slot_base = J->slot_base, num_slots = J->num_slots, expected = J->expected,
                     has_parent = J->has_parent, lane_bits = J->lane_bits,
-                    self_addr = J->self_addr, pool_slots = S->pool_slots;
+                    pool_slots = S->pool_slots;
     const long long version = K->version, t_data = K->t_data, index_bits = K->index_bits,
-                    t_result = K->t_result, rank_all = K->rank_all, thc_port = K->thc_port,
-                    max_workers = K->max_workers, ttl = K->ttl;
+                    thc_port = K->thc_port, max_workers = K->max_workers;
     const int job_id = J->job_id, jn = J->jn;
     if (lane_bits != 8 && lane_bits != 16 && lane_bits != 32) return 0;
+    if (has_parent && !J->tree) return 0;
     const uint32_t *lut = J->lut;
     const uint64_t *skeys = S->skeys;
     const uint8_t *sw = S->sw;
@@ -97,12 +175,6 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
     int64_t *st_round = R[0], *st_state = R[1], *st_contrib = R[2], *st_nc = R[3],
             *st_cnt = R[4], *st_wb = R[5];
     uint32_t *sums = S->sums;
-    const int64_t *gports = J->gports;
-    const uint8_t *mhit = J->mhit, *mmac = J->mmac;
-    const uint32_t *maddr = J->maddr;
-    const Py_ssize_t ng = J->ng, cap = out->cap;
-    uint8_t *obuf_ = out->buf;
-    int64_t *olens_ = out->lens, *oports_ = out->ports;
     const int plen = (int)(lane_bits * (COORDS_PER_PACKET / 8));
     const int lb = (int)(lane_bits / 8);
     Py_ssize_t nu = 0;
@@ -110,24 +182,40 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
     undo_t *undo = NULL;
     int64_t *mark = NULL;
 
-    /* 1. stateless checks of every frame (ThcValidate for this case): any miss -> Python */
+    /* 1. stateless checks of every frame (ThcValidate for this case): any miss -> Python.
+     *    DATA: 4-bit indices from a worker; PARTIAL: the job's lanes from a child switch;
+     *    RESULT: the job's lanes from the parent. No PEEK, no norms, no bytes behind. */
     for (Py_ssize_t j = 0; j < n; j++) {
         const uint8_t *f = buf + (size_t)j * ROW_BYTES;
         int64_t L = lens[j];
-        if (L != PAYLOAD_OFFSET + INDICES_BYTES || be16(f + OFF_ETHERTYPE) != ETHERTYPE_IPV4
+        const int t = f[OFF_MSG_TYPE];
+        if (be16(f + OFF_ETHERTYPE) != ETHERTYPE_IPV4
             || (f[OFF_VERIHL] & 0x0F) != IPV4_HEADER_BYTES / 4
             || (be16(f + OFF_FRAG) & 0x1FFF) != 0 || f[OFF_PROTO] != IP_PROTO_UDP
             || be16(f + OFF_DPORT) != (uint32_t)thc_port || f[OFF_VERSION] != version
-            || f[OFF_MSG_TYPE] != t_data || f[OFF_LANE_BITS] != index_bits
-            || (int)be16(f + OFF_JOB_ID) != job_id || f[OFF_RANK] >= max_workers
+            || (int)be16(f + OFF_JOB_ID) != job_id
             || be16(f + OFF_ELEM_COUNT) > COORDS_PER_PACKET || f[OFF_SLOT_SET] > 1
             || f[OFF_SLOT_SET] != (f[OFF_ROUND + 3] & 1)
-            || (f[OFF_FLAGS] & (FLAG_DEADLINE | FLAG_PEEK))
+            || (f[OFF_FLAGS] & FLAG_PEEK)
             || (long long)be32(f + OFF_TOKEN) != J->token) /* issue 16: the job's token */
             goto not_handled;
+        if (t == t_data) {
+            if (L != PAYLOAD_OFFSET + INDICES_BYTES || f[OFF_LANE_BITS] != index_bits)
+                goto not_handled;
+        } else if (t == MSG_PARTIAL || (t == MSG_RESULT && has_parent)) {
+            if (L != PAYLOAD_OFFSET + plen || f[OFF_LANE_BITS] != lane_bits) goto not_handled;
+        } else {
+            goto not_handled;
+        }
         uint32_t slot = be16(f + OFF_SLOT);
         if ((long long)slot >= num_slots || slot_base + (long long)slot >= pool_slots)
             goto not_handled;
+        if (t == MSG_RESULT) {   /* the parent binding of a result */
+            if (ports[j] != J->parent_port || (long long)be32(f + OFF_SRC) != J->parent_addr)
+                goto not_handled;
+            continue;
+        }
+        if (f[OFF_RANK] >= max_workers) goto not_handled;
         uint64_t key = ((uint64_t)jn << 49) | ((uint64_t)f[OFF_RANK] << 41)
                        | ((uint64_t)ports[j] << 32) | (uint64_t)be32(f + OFF_SRC);
         Py_ssize_t lo = 0, hi = nsk; /* searchsorted (left) */
@@ -136,36 +224,68 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
             if (skeys[mid] < key) lo = mid + 1;
             else hi = mid;
         }
-        if (lo >= nsk || skeys[lo] != key || sw[lo] != 0) goto not_handled;
+        if (lo >= nsk || skeys[lo] != key || sw[lo] != (t == MSG_PARTIAL)) goto not_handled;
     }
 
-    /* 2. the slot logic, packet by packet in arrival order (undo log for the fallback) */
+    /* 2. the slot logic (ThcSlot._aggregate), packet by packet in arrival order (undo log for
+     *    the fallback); every decision of the reference: contribution, release (DEADLINE),
+     *    answer with the stored result (RESENT), partial re-sent up (RETX), parent result,
+     *    STALE and DUPLICATE drops (counted by the caller). */
     if (scratch_grow(scratch, (size_t)pool_slots * 4, (size_t)(n ? n : 1)) < 0) return -1;
     undo = scratch->undo;
     mark = scratch->mark;
-    long long nout = 0, ncontrib = 0, nresults = 0;
+    fp_result_t z;
+    memset(&z, 0, sizeof(z));
     for (Py_ssize_t q = 0; q < n; q++) {
         Py_ssize_t j = order ? order[q] : q;
         if (j < 0 || j >= n) goto rollback;
         const uint8_t *f = buf + (size_t)j * ROW_BYTES;
+        const int t = f[OFF_MSG_TYPE], fl = f[OFF_FLAGS];
         int64_t c = ((slot_base + be16(f + OFF_SLOT)) << 2) | f[OFF_SLOT_SET];
         int64_t r = be32(f + OFF_ROUND);
-        int64_t bit = (int64_t)1 << f[OFF_RANK];
+        uint32_t *s = sums + (size_t)c * COORDS_PER_PACKET;
+        const uint8_t *p = f + PAYLOAD_OFFSET;
         /* remember the copy before its first change in this call */
         if (mark[c] < 0) {
             mark[c] = nu;
             undo[nu].cell = c;
             for (int k = 0; k < 6; k++) undo[nu].reg[k] = R[k][c];
-            memcpy(undo[nu].sums, sums + (size_t)c * COORDS_PER_PACKET, sizeof(undo[nu].sums));
+            memcpy(undo[nu].sums, s, sizeof(undo[nu].sums));
             nu++;
         }
         int64_t st = st_state[c];
+        Py_ssize_t e;
+        if (t == MSG_RESULT) {
+            /* a result from our parent: store it and fan it out */
+            if (st_round[c] != r || (st != ST_SENT_UP && st != ST_FINAL)) {
+                z.nstale++;
+                continue;
+            }
+            int64_t pc = f[OFF_COUNT], pb = be32(f + OFF_BITMAP);
+            for (int k = 0; k < COORDS_PER_PACKET; k++) s[k] = lane_at(p, lb, k);
+            st_state[c] = ST_FINAL;
+            st_cnt[c] = pc;
+            st_wb[c] = pb;
+            z.nparent++;
+            e = emit(K, J, f, ports[j], s, OUT_MULTICAST, pc, pb, 0, out, z.nout);
+            if (e < 0) goto rollback;
+            z.nout += e;
+            z.nresults++;
+            continue;
+        }
+        const int is_sw = t == MSG_PARTIAL;
+        int64_t bit = (int64_t)1 << f[OFF_RANK];
+        int64_t a_cnt = is_sw ? f[OFF_COUNT] : 1;
+        int64_t a_wb = is_sw ? (int64_t)be32(f + OFF_BITMAP) : bit;
         int fresh = st == ST_EMPTY;
         if (!fresh && st_round[c] != r) {
-            if ((r - st_round[c]) & 0x80000000LL) goto rollback; /* stale */
+            if ((r - st_round[c]) & 0x80000000LL) { /* serial-number arithmetic: older */
+                z.nstale++;
+                continue;
+            }
             if (((r - st_round[c]) & 0xFFFFFFFFLL) >= ROUND_WINDOW
                 && !(f[OFF_FLAGS] & FLAG_START))
-                goto rollback; /* far ahead (issue 16, H2): AHEAD in the Python path */
+                goto rollback; /* far ahead (issue 16, H2): dropped as AHEAD by Python */
             fresh = 1;
         }
         int64_t cb, nc, cnt, wb;
@@ -175,72 +295,77 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
         } else {
             cb = st_contrib[c]; nc = st_nc[c]; cnt = st_cnt[c]; wb = st_wb[c];
         }
-        if ((cb & bit) || st != ST_COLLECTING) goto rollback; /* duplicate, resent, stale */
-        cnt += 1;
-        wb |= bit;
-        cb |= bit;
-        nc += 1;
-        uint32_t *s = sums + (size_t)c * COORDS_PER_PACKET;
-        const uint8_t *p = f + PAYLOAD_OFFSET;
-        if (fresh) {
-            for (int k = 0; k < INDICES_BYTES; k++) {
-                const uint32_t *pair = lut + 2 * p[k];
-                s[2 * k] = pair[0];
-                s[2 * k + 1] = pair[1];
+        int release = 0;
+        if (cb & bit) {
+            /* retransmission of a counted contribution: never counted twice */
+            if (st == ST_FINAL) {
+                e = emit(K, J, f, ports[j], s, OUT_ANSWER, cnt, wb, FLAG_RESENT, out, z.nout);
+                if (e < 0) goto rollback;
+                z.nout += e;
+                z.nresent++;
+                continue;
+            } else if (st == ST_SENT_UP) {
+                e = emit(K, J, f, ports[j], s, OUT_UP, cnt, wb, FLAG_RETX | (fl & FLAG_DEADLINE),
+                         out, z.nout);
+                if (e < 0) goto rollback;
+                z.nout += e;
+                z.nresults++;
+                z.nretx_up++;
+                continue;
+            } else if (fl & FLAG_DEADLINE) {
+                release = 1;   /* release now, add nothing */
+                z.nrelease++;
+            } else {
+                z.ndup++;
+                continue;
             }
-            st_round[c] = r;
+        } else if (st == ST_FINAL) {
+            /* released early (deadline) without this contributor: send it the result */
+            e = emit(K, J, f, ports[j], s, OUT_ANSWER, cnt, wb, FLAG_RESENT, out, z.nout);
+            if (e < 0) goto rollback;
+            z.nout += e;
+            z.nresent++;
+            continue;
+        } else if (st != ST_COLLECTING) {
+            z.nstale++;   /* sent up without it */
+            continue;
         } else {
-            for (int k = 0; k < INDICES_BYTES; k++) {
-                const uint32_t *pair = lut + 2 * p[k];
-                s[2 * k] += pair[0];
-                s[2 * k + 1] += pair[1];
+            cnt += a_cnt;
+            wb |= a_wb;
+            cb |= bit;
+            nc += 1;
+            if (t == t_data && fresh) {
+                for (int k = 0; k < INDICES_BYTES; k++) {
+                    const uint32_t *pair = lut + 2 * p[k];
+                    s[2 * k] = pair[0];
+                    s[2 * k + 1] = pair[1];
+                }
+            } else if (t == t_data) {
+                for (int k = 0; k < INDICES_BYTES; k++) {
+                    const uint32_t *pair = lut + 2 * p[k];
+                    s[2 * k] += pair[0];
+                    s[2 * k + 1] += pair[1];
+                }
+            } else if (fresh) {
+                for (int k = 0; k < COORDS_PER_PACKET; k++) s[k] = lane_at(p, lb, k);
+            } else {
+                for (int k = 0; k < COORDS_PER_PACKET; k++) s[k] += lane_at(p, lb, k);
             }
+            if (fresh) st_round[c] = r;
+            z.ncontrib++;
+            release = nc >= expected || (fl & FLAG_DEADLINE);
         }
-        ncontrib++;
-        if (nc >= expected) {
-            if (has_parent) goto rollback; /* partial up: the Python path */
-            st = ST_FINAL;
-            nresults++;
-            /* the result, once per replica (Pipeline._emit, OUT_MULTICAST) */
-            if (nout + ng > cap) goto rollback;
-            for (Py_ssize_t g = 0; g < ng; g++) {
-                uint8_t *o = obuf_ + (size_t)nout * ROW_BYTES;
-                memcpy(o, f, PAYLOAD_OFFSET);
-                o[OFF_COUNT] = (uint8_t)cnt;
-                put32(o + OFF_BITMAP, (uint32_t)wb);
-                put16(o + OFF_SPORT, (uint32_t)thc_port);
-                put16(o + OFF_UDP_CSUM, 0);
-                o[OFF_LANE_BITS] = (uint8_t)lane_bits;
-                o[OFF_TTL] = (uint8_t)ttl;
-                o[OFF_MSG_TYPE] = (uint8_t)t_result;
-                o[OFF_FLAGS] = 0;
-                o[OFF_RANK] = (uint8_t)rank_all;
-                put32(o + OFF_SRC, (uint32_t)self_addr);
-                put16(o + OFF_UDP_LEN, (uint32_t)(UDP_HEADER_BYTES + THC_HEADER_BYTES + plen));
-                put16(o + OFF_IP_LEN, (uint32_t)(UDP_HEADER_BYTES + THC_HEADER_BYTES + plen
-                                                + IPV4_HEADER_BYTES));
-                if (mhit[g]) {
-                    memcpy(o, mmac + 6 * g, 6);
-                    put32(o + OFF_DST, maddr[g]);
-                }
-                put16(o + OFF_IP_CSUM, 0);
-                uint32_t cs = 0;
-                for (int w = 0; w < IPV4_HEADER_BYTES / 2; w++) cs += be16(o + IPV4_OFFSET + 2 * w);
-                cs = (cs & 0xFFFF) + (cs >> 16);
-                cs = (cs & 0xFFFF) + (cs >> 16);
-                put16(o + OFF_IP_CSUM, ~cs & 0xFFFF);
-                uint8_t *d = o + PAYLOAD_OFFSET;
-                if (lb == 1) {
-                    for (int k = 0; k < COORDS_PER_PACKET; k++) d[k] = (uint8_t)s[k];
-                } else if (lb == 2) {
-                    for (int k = 0; k < COORDS_PER_PACKET; k++) put16(d + 2 * k, s[k] & 0xFFFF);
-                } else {
-                    for (int k = 0; k < COORDS_PER_PACKET; k++) put32(d + 4 * k, s[k]);
-                }
-                olens_[nout] = PAYLOAD_OFFSET + plen;
-                oports_[nout] = gports[g];
-                nout++;
+        if (release) {
+            if (has_parent) {
+                st = ST_SENT_UP;
+                e = emit(K, J, f, ports[j], s, OUT_UP, cnt, wb, fl & FLAG_DEADLINE, out, z.nout);
+            } else {
+                st = ST_FINAL;
+                e = emit(K, J, f, ports[j], s, OUT_MULTICAST, cnt, wb, 0, out, z.nout);
             }
+            if (e < 0) goto rollback;
+            z.nout += e;
+            z.nresults++;
         }
         st_state[c] = st;
         st_contrib[c] = cb;
@@ -248,9 +373,7 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
         st_cnt[c] = cnt;
         st_wb[c] = wb;
     }
-    res->nout = nout;
-    res->ncontrib = ncontrib;
-    res->nresults = nresults;
+    *res = z;
     handled = 1;
     goto done;
 rollback:
@@ -273,15 +396,23 @@ int fp_parse_consts(PyObject *o, fp_consts_t *k) {
                             &k->rank_all, &k->thc_port, &k->max_workers, &k->ttl) ? 0 : -1;
 }
 
-/* (job_id, jn, (slot_base, num_slots, expected, has_parent, lane_bits, self_addr, index, token), lut,
- *  group ports, member_hit, member_mac, member_addr); takes 5 buffers */
+/* (job_id, jn, (slot_base, num_slots, expected, has_parent, lane_bits, self_addr, index, token),
+ *  lut, group ports, member_hit, member_mac, member_addr[, (parent_port, parent_addr, self_id)]);
+ *  takes 5 buffers. Without the last item a job with a parent is not the C path's case. */
 int fp_parse_job(PyObject *o, fp_job_t *j, buf_t *bufs, int *nb) {
-    PyObject *params, *olut, *og, *oh, *om, *oa;
-    if (!PyArg_ParseTuple(o, "iiOOOOOO", &j->job_id, &j->jn, &params, &olut, &og, &oh, &om, &oa))
+    PyObject *params, *olut, *og, *oh, *om, *oa, *otree = NULL;
+    if (!PyArg_ParseTuple(o, "iiOOOOOO|O", &j->job_id, &j->jn, &params, &olut, &og, &oh, &om,
+                          &oa, &otree))
         return -1;
     if (!PyArg_ParseTuple(params, "LLLLLLLL", &j->slot_base, &j->num_slots, &j->expected,
                           &j->has_parent, &j->lane_bits, &j->self_addr, &j->index, &j->token))
         return -1;
+    j->tree = 0;
+    if (otree && otree != Py_None) {
+        if (!PyArg_ParseTuple(otree, "LLL", &j->parent_port, &j->parent_addr, &j->self_id))
+            return -1;
+        j->tree = 1;
+    }
     buf_t *b = bufs + *nb;
     if (take(olut, &b[0], 0, 256 * 8, "lut") < 0) return (*nb += 1, -1);
     if (take(og, &b[1], 0, 0, "group") < 0) return (*nb += 2, -1);
@@ -336,14 +467,16 @@ out:
 static const char *doc =
     "process(buf, lens, ports, n, order, job, state, consts, out, accepted)\n"
     "  job: (job_id, jn, (slot_base, num_slots, expected, has_parent, lane_bits, self_addr,\n"
-    "        index, token), lut, group ports, member_hit, member_mac, member_addr)\n"
+    "        index, token), lut, group ports, member_hit, member_mac, member_addr\n"
+    "        [, (parent_port, parent_addr, self_id)])\n"
     "  state: (sender_keys, sender_is_switch, pool_slots, regs (round, state, contrib, nc,\n"
     "          cnt, wb), sums)\n"
     "  consts: (version, T_DATA, index_bits, T_RESULT, rank_all, thc_port, max_workers,\n"
     "           result_ttl)\n"
     "  out: (out_buf, out_lens, out_ports); accepted: int64 array of >= n rows\n"
-    "-> None (not handled: nothing changed) or (frames out, contributions, results, accepted):\n"
-    "the rows accepted are written to accepted[:accepted count].";
+    "-> None (not handled: nothing changed) or (frames out, contributions, results, accepted,\n"
+    "   resent, retx_up, release, parent_result, stale, duplicate): the rows accepted are\n"
+    "   written to accepted[:accepted count]; stale and duplicate rows were dropped (counted).";
 
 /* one scratch per thread that calls process() */
 static _Thread_local fp_scratch_t py_scratch;
@@ -399,7 +532,8 @@ static PyObject *py_process(PyObject *self, PyObject *args) {
         goto done;
     }
     for (Py_ssize_t j = 0; j < n; j++) acc[j] = j;   /* a batch taken is accepted whole */
-    result = Py_BuildValue("(LLLn)", r.nout, r.ncontrib, r.nresults, n);
+    result = Py_BuildValue("(LLLnLLLLLL)", r.nout, r.ncontrib, r.nresults, n, r.nresent,
+                           r.nretx_up, r.nrelease, r.nparent, r.nstale, r.ndup);
 done:
     release_all(bufs, nb);
     return result;

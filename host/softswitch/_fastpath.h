@@ -47,6 +47,9 @@ typedef struct {
     const uint8_t *mhit, *mmac;     /* members table per group port */
     const uint32_t *maddr;
     Py_ssize_t ng;
+    /* the tree (a job with a parent): given (tree = 1) with the job's last tuple item */
+    int tree;
+    long long parent_port, parent_addr, self_id;
 } fp_job_t;
 
 /* The aggregation state and sender table shared by the jobs. */
@@ -80,11 +83,16 @@ typedef struct {
 /* The batch's counts when fp_batch took it. */
 typedef struct {
     long long nout, ncontrib, nresults;
+    /* answers with the stored result (resent counter), partials re-sent up, releases without
+     * adding (DEADLINE), parent results stored, and the STALE and DUPLICATE drops */
+    long long nresent, nretx_up, nrelease, nparent, nstale, ndup;
 } fp_result_t;
 
 /* Rows 0..n-1 of buf (lens, ingress ports; order: arrival order or NULL) through the common
- * case. 1: taken (every row accepted, state changed, frames in out), 0: not its case (nothing
- * changed), -1: out of memory. Needs no Python (called with the GIL released). */
+ * case (worker contributions, partials of child switches, results of the parent, with or
+ * without DEADLINE). 1: taken (every row accepted -- STALE/DUPLICATE drops among them are
+ * counted in res --, state changed, frames in out), 0: not its case (nothing changed), -1: out
+ * of memory. Needs no Python (called with the GIL released). */
 int fp_batch(const fp_consts_t *k, fp_state_t *st, const fp_job_t *job, const uint8_t *buf,
              const int64_t *lens, const int64_t *ports, Py_ssize_t n, const int64_t *order,
              fp_out_t *out, fp_result_t *res, fp_scratch_t *scratch);

@@ -53,10 +53,11 @@
 
 /* the loop's totals, in the order of LOOP_STATS */
 enum { S_RX, S_TX, S_BATCHES, S_CONTRIB, S_TX_LOST, S_TX_REFUSED, S_LAST_ERROR, S_GRO_TRAINS,
-       S_GSO_TRAINS, S_CPU_NS, S_COUNT };
+       S_GSO_TRAINS, S_CPU_NS, S_RESENT, S_RETX_UP, S_RELEASE, S_PARENT, S_COUNT };
 const char *const loop_stat_names[S_COUNT] = {"rx", "tx", "batches", "contributions", "tx_lost",
                                               "tx_refused", "last_error", "gro_trains",
-                                              "gso_trains", "cpu_ns"};
+                                              "gso_trains", "cpu_ns", "resent", "retx_up",
+                                              "release", "parent_result"};
 const int loop_stat_count = S_COUNT;
 /* ctl flags (uint8): stop, configuration changed */
 enum { CTL_STOP, CTL_CHANGED };
@@ -105,9 +106,12 @@ typedef struct {
 
 static inline void add(int64_t *s, int k, int64_t v) { __atomic_fetch_add(&s[k], v, __ATOMIC_RELAXED); }
 
-/* total k of the loop: the pipeline's (it starts again at a pipeline commit) or the switch's */
+/* total k of the loop: the pipeline's (it starts again at a pipeline commit: frames and
+ * outcomes) or the switch's */
 static inline void count(const loop_t *L, int k, int64_t v) {
-    add((k == S_RX || k == S_TX || k == S_CONTRIB) ? L->pstats : L->sstats, k, v);
+    const int pipeline = k == S_RX || k == S_TX || k == S_CONTRIB || k == S_RESENT
+                         || k == S_RETX_UP || k == S_RELEASE || k == S_PARENT;
+    add(pipeline ? L->pstats : L->sstats, k, v);
 }
 
 static int64_t thread_cpu_ns(void) {
@@ -580,7 +584,7 @@ const char *loop_doc =
     "  jobs: tuple indexed by job number: a job as process() takes it, or None\n"
     "  job_map: int32 job id -> job number; state, consts: as process() takes them\n"
     "  learned: (addr uint32, port int64, count int64[1]) UDP reply ports\n"
-    "  counters: (contributions, results) int64 arrays\n"
+    "  counters: (contributions, results, resent, drops) int64 arrays\n"
     "  opts: (batch, timeout_ms, send_thread, udp_template, gso_segments, gro_msgs, gso_off)\n"
     "-> (reason, n, several_ports): reason 0 stop, 1 configuration changed, 2 a batch of n rows\n"
     "   for the Python pipeline is in rx (several_ports: order it by rx stamps), 3 timeout_ms\n"
@@ -610,8 +614,8 @@ PyObject *py_loop(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(orx, "OOOOO", &orb, &orn, &orl, &ori, &ors)) return NULL;
     PyObject *ola, *olp, *olc;
     if (!PyArg_ParseTuple(olearn, "OOO", &ola, &olp, &olc)) return NULL;
-    PyObject *occ, *ocr;
-    if (!PyArg_ParseTuple(ocount, "OO", &occ, &ocr)) return NULL;
+    PyObject *occ, *ocr, *ocs, *ocd;
+    if (!PyArg_ParseTuple(ocount, "OOOO", &occ, &ocr, &ocs, &ocd)) return NULL;
     if (!PyTuple_Check(oports) || !PyTuple_Check(ojobs) || PyTuple_GET_SIZE(ojobs) > MAX_JOBS + 1) {
         PyErr_SetString(PyExc_TypeError, "ports and jobs: tuples (at most MAX_JOBS + 1 jobs)");
         return NULL;
@@ -679,6 +683,11 @@ PyObject *py_loop(PyObject *self, PyObject *args) {
     if (take(ocr, &bufs[nb++], 1, 0, "results") < 0) goto done;
     int64_t *c_results = bufs[nb - 1].v.buf;
     const Py_ssize_t n_results = bufs[nb - 1].v.len / 8;
+    if (take(ocs, &bufs[nb++], 1, 0, "resent") < 0) goto done;
+    int64_t *c_resent = bufs[nb - 1].v.buf;
+    const Py_ssize_t n_resent = bufs[nb - 1].v.len / 8;
+    if (take(ocd, &bufs[nb++], 1, 8 * (DROP_DUPLICATE + 1), "drops") < 0) goto done;
+    int64_t *c_drops = bufs[nb - 1].v.buf;
     if (take(omap, &bufs[nb++], 0, 4 * 65536, "job_map") < 0) goto done;
     const int32_t *job_map = bufs[nb - 1].v.buf;
     if (fp_parse_state(ostate, &S, bufs, &nb) < 0) goto done;
@@ -757,6 +766,10 @@ PyObject *py_loop(PyObject *self, PyObject *args) {
             break;
         }
         if (ready == 0) { reason = R_TIMEOUT; break; }
+        /* a configuration written while poll() waited: the frames stay in the sockets for the
+         * next run, with the new configuration (never one batch with the old one) */
+        if (__atomic_load_n(&ctl[CTL_STOP], __ATOMIC_ACQUIRE)) { reason = R_STOP; break; }
+        if (__atomic_load_n(&ctl[CTL_CHANGED], __ATOMIC_ACQUIRE)) { reason = R_CHANGED; break; }
         Py_ssize_t n = 0;
         int nports = 0;
         for (Py_ssize_t k = 0; k < np_ && n < batch; k++) {
@@ -796,6 +809,13 @@ PyObject *py_loop(PyObject *self, PyObject *args) {
         count(&L, S_CONTRIB, r.ncontrib);
         if (J->index >= 0 && J->index < n_contrib) add(c_contrib, (int)J->index, r.ncontrib);
         if (J->index >= 0 && J->index < n_results) add(c_results, (int)J->index, r.nresults);
+        if (J->index >= 0 && J->index < n_resent) add(c_resent, (int)J->index, r.nresent);
+        if (r.nstale) add(c_drops, DROP_STALE, r.nstale);
+        if (r.ndup) add(c_drops, DROP_DUPLICATE, r.ndup);
+        if (r.nresent) count(&L, S_RESENT, r.nresent);
+        if (r.nretx_up) count(&L, S_RETX_UP, r.nretx_up);
+        if (r.nrelease) count(&L, S_RELEASE, r.nrelease);
+        if (r.nparent) count(&L, S_PARENT, r.nparent);
         /* learn every sender's UDP port (all rows accepted) */
         uint32_t last_a = 0;
         int last_p = -1;

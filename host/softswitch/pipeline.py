@@ -22,10 +22,12 @@ Everything is done in the same order the P4 program does it, one module per cont
 :mod:`host.softswitch.controls` (mirroring ``p4/v1model/include/control/``); this module only
 applies them in ``main.p4``'s order. Differences are listed in ``docs/softswitch.md``.
 
-The common case — a batch of plain worker contributions (4-bit indices) of one job without a
-parent — runs in C when the extension ``_fastpath`` is built (``_fastpath.c``: the same checks,
-slot logic, accumulation and result frames, packet by packet); any other batch, or
-``NETCO_SOFTSWITCH_C=0``, takes the numpy/Python path below, which stays the reference.
+The common case — a batch of one job's worker contributions (4-bit indices), child switches'
+partials and the parent's results, with or without DEADLINE — runs in C when the extension
+``_fastpath`` is built (``_fastpath.c``: the same checks, slot logic, accumulation, drops and
+output frames, packet by packet); any other batch (norms, status requests, validation drops,
+routing), or ``NETCO_SOFTSWITCH_C=0``, takes the numpy/Python path below, which stays the
+reference.
 """
 
 from __future__ import annotations
@@ -131,11 +133,14 @@ class Pipeline(NativePath, ThcValidate, ThcLoad, ThcSlot, ThcAccumulate, ThcOutp
         self._tx = value - self._live("tx")
 
     def all_outcomes(self) -> dict[str, int]:
-        """:attr:`outcomes` with the contributions the C switch loop added."""
+        """:attr:`outcomes` with the ones the C switch loop added."""
         got = dict(self.outcomes)
-        c = self._live("contributions")
-        if c:
-            got["contribution"] = got.get("contribution", 0) + c
+        for name, live in (("contribution", "contributions"), ("resent", "resent"),
+                           ("retx_up", "retx_up"), ("release", "release"),
+                           ("parent_result", "parent_result")):
+            c = self._live(live)
+            if c:
+                got[name] = got.get(name, 0) + c
         return got
 
     def process(self, buf: np.ndarray, lens: np.ndarray, ports: np.ndarray, n: int,

@@ -380,7 +380,7 @@ class SoftSwitch:
                 (rxb.buf, rxb.names, self.lens, self.inports, self.stamps),
                 native_jobs(cfg), cfg.job_map, pl.native_state(cfg), _NATIVE_CONSTS,
                 (self.learned.addr, self.learned.port, self.learned.count),
-                (c.contributions, c.results),
+                (c.contributions, c.results, c.resent, c.drops),
                 (self.batch, max(1, int(timeout * 1000)), int(self.send_thread),
                  self.udp_template, GSO_SEGMENTS, GRO_MSGS, gso_off))
         finally:

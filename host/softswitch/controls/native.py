@@ -1,7 +1,8 @@
-"""The software target's common case in C (``host/softswitch/_fastpath.c``): a batch of plain
-worker contributions of one job without a parent, checked, added and emitted packet by packet
-as the numpy path does. The extension includes the generated ``host/protocol/netco_layout.h``;
-one built against another header is refused (:func:`_native_enabled`)."""
+"""The software target's common case in C (``host/softswitch/_fastpath.c``): a batch of one
+job's contributions, partials of child switches and results of its parent (with or without
+DEADLINE), checked, added, released and emitted packet by packet as the numpy path does. The
+extension includes the generated ``host/protocol/netco_layout.h``; one built against another
+header is refused (:func:`_native_enabled`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from host.protocol import generated_dataplane as dp
 from host.protocol import layout as lay
 from host.softswitch.config import Compiled
 from host.softswitch.controls import thc_members
-from host.softswitch.controls.common import NO_PORTS, OFF_JOB, RESULT_TTL, ROW, T
+from host.softswitch.controls.common import NO_PORTS, OFF_JOB, RESULT_TTL, ROW, R, T
 
 try:
     from host.softswitch import _fastpath
@@ -73,8 +74,10 @@ def native_job(cfg: Compiled, jn: int) -> tuple | None:
         params = tuple(int(job[p][jn]) for p in ("slot_base", "num_slots", "expected",
                                                  "has_parent", "lane_bits", "self_addr",
                                                  "index", "token"))
+        # a job's place in a tree: where its partials go, its id as a child
+        tree = tuple(int(job[p][jn]) for p in ("parent_port", "parent_addr", "self_id"))
         per_job = nat[jn] = (int(cfg.job_id[jn]), jn, params, np.ascontiguousarray(cfg.lut[jn]),
-                             gports, hit, mac, addr)
+                             gports, hit, mac, addr, tree)
     return per_job
 
 
@@ -116,7 +119,7 @@ class NativePath:
                                 _NATIVE_CONSTS, (out.buf, out.lens, out.ports), acc)
         if res is None:
             return False
-        nout, ncontrib, nresults, nacc = res
+        nout, ncontrib, nresults, nacc, nresent, nretx_up, nrelease, nparent, nstale, ndup = res
         self.accepted = acc[:nacc].copy()
         index = job[2][6]
         c = self.counters
@@ -124,7 +127,14 @@ class NativePath:
             c.contributions[index] += ncontrib
         if 0 <= index < c.results.size:
             c.results[index] += nresults
-        self.outcomes["contribution"] += ncontrib
+        if 0 <= index < c.resent.size:
+            c.resent[index] += nresent
+        c.drops[R.STALE] += nstale
+        c.drops[R.DUPLICATE] += ndup
+        for name, k in (("contribution", ncontrib), ("resent", nresent), ("retx_up", nretx_up),
+                        ("release", nrelease), ("parent_result", nparent)):
+            if k:
+                self.outcomes[name] += k
         out.n = nout
         self.tx += nout
         out.order = np.argsort(out.ports[:nout], kind="stable")

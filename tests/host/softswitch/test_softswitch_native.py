@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from host.protocol import layout as lay
 from host.protocol.framing import PAYLOAD_OFFSET
-from host.protocol.layout import Flag
+from host.protocol.layout import Flag, MsgType
 from host.softswitch import pipeline as pl_mod
 from host.softswitch.frames import ipv4_checksum
 from host.softswitch.pipeline import ROW
@@ -107,24 +108,131 @@ def test_a_plain_batch_is_handled_in_c():
                               (sum(t[i] for i in idx)) & 0xFF)
 
 
-def test_a_duplicate_mid_batch_rolls_back_and_falls_back():
-    """Frames 0..3 change two copies in C, frame 4 is a counted contributor again: the batch
-    goes to the Python path from the state before it (one DUPLICATE drop, no double count)."""
+def test_a_duplicate_mid_batch_is_dropped_and_counted_in_c():
+    """Frames 0..3 change two copies in C, frame 4 is a counted contributor again: the C path
+    drops it as the reference does (one DUPLICATE drop, no double count), the rest goes on."""
     frames = [data(W[0], 30, 0, 1, np.full(C, 3)), data(W[1], 30, 0, 1, np.full(C, 4)),
               data(W[0], 30, 1, 1, np.full(C, 5)), data(W[1], 30, 1, 1, np.full(C, 6)),
               data(W[0], 30, 0, 1, np.full(C, 3)), data(W[2], 30, 0, 1, np.full(C, 7))]
     got, state, nat = _run(frames, native=True, batch=True)
     want, ref, _ = _run(frames, native=False, batch=False)
-    assert nat == 0
+    assert nat == 1
     assert sorted(got) == sorted(want) and state == ref
-    assert sum(ref[2].values()) == 1
+    assert ref[2] == {int(lay.DropReason.DUPLICATE): 1}
 
 
-def test_a_job_with_a_parent_falls_back():
+def test_a_peek_mid_batch_falls_back_with_nothing_changed():
+    """A status request is not the C path's case: the whole batch goes to the Python path."""
+    frames = [data(W[0], 30, 0, 1, np.full(C, 3)), data(W[1], 30, 0, 1, np.full(C, 4)),
+              data(W[0], 30, 0, 1, np.full(C, 3), flags=int(Flag.RETX | Flag.PEEK)),
+              data(W[2], 30, 0, 1, np.full(C, 7))]
+    got, state, nat = _run(frames, native=True, batch=True)
+    want, ref, _ = _run(frames, native=False, batch=False)
+    assert nat == 0
+    assert sorted(got) == sorted(want) and state == ref and ref[6]["peek"] == 1
+
+
+def test_a_job_with_a_parent_runs_in_c():
+    """A leaf's completion: the partial goes up to the parent from the C path (issue 17)."""
     frames = [data(W[r], 30, 0, 0, np.full(C, r + 1)) for r in range(3)]
     got, state, nat = _run(frames, native=True, batch=True, parent=True)
     want, ref, _ = _run(frames, native=False, batch=False, parent=True)
-    assert nat == 0 and sorted(got) == sorted(want) and state == ref and len(got) == 1
+    assert nat == 1 and got == want and state == ref and len(got) == 1
+    port, f = got[0]
+    assert port == 7 and f[43] == int(MsgType.PARTIAL) and f[66] == 3
+
+
+# -- the tree and DEADLINE (issue 17): a leaf with a parent, a child switch among the
+# contributors, results from the parent, releases -------------------------------------------
+CHILD = Peer(3, 5, "10.0.0.5", "02:00:00:00:00:05", is_switch=True)
+PARENT = Peer(0, 7, "10.9.9.9", "02:00:00:00:00:99")
+
+
+def _tree_bench(lane_bits: int, parent: bool) -> Bench:
+    x = Bench(pool_slots=8)
+    kw = {"parent": (PARENT.port, PARENT.ip), "self_id": 2} if parent else {}
+    x.job(30, [W[0], W[1], CHILD], num_slots=2, lane_bits=lane_bits, members=W[:2], **kw)
+    return x
+
+
+def _tree_frames(spec, lane_bits: int):
+    out = []
+    for who, slot, rnd, flags, fill in spec:
+        if who == "child":       # a child switch's partial: its lanes, count and bitmap
+            out.append(data(CHILD, 30, slot, rnd, np.full(C, fill * 3), flags=flags,
+                            msg_type=MsgType.PARTIAL, lane_bits=lane_bits, count=2,
+                            bitmap=0b1100))
+        elif who == "parent":    # the parent's result
+            out.append(data(PARENT, 30, slot, rnd, np.full(C, fill * 5), flags=flags,
+                            msg_type=MsgType.RESULT, lane_bits=lane_bits, rank=lay.RANK_ALL,
+                            count=4, bitmap=0b1111))
+        else:
+            out.append(data(INTRUDER if who == 3 else W[who], 30, slot, rnd, np.full(C, fill),
+                            flags=flags))
+    return out
+
+
+def _run_tree(frames, native: bool, batch: bool, lane_bits: int, parent: bool) -> tuple:
+    x = _tree_bench(lane_bits, parent)
+    p = x.sw.pipeline
+    p.native = native
+    p.fast = native
+    groups = [frames] if batch else [[f] for f in frames]
+    out = [o for g in groups for o in x.sw.process_frames(g)]
+    assert all(ipv4_checksum(f[14:34]) == 0 for _, f in out)
+    return out, _state(x), p.native_batches
+
+
+_tree_packet = st.tuples(
+    st.sampled_from([0, 1, "child", "child", "parent", "parent", 0, 1, 3]),
+    st.integers(0, 1),                                   # slot
+    st.sampled_from([0, 0, 1, 2, 0xFFFFFFFF]),           # round (incl. wrap)
+    st.sampled_from([0, 0, 0, int(Flag.RETX), int(Flag.DEADLINE),
+                     int(Flag.RETX | Flag.DEADLINE), int(Flag.PEEK)]),
+    st.integers(0, 15),                                  # fill
+)
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(_tree_packet, min_size=1, max_size=30), st.sampled_from([8, 16, 32]),
+       st.booleans())
+def test_tree_and_deadline_batches_match_the_reference(spec, lane_bits, parent):
+    """Partials up, partials in, parent results, DEADLINE releases, answers, re-sent partials,
+    STALE and DUPLICATE drops: the C path gives the reference's frames, state and counters,
+    and takes every batch of its case."""
+    frames = _tree_frames(spec, lane_bits)
+    want, ref, _ = _run_tree(frames, False, False, lane_bits, parent)
+    got, state, nat = _run_tree(frames, True, True, lane_bits, parent)
+    assert sorted(got) == sorted(want)
+    assert state == ref
+    c_case = all(w != 3 and not f & Flag.PEEK and (parent or w != "parent")
+                 for w, _s, _r, f, _x in spec)
+    assert nat == int(c_case)
+
+
+def test_a_dead_rank_round_stays_in_c():
+    """The partial policy with a dead rank (W[1]): contributions, one DEADLINE release, a late
+    DEADLINE answered with the stored result -- one C batch each, counted as the reference."""
+    batches = [[data(W[0], 30, 0, 4, np.full(C, 2)), data(CHILD, 30, 0, 4, np.full(C, 9),
+                                                          msg_type=MsgType.PARTIAL, lane_bits=16,
+                                                          count=2, bitmap=0b1100)],
+               [data(W[0], 30, 0, 4, np.full(C, 2), flags=int(Flag.RETX | Flag.DEADLINE))],
+               [data(CHILD, 30, 0, 4, np.full(C, 9), flags=int(Flag.RETX | Flag.DEADLINE),
+                     msg_type=MsgType.PARTIAL, lane_bits=16, count=2, bitmap=0b1100)]]
+
+    def run(native: bool):
+        x = _tree_bench(16, parent=False)
+        p = x.sw.pipeline
+        p.native = native
+        out = [x.sw.process_frames(b) for b in batches]
+        return out, _state(x), p.native_batches
+
+    got, state, nat = run(True)
+    want, ref, _ = run(False)
+    assert nat == 3 and got == want and state == ref
+    assert [len(o) for o in got] == [0, 2, 1]          # multicast to W0, W1; one answer
+    assert state[6] == {"contribution": 2, "release": 1, "resent": 1}
+    assert state[4][0] == 1 and state[5][0] == 1        # results (one release), resent
 
 
 def test_arrival_order_from_several_ports_is_kept():
@@ -192,9 +300,9 @@ def test_process_writes_the_accepted_rows():
     res = pl_mod._fastpath.process(buf, lens, ports, n, None, job, p.native_state(cfg),
                                    _NATIVE_CONSTS, (out.buf, out.lens, out.ports), acc)
     assert res is not None and res[3] == n and acc.tolist() == [0, 1, 2]
-    # a stale round (behind the copy's) is not taken: nothing accepted, nothing written
+    # a status request (PEEK) is not taken: nothing accepted, nothing written
     acc[:] = -1
-    stale = data(W[0], 30, 1, 1, np.full(C, 0))[1]
+    stale = data(W[0], 30, 1, 1, np.full(C, 0), flags=int(Flag.PEEK))[1]
     buf[0, : len(stale)] = np.frombuffer(stale, dtype=np.uint8)
     res = pl_mod._fastpath.process(buf, lens, ports, 1, None, job, p.native_state(cfg),
                                    _NATIVE_CONSTS, (out.buf, out.lens, out.ports), acc)
