@@ -305,7 +305,7 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
                 z.nresent++;
                 continue;
             } else if (st == ST_SENT_UP) {
-                e = emit(K, J, f, ports[j], s, OUT_UP, cnt, wb, FLAG_RETX | (fl & FLAG_DEADLINE),
+                e = emit(K, J, f, ports[j], s, OUT_UP, cnt, wb, FLAG_RETX | (fl & (FLAG_DEADLINE | FLAG_START)),
                          out, z.nout);
                 if (e < 0) goto rollback;
                 z.nout += e;
@@ -358,7 +358,8 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
         if (release) {
             if (has_parent) {
                 st = ST_SENT_UP;
-                e = emit(K, J, f, ports[j], s, OUT_UP, cnt, wb, fl & FLAG_DEADLINE, out, z.nout);
+                e = emit(K, J, f, ports[j], s, OUT_UP, cnt, wb, fl & (FLAG_DEADLINE | FLAG_START),
+                         out, z.nout);
             } else {
                 st = ST_FINAL;
                 e = emit(K, J, f, ports[j], s, OUT_MULTICAST, cnt, wb, 0, out, z.nout);
