@@ -12,6 +12,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -31,32 +32,137 @@ static inline uint64_t hash_pos(uint64_t key, uint64_t pos) {
     return z ^ (z >> 31);
 }
 
-/* sb[j] = ±1.0f for padded positions pos0 .. pos0+n-1: one hash per 64 positions. */
-static void fill_signs(float *restrict sb, uint64_t key, uint64_t pos0, Py_ssize_t n) {
+/* A float written through its bits (the signs) without breaking strict aliasing. */
+typedef union {
+    float f;
+    uint32_t u;
+} fbits;
+
+#define ONE_BITS 0x3F800000u /* 1.0f; with bit 31 set, -1.0f */
+
+/* sb[j] = ±1.0f for padded positions pos0 .. pos0+n-1: one hash per 64 positions, bit t of
+ * the hash of pos >> 6 being the sign of pos = 64*(pos >> 6) + t. Branch-free: the bits are
+ * random, so a branch per bit would mispredict half the time. */
+static void fill_signs(fbits *restrict sb, uint64_t key, uint64_t pos0, Py_ssize_t n) {
     Py_ssize_t j = 0;
     while (j < n) {
         uint64_t pos = pos0 + (uint64_t)j;
         uint64_t w = hash_pos(key, pos >> 6);
-        Py_ssize_t run = 64 - (Py_ssize_t)(pos & 63);
+        unsigned s = (unsigned)(pos & 63);
+        Py_ssize_t run = 64 - (Py_ssize_t)s;
         if (run > n - j) run = n - j;
-        w >>= (pos & 63);
-        for (Py_ssize_t t = 0; t < run; t++, w >>= 1) sb[j + t] = (w & 1) ? -1.0f : 1.0f;
+        if (run == 64) {
+            uint32_t lo = (uint32_t)w, hi = (uint32_t)(w >> 32);
+            for (unsigned t = 0; t < 32; t++) sb[j + t].u = ONE_BITS | ((lo >> t) & 1u) << 31;
+            for (unsigned t = 0; t < 32; t++) sb[j + 32 + t].u = ONE_BITS | ((hi >> t) & 1u) << 31;
+        } else {
+            w >>= s;
+            for (Py_ssize_t t = 0; t < run; t++, w >>= 1)
+                sb[j + t].u = ONE_BITS | (uint32_t)(w & 1) << 31;
+        }
         j += run;
     }
 }
 
-static void fwht(float *restrict x, Py_ssize_t n) {
-    for (Py_ssize_t h = 1; h < n; h <<= 1) {
-        for (Py_ssize_t i = 0; i < n; i += 2 * h) {
-            float *restrict a = x + i;
-            float *restrict b = x + i + h;
-            for (Py_ssize_t j = 0; j < h; j++) {
-                float u = a[j], v = b[j];
-                a[j] = u + v;
-                b[j] = u - v;
-            }
+/* ------------------------------------------------------------------------------------------
+ * In-place Walsh-Hadamard transform, bit-identical to the reference's stage order: stage h
+ * (h = 1, 2, 4, ... n/2) replaces (x[i], x[i+h]) by (x[i] + x[i+h], x[i] - x[i+h]). Only the
+ * order of butterflies *within* a stage changes here, never the stages' order or an operation,
+ * so every element sees the same float32 operations on the same operands:
+ *   - stages 1, 2, 4, 8 on 16 elements held in two 8-float vectors (shuffles, no loop);
+ *   - then two stages (h, 2h) per pass over memory (radix 4), the last one alone if odd;
+ *   - transforms longer than FWHT_L1 first run every stage below FWHT_L1 block by block
+ *     (stages below L touch only their own L-block), so that they run in cache.
+ * ------------------------------------------------------------------------------------------ */
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+#if defined(__clang__)
+#define SHUF1(a, ...) __builtin_shufflevector((a), (a), __VA_ARGS__)
+#define SHUF2(a, b, ...) __builtin_shufflevector((a), (b), __VA_ARGS__)
+#else
+#define SHUF1(a, ...) __builtin_shuffle((a), (v8i){__VA_ARGS__})
+#define SHUF2(a, b, ...) __builtin_shuffle((a), (b), (v8i){__VA_ARGS__})
+#endif
+
+#define FWHT_L1 4096 /* floats: 16 KiB, in L1 */
+
+static inline v8f v8_load(const float *p) {
+    v8f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void v8_store(float *p, v8f v) { memcpy(p, &v, sizeof v); }
+
+/* Stages 1, 2, 4 within one vector: (sum at the lower, difference at the upper position). */
+static inline v8f v8_stages124(v8f v) {
+    v8f s = SHUF1(v, 1, 0, 3, 2, 5, 4, 7, 6);
+    v = SHUF2(v + s, s - v, 0, 9, 2, 11, 4, 13, 6, 15);
+    s = SHUF1(v, 2, 3, 0, 1, 6, 7, 4, 5);
+    v = SHUF2(v + s, s - v, 0, 1, 10, 11, 4, 5, 14, 15);
+    s = SHUF1(v, 4, 5, 6, 7, 0, 1, 2, 3);
+    return SHUF2(v + s, s - v, 0, 1, 2, 3, 12, 13, 14, 15);
+}
+
+/* Stages 1 .. 8 of every 16-element group (n a multiple of 16). */
+static void fwht_radix16(float *restrict x, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i += 16) {
+        v8f a = v8_stages124(v8_load(x + i));
+        v8f b = v8_stages124(v8_load(x + i + 8));
+        v8_store(x + i, a + b);
+        v8_store(x + i + 8, a - b);
+    }
+}
+
+/* Stages h and 2h in one pass. */
+static void fwht_radix4(float *restrict x, Py_ssize_t n, Py_ssize_t h) {
+    for (Py_ssize_t i = 0; i < n; i += 4 * h) {
+        float *restrict a = x + i;
+        float *restrict b = a + h;
+        float *restrict c = b + h;
+        float *restrict d = c + h;
+        for (Py_ssize_t j = 0; j < h; j++) {
+            float A = a[j], B = b[j], C = c[j], D = d[j];
+            float a1 = A + B, b1 = A - B, c1 = C + D, d1 = C - D;
+            a[j] = a1 + c1;
+            c[j] = a1 - c1;
+            b[j] = b1 + d1;
+            d[j] = b1 - d1;
         }
     }
+}
+
+/* Stage h alone. */
+static void fwht_radix2(float *restrict x, Py_ssize_t n, Py_ssize_t h) {
+    for (Py_ssize_t i = 0; i < n; i += 2 * h) {
+        float *restrict a = x + i;
+        float *restrict b = a + h;
+        for (Py_ssize_t j = 0; j < h; j++) {
+            float u = a[j], v = b[j];
+            a[j] = u + v;
+            b[j] = u - v;
+        }
+    }
+}
+
+/* Stages h0, 2*h0, ... n/2 of a transform of length n (h0 a power of two). */
+static void fwht_from(float *restrict x, Py_ssize_t n, Py_ssize_t h) {
+    for (; 4 * h <= n; h *= 4) fwht_radix4(x, n, h);
+    if (h < n) fwht_radix2(x, n, h);
+}
+
+static void fwht(float *restrict x, Py_ssize_t n) {
+    if (n < 16) {
+        fwht_from(x, n, 1);
+        return;
+    }
+    if (n > FWHT_L1) {
+        for (Py_ssize_t i = 0; i < n; i += FWHT_L1) fwht(x + i, FWHT_L1);
+        fwht_from(x, n, FWHT_L1);
+        return;
+    }
+    fwht_radix16(x, n);
+    fwht_from(x, n, 16);
 }
 
 static int get_buf(PyObject *obj, Py_buffer *view, int writable, const char *name) {
@@ -120,17 +226,21 @@ static PyObject *py_encode(PyObject *self, PyObject *args) {
      * An overflowed coordinate is encoded as 0 so that no index leaves the tables. */
     Py_ssize_t bad_chunk = -1;
     Py_BEGIN_ALLOW_THREADS
-#pragma omp parallel num_threads(nthreads)
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
         size_t fb = ((size_t)B * 4 + 63) / 64 * 64;
         float *buf = (float *)aligned_alloc(64, fb);
         float *rbuf = have_res ? (float *)aligned_alloc(64, fb) : NULL;
-        float *sb = (float *)aligned_alloc(64, fb);
+        fbits *sb = (fbits *)aligned_alloc(64, fb);
+        int32_t *kb = (int32_t *)aligned_alloc(64, fb);
+        float *r1b = (float *)aligned_alloc(64, fb);
+        float *r2b = (float *)aligned_alloc(64, fb);
         uint8_t *qb = (uint8_t *)malloc((size_t)B);
-        if (!buf || (have_res && !rbuf) || !qb || !sb) {
+        if (!buf || (have_res && !rbuf) || !qb || !sb || !kb || !r1b || !r2b) {
 #pragma omp atomic write
             fail = 1;
         } else {
+            const float kmax = (float)(G - 2), lowT = -T;
 #pragma omp for schedule(static)
             for (Py_ssize_t bi = 0; bi < nblocks; bi++) {
                 Py_ssize_t p0 = bi * B;             /* padded position in the segment */
@@ -141,31 +251,52 @@ static PyObject *py_encode(PyObject *self, PyObject *args) {
                 if (valid > B) valid = B;
                 if (valid < 0) valid = 0;
                 float sc = scale[c], ca = a1[c], cb = b1[c];
-                fill_signs(sb, skey, (uint64_t)(offset + p0), B);
-                for (Py_ssize_t j = 0; j < valid; j++) buf[j] = x[xi + j] * sb[j];
-                for (Py_ssize_t j = valid; j < B; j++) buf[j] = 0.0f * sb[j];
+                uint64_t gp0 = (uint64_t)(offset + p0); /* global padded position of j = 0 */
+                fill_signs(sb, skey, gp0, B);
+                const float *restrict xs = x + xi;
+                for (Py_ssize_t j = 0; j < valid; j++) buf[j] = xs[j] * sb[j].f;
+                for (Py_ssize_t j = valid; j < B; j++) buf[j] = 0.0f * sb[j].f;
                 fwht(buf, B);
+                /* The two uniforms of each coordinate's stochastic rounding: the hash of
+                 * position p is mix((p + 1) * GOLDEN + rkey), as hash_pos; both values are
+                 * below 2^24, so the conversions through int32 are exact. */
+                for (Py_ssize_t j = 0; j < B; j++) {
+                    uint64_t h = (gp0 + (uint64_t)j + 1) * GOLDEN + rkey;
+                    h = (h ^ (h >> 30)) * MIX_C1;
+                    h = (h ^ (h >> 27)) * MIX_C2;
+                    h ^= h >> 31;
+                    r1b[j] = (float)(int32_t)(uint32_t)(h >> 40) * (1.0f / 16777216.0f);
+                    r2b[j] = (float)(int32_t)(uint32_t)((h >> 8) & 0xFFFFFF) * (1.0f / 16777216.0f);
+                }
+                /* Scale, clip and first rounding stage onto the fine grid. u >= 0 (z >= -T),
+                 * so floorf(u) is the truncation (float)(int32_t)u, which vectorizes. */
                 int overflow = 0;
                 for (Py_ssize_t j = 0; j < B; j++) {
                     float y = buf[j] * rs;
                     float z = y * sc;
-                    overflow |= !isfinite(y);
-                    if (isnan(z)) z = 0.0f;
-                    z = z < -T ? -T : (z > T ? T : z);
+                    overflow |= !(fabsf(y) <= FLT_MAX);
+                    z = z != z ? 0.0f : z;
+                    z = z < lowT ? lowT : (z > T ? T : z);
                     float u = (z + T) * inv_delta;
-                    float k0 = floorf(u);
-                    if (k0 < 0.0f) k0 = 0.0f;
-                    if (k0 > (float)(G - 2)) k0 = (float)(G - 2);
+                    float k0 = (float)(int32_t)u;
+                    k0 = k0 < 0.0f ? 0.0f : k0;
+                    k0 = k0 > kmax ? kmax : k0;
                     float frac = u - k0;
-                    uint64_t h = hash_pos(rkey, (uint64_t)(offset + p0 + j));
-                    float r1 = (float)(h >> 40) * (1.0f / 16777216.0f);
-                    float r2 = (float)((h >> 8) & 0xFFFFFF) * (1.0f / 16777216.0f);
-                    int kk = (int)k0 + (r1 < frac);
-                    int q = lo[kk] + (r2 < pup[kk]);
-                    qb[j] = (uint8_t)q;
-                    if (rbuf) rbuf[j] = y - (lev[q] * ca - cb);
+                    kb[j] = (int32_t)k0 + (r1b[j] < frac);
+                    buf[j] = y;
                 }
-                if (nibbles) {
+                /* Second stage of the rounding: a table lookup per coordinate. */
+                for (Py_ssize_t j = 0; j < B; j++) {
+                    int32_t kk = kb[j];
+                    qb[j] = (uint8_t)(lo[kk] + (r2b[j] < pup[kk]));
+                }
+                if (nibbles && !(gp0 & 1) && !(B & 1)) {
+                    uint8_t *restrict dst = pay + (gp0 / 2 - (uint64_t)base);
+                    const uint8_t *restrict qs = qb;
+                    size_t half = (size_t)B / 2;
+                    for (size_t k = 0; k < half; k++)
+                        dst[k] = (uint8_t)(qs[2 * k] << 4 | qs[2 * k + 1]);
+                } else if (nibbles) {
                     for (Py_ssize_t j = 0; j < B; j++) {
                         Py_ssize_t gp = offset + p0 + j;
                         uint8_t *dst = pay + (gp / 2 - base);
@@ -176,10 +307,13 @@ static PyObject *py_encode(PyObject *self, PyObject *args) {
                     memcpy(pay + (offset + p0 - base), qb, (size_t)B);
                 }
                 if (rbuf) {
+                    for (Py_ssize_t j = 0; j < B; j++) rbuf[j] = buf[j] - (lev[qb[j]] * ca - cb);
                     fwht(rbuf, B);
+                    float *restrict rs_out = res + xi;
                     for (Py_ssize_t j = 0; j < valid; j++) {
-                        res[xi + j] = rbuf[j] * rs * sb[j];
-                        overflow |= !isfinite(res[xi + j]);
+                        float v = rbuf[j] * rs * sb[j].f;
+                        rs_out[j] = v;
+                        overflow |= !(fabsf(v) <= FLT_MAX);
                     }
                 }
                 if (overflow) {
@@ -192,6 +326,9 @@ static PyObject *py_encode(PyObject *self, PyObject *args) {
         free(rbuf);
         free(qb);
         free(sb);
+        free(kb);
+        free(r1b);
+        free(r2b);
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&bx); PyBuffer_Release(&bpay);
@@ -202,12 +339,20 @@ static PyObject *py_encode(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(bad_chunk);
 }
 
-/* buf[j] = float(S[p0 + j]), j < B, for each lane type (kept apart so each loop vectorizes). */
-static void load_sums(float *restrict buf, const void *s, char kind, Py_ssize_t p0, Py_ssize_t B) {
-#define LOAD(T)                                                               \
-    do {                                                                      \
-        const T *restrict src = (const T *)s + p0;                            \
-        for (Py_ssize_t j = 0; j < B; j++) buf[j] = (float)src[j];            \
+/* buf[j] = float(S[p0 + j]) * a - cb, j < B, for each lane type (kept apart so each loop
+ * vectorizes); a = ca / m, or ca / count[p0 + j] with per-coordinate counts. */
+static void load_sums(float *restrict buf, const void *s, char kind, Py_ssize_t p0, Py_ssize_t B,
+                      const int32_t *cnt, float ca, float a, float cb) {
+#define LOAD(T)                                                                       \
+    do {                                                                              \
+        const T *restrict src = (const T *)s + p0;                                    \
+        if (cnt) {                                                                    \
+            const int32_t *restrict cn = cnt + p0;                                    \
+            for (Py_ssize_t j = 0; j < B; j++)                                        \
+                buf[j] = (float)src[j] * (ca / (float)cn[j]) - cb;                    \
+        } else {                                                                      \
+            for (Py_ssize_t j = 0; j < B; j++) buf[j] = (float)src[j] * a - cb;       \
+        }                                                                             \
     } while (0)
     switch (kind) {
     case 'B': LOAD(uint8_t); break;
@@ -265,11 +410,11 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
     Py_ssize_t nblocks = count * padded / B;
     int fail = 0;
     Py_BEGIN_ALLOW_THREADS
-#pragma omp parallel num_threads(nthreads)
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
         size_t fb = ((size_t)B * 4 + 63) / 64 * 64;
         float *buf = (float *)aligned_alloc(64, fb);
-        float *sb = (float *)aligned_alloc(64, fb);
+        fbits *sb = (fbits *)aligned_alloc(64, fb);
         if (!buf || !sb) {
 #pragma omp atomic write
             fail = 1;
@@ -284,17 +429,11 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
                 if (valid > B) valid = B;
                 if (valid < 0) valid = 0;
                 float ca = a1[c], cb = b1[c];
-                load_sums(buf, s, kind, p0, B);
-                if (cnt) {
-                    for (Py_ssize_t j = 0; j < B; j++)
-                        buf[j] = buf[j] * (ca / (float)cnt[p0 + j]) - cb;
-                } else {
-                    float a = ca / (float)m;
-                    for (Py_ssize_t j = 0; j < B; j++) buf[j] = buf[j] * a - cb;
-                }
+                load_sums(buf, s, kind, p0, B, cnt, ca, ca / (float)m, cb);
                 fwht(buf, B);
                 fill_signs(sb, skey, (uint64_t)(offset + p0), B);
-                for (Py_ssize_t j = 0; j < valid; j++) out[xi + j] = buf[j] * rs * sb[j];
+                float *restrict o = out + xi;
+                for (Py_ssize_t j = 0; j < valid; j++) o[j] = buf[j] * rs * sb[j].f;
             }
         }
         free(buf);
