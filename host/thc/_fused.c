@@ -17,6 +17,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -74,43 +77,66 @@ static void fill_signs(fbits *restrict sb, uint64_t key, uint64_t pos0, Py_ssize
  *   - transforms longer than FWHT_L1 first run every stage below FWHT_L1 block by block
  *     (stages below L touch only their own L-block), so that they run in cache.
  * ------------------------------------------------------------------------------------------ */
-typedef float v8f __attribute__((vector_size(32)));
-typedef int32_t v8i __attribute__((vector_size(32)));
+#if defined(__AVX__)
+#define FWHT_VEC 8 /* floats per vector register */
+#else
+#define FWHT_VEC 4
+#endif
+typedef float vf __attribute__((vector_size(FWHT_VEC * 4)));
+typedef int32_t vi __attribute__((vector_size(FWHT_VEC * 4)));
 #if defined(__clang__)
 #define SHUF1(a, ...) __builtin_shufflevector((a), (a), __VA_ARGS__)
 #define SHUF2(a, b, ...) __builtin_shufflevector((a), (b), __VA_ARGS__)
 #else
-#define SHUF1(a, ...) __builtin_shuffle((a), (v8i){__VA_ARGS__})
-#define SHUF2(a, b, ...) __builtin_shuffle((a), (b), (v8i){__VA_ARGS__})
+#define SHUF1(a, ...) __builtin_shuffle((a), (vi){__VA_ARGS__})
+#define SHUF2(a, b, ...) __builtin_shuffle((a), (b), (vi){__VA_ARGS__})
 #endif
 
 #define FWHT_L1 4096 /* floats: 16 KiB, in L1 */
 
-static inline v8f v8_load(const float *p) {
-    v8f v;
+static inline vf vf_load(const float *p) {
+    vf v;
     memcpy(&v, p, sizeof v);
     return v;
 }
 
-static inline void v8_store(float *p, v8f v) { memcpy(p, &v, sizeof v); }
+static inline void vf_store(float *p, vf v) { memcpy(p, &v, sizeof v); }
 
-/* Stages 1, 2, 4 within one vector: (sum at the lower, difference at the upper position). */
-static inline v8f v8_stages124(v8f v) {
-    v8f s = SHUF1(v, 1, 0, 3, 2, 5, 4, 7, 6);
+/* Stages 1, 2 (and 4 with 8-float vectors) within one vector: the sum goes to the lower
+ * position of each pair, the difference (lower - upper) to the upper one. */
+static inline vf vf_stages(vf v) {
+#if FWHT_VEC == 8
+    vf s = SHUF1(v, 1, 0, 3, 2, 5, 4, 7, 6);
     v = SHUF2(v + s, s - v, 0, 9, 2, 11, 4, 13, 6, 15);
     s = SHUF1(v, 2, 3, 0, 1, 6, 7, 4, 5);
     v = SHUF2(v + s, s - v, 0, 1, 10, 11, 4, 5, 14, 15);
     s = SHUF1(v, 4, 5, 6, 7, 0, 1, 2, 3);
     return SHUF2(v + s, s - v, 0, 1, 2, 3, 12, 13, 14, 15);
+#else
+    vf s = SHUF1(v, 1, 0, 3, 2);
+    v = SHUF2(v + s, s - v, 0, 5, 2, 7);
+    s = SHUF1(v, 2, 3, 0, 1);
+    return SHUF2(v + s, s - v, 0, 1, 6, 7);
+#endif
 }
 
-/* Stages 1 .. 8 of every 16-element group (n a multiple of 16). */
+/* Stages 1 .. 8 of every 16-element group (n a multiple of 16), in registers. */
 static void fwht_radix16(float *restrict x, Py_ssize_t n) {
     for (Py_ssize_t i = 0; i < n; i += 16) {
-        v8f a = v8_stages124(v8_load(x + i));
-        v8f b = v8_stages124(v8_load(x + i + 8));
-        v8_store(x + i, a + b);
-        v8_store(x + i + 8, a - b);
+#if FWHT_VEC == 8
+        vf a = vf_stages(vf_load(x + i));
+        vf b = vf_stages(vf_load(x + i + 8));
+        vf_store(x + i, a + b);
+        vf_store(x + i + 8, a - b);
+#else
+        vf a = vf_stages(vf_load(x + i)), b = vf_stages(vf_load(x + i + 4));
+        vf c = vf_stages(vf_load(x + i + 8)), d = vf_stages(vf_load(x + i + 12));
+        vf a1 = a + b, b1 = a - b, c1 = c + d, d1 = c - d; /* stage 4 */
+        vf_store(x + i, a1 + c1);                          /* stage 8 */
+        vf_store(x + i + 4, b1 + d1);
+        vf_store(x + i + 8, a1 - c1);
+        vf_store(x + i + 12, b1 - d1);
+#endif
     }
 }
 
@@ -163,6 +189,43 @@ static void fwht(float *restrict x, Py_ssize_t n) {
     }
     fwht_radix16(x, n);
     fwht_from(x, n, 16);
+}
+
+/* Second rounding stage, q = lo[k] + (r2 < p_up[k]): two table loads per coordinate, with the
+ * gather instructions where the build targets them. The scalar loop is kept scalar: without
+ * gathers the vectorizer emulates them element by element, which costs more than it saves. */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("no-tree-vectorize")))
+#endif
+static void round_lookup(uint8_t *restrict qb, const int32_t *restrict kb,
+                         const float *restrict r2b, const int32_t *restrict lo,
+                         const float *restrict pup, Py_ssize_t n) {
+    Py_ssize_t j = 0;
+#if defined(__AVX512F__)
+    for (; j + 16 <= n; j += 16) {
+        __m512i k = _mm512_loadu_si512((const void *)(kb + j));
+        __m512i l = _mm512_i32gather_epi32(k, (const void *)lo, 4);
+        __m512 p = _mm512_i32gather_ps(k, (const void *)pup, 4);
+        __mmask16 up = _mm512_cmp_ps_mask(_mm512_loadu_ps(r2b + j), p, _CMP_LT_OQ);
+        l = _mm512_mask_add_epi32(l, up, l, _mm512_set1_epi32(1));
+        _mm_storeu_si128((__m128i *)(qb + j), _mm512_cvtepi32_epi8(l));
+    }
+#elif defined(__AVX2__)
+    for (; j + 8 <= n; j += 8) {
+        __m256i k = _mm256_loadu_si256((const __m256i *)(kb + j));
+        __m256i l = _mm256_i32gather_epi32(lo, k, 4);
+        __m256 p = _mm256_i32gather_ps(pup, k, 4);
+        /* r2 < p: all ones (-1) where true, so l - mask adds one there. */
+        __m256i up = _mm256_castps_si256(_mm256_cmp_ps(_mm256_loadu_ps(r2b + j), p, _CMP_LT_OQ));
+        int32_t q[8];
+        _mm256_storeu_si256((__m256i *)q, _mm256_sub_epi32(l, up));
+        for (int t = 0; t < 8; t++) qb[j + t] = (uint8_t)q[t];
+    }
+#endif
+    for (; j < n; j++) {
+        int32_t kk = kb[j];
+        qb[j] = (uint8_t)(lo[kk] + (r2b[j] < pup[kk]));
+    }
 }
 
 static int get_buf(PyObject *obj, Py_buffer *view, int writable, const char *name) {
@@ -286,10 +349,7 @@ static PyObject *py_encode(PyObject *self, PyObject *args) {
                     buf[j] = y;
                 }
                 /* Second stage of the rounding: a table lookup per coordinate. */
-                for (Py_ssize_t j = 0; j < B; j++) {
-                    int32_t kk = kb[j];
-                    qb[j] = (uint8_t)(lo[kk] + (r2b[j] < pup[kk]));
-                }
+                round_lookup(qb, kb, r2b, lo, pup, B);
                 if (nibbles && !(gp0 & 1) && !(B & 1)) {
                     uint8_t *restrict dst = pay + (gp0 / 2 - (uint64_t)base);
                     const uint8_t *restrict qs = qb;
