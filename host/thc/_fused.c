@@ -317,6 +317,10 @@ static PyObject *py_encode(PyObject *self, PyObject *args) {
                 uint64_t gp0 = (uint64_t)(offset + p0); /* global padded position of j = 0 */
                 fill_signs(sb, skey, gp0, B);
                 const float *restrict xs = x + xi;
+                if (valid == B && bi + 1 < nblocks) { /* the next block's input, into L1 */
+                    const char *nx = (const char *)(xs + B);
+                    for (Py_ssize_t o = 0; o < B * 4; o += 64) __builtin_prefetch(nx + o, 0, 3);
+                }
                 for (Py_ssize_t j = 0; j < valid; j++) buf[j] = xs[j] * sb[j].f;
                 for (Py_ssize_t j = valid; j < B; j++) buf[j] = 0.0f * sb[j].f;
                 fwht(buf, B);
@@ -489,6 +493,10 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
                 if (valid > B) valid = B;
                 if (valid < 0) valid = 0;
                 float ca = a1[c], cb = b1[c];
+                if (bi + 1 < nblocks) { /* the next block's sums, into L1 */
+                    const char *ns = (const char *)s + (size_t)(p0 + B) * (size_t)bs.itemsize;
+                    for (Py_ssize_t o = 0; o < B * bs.itemsize; o += 64) __builtin_prefetch(ns + o, 0, 3);
+                }
                 load_sums(buf, s, kind, p0, B, cnt, ca, ca / (float)m, cb);
                 fwht(buf, B);
                 fill_signs(sb, skey, (uint64_t)(offset + p0), B);
