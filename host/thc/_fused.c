@@ -72,18 +72,21 @@ static void fill_signs(fbits *restrict sb, uint64_t key, uint64_t pos0, Py_ssize
  * (h = 1, 2, 4, ... n/2) replaces (x[i], x[i+h]) by (x[i] + x[i+h], x[i] - x[i+h]). Only the
  * order of butterflies *within* a stage changes here, never the stages' order or an operation,
  * so every element sees the same float32 operations on the same operands:
- *   - stages 1, 2, 4, 8 on 16 elements held in two 8-float vectors (shuffles, no loop);
- *   - then two stages (h, 2h) per pass over memory (radix 4), the last one alone if odd;
+ *   - stages 1, 2, 4, 8 on each 16 elements in registers (shuffles and blends, no loop);
+ *   - then three stages (h, 2h, 4h) per pass over the block (radix 8), then two, then one;
  *   - transforms longer than FWHT_L1 first run every stage below FWHT_L1 block by block
  *     (stages below L touch only their own L-block), so that they run in cache.
+ * Vectors are GCC/clang vector extensions of VW floats: 16 with AVX-512, 8 with AVX, else 4.
  * ------------------------------------------------------------------------------------------ */
-#if defined(__AVX__)
-#define FWHT_VEC 8 /* floats per vector register */
+#if defined(__AVX512F__)
+#define VW 16
+#elif defined(__AVX__)
+#define VW 8
 #else
-#define FWHT_VEC 4
+#define VW 4
 #endif
-typedef float vf __attribute__((vector_size(FWHT_VEC * 4)));
-typedef int32_t vi __attribute__((vector_size(FWHT_VEC * 4)));
+typedef float vf __attribute__((vector_size(VW * 4)));
+typedef int32_t vi __attribute__((vector_size(VW * 4)));
 #if defined(__clang__)
 #define SHUF1(a, ...) __builtin_shufflevector((a), (a), __VA_ARGS__)
 #define SHUF2(a, b, ...) __builtin_shufflevector((a), (b), __VA_ARGS__)
@@ -102,18 +105,28 @@ static inline vf vf_load(const float *p) {
 
 static inline void vf_store(float *p, vf v) { memcpy(p, &v, sizeof v); }
 
-/* Stages 1, 2 (and 4 with 8-float vectors) within one vector: the sum goes to the lower
- * position of each pair, the difference (lower - upper) to the upper one. */
+/* Stages 1, 2, 4, 8 (as far as the vector reaches) within one vector: the sum goes to the
+ * lower position of each pair, the difference (lower - upper) to the upper one. */
 static inline vf vf_stages(vf v) {
-#if FWHT_VEC == 8
-    vf s = SHUF1(v, 1, 0, 3, 2, 5, 4, 7, 6);
+    vf s;
+#if VW == 16
+    s = SHUF1(v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+    v = SHUF2(v + s, s - v, 0, 17, 2, 19, 4, 21, 6, 23, 8, 25, 10, 27, 12, 29, 14, 31);
+    s = SHUF1(v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+    v = SHUF2(v + s, s - v, 0, 1, 18, 19, 4, 5, 22, 23, 8, 9, 26, 27, 12, 13, 30, 31);
+    s = SHUF1(v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+    v = SHUF2(v + s, s - v, 0, 1, 2, 3, 20, 21, 22, 23, 8, 9, 10, 11, 28, 29, 30, 31);
+    s = SHUF1(v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+    return SHUF2(v + s, s - v, 0, 1, 2, 3, 4, 5, 6, 7, 24, 25, 26, 27, 28, 29, 30, 31);
+#elif VW == 8
+    s = SHUF1(v, 1, 0, 3, 2, 5, 4, 7, 6);
     v = SHUF2(v + s, s - v, 0, 9, 2, 11, 4, 13, 6, 15);
     s = SHUF1(v, 2, 3, 0, 1, 6, 7, 4, 5);
     v = SHUF2(v + s, s - v, 0, 1, 10, 11, 4, 5, 14, 15);
     s = SHUF1(v, 4, 5, 6, 7, 0, 1, 2, 3);
     return SHUF2(v + s, s - v, 0, 1, 2, 3, 12, 13, 14, 15);
 #else
-    vf s = SHUF1(v, 1, 0, 3, 2);
+    s = SHUF1(v, 1, 0, 3, 2);
     v = SHUF2(v + s, s - v, 0, 5, 2, 7);
     s = SHUF1(v, 2, 3, 0, 1);
     return SHUF2(v + s, s - v, 0, 1, 6, 7);
@@ -123,7 +136,9 @@ static inline vf vf_stages(vf v) {
 /* Stages 1 .. 8 of every 16-element group (n a multiple of 16), in registers. */
 static void fwht_radix16(float *restrict x, Py_ssize_t n) {
     for (Py_ssize_t i = 0; i < n; i += 16) {
-#if FWHT_VEC == 8
+#if VW == 16
+        vf_store(x + i, vf_stages(vf_load(x + i)));
+#elif VW == 8
         vf a = vf_stages(vf_load(x + i));
         vf b = vf_stages(vf_load(x + i + 8));
         vf_store(x + i, a + b);
@@ -140,25 +155,46 @@ static void fwht_radix16(float *restrict x, Py_ssize_t n) {
     }
 }
 
-/* Stages h and 2h in one pass. */
-static void fwht_radix4(float *restrict x, Py_ssize_t n, Py_ssize_t h) {
-    for (Py_ssize_t i = 0; i < n; i += 4 * h) {
-        float *restrict a = x + i;
-        float *restrict b = a + h;
-        float *restrict c = b + h;
-        float *restrict d = c + h;
-        for (Py_ssize_t j = 0; j < h; j++) {
-            float A = a[j], B = b[j], C = c[j], D = d[j];
-            float a1 = A + B, b1 = A - B, c1 = C + D, d1 = C - D;
-            a[j] = a1 + c1;
-            c[j] = a1 - c1;
-            b[j] = b1 + d1;
-            d[j] = b1 - d1;
+/* Stages h, 2h and 4h in one pass (h a multiple of VW). */
+static void fwht_radix8(float *restrict x, Py_ssize_t n, Py_ssize_t h) {
+    for (Py_ssize_t i = 0; i < n; i += 8 * h) {
+        for (Py_ssize_t j = i; j < i + h; j += VW) {
+            float *p = x + j;
+            vf v0 = vf_load(p), v1 = vf_load(p + h), v2 = vf_load(p + 2 * h);
+            vf v3 = vf_load(p + 3 * h), v4 = vf_load(p + 4 * h), v5 = vf_load(p + 5 * h);
+            vf v6 = vf_load(p + 6 * h), v7 = vf_load(p + 7 * h);
+            vf a0 = v0 + v1, a1 = v0 - v1, a2 = v2 + v3, a3 = v2 - v3; /* stage h */
+            vf a4 = v4 + v5, a5 = v4 - v5, a6 = v6 + v7, a7 = v6 - v7;
+            vf b0 = a0 + a2, b2 = a0 - a2, b1 = a1 + a3, b3 = a1 - a3; /* stage 2h */
+            vf b4 = a4 + a6, b6 = a4 - a6, b5 = a5 + a7, b7 = a5 - a7;
+            vf_store(p, b0 + b4); /* stage 4h */
+            vf_store(p + 4 * h, b0 - b4);
+            vf_store(p + h, b1 + b5);
+            vf_store(p + 5 * h, b1 - b5);
+            vf_store(p + 2 * h, b2 + b6);
+            vf_store(p + 6 * h, b2 - b6);
+            vf_store(p + 3 * h, b3 + b7);
+            vf_store(p + 7 * h, b3 - b7);
         }
     }
 }
 
-/* Stage h alone. */
+/* Stages h and 2h in one pass (h a multiple of VW). */
+static void fwht_radix4(float *restrict x, Py_ssize_t n, Py_ssize_t h) {
+    for (Py_ssize_t i = 0; i < n; i += 4 * h) {
+        for (Py_ssize_t j = i; j < i + h; j += VW) {
+            float *p = x + j;
+            vf A = vf_load(p), B = vf_load(p + h), C = vf_load(p + 2 * h), D = vf_load(p + 3 * h);
+            vf a1 = A + B, b1 = A - B, c1 = C + D, d1 = C - D;
+            vf_store(p, a1 + c1);
+            vf_store(p + 2 * h, a1 - c1);
+            vf_store(p + h, b1 + d1);
+            vf_store(p + 3 * h, b1 - d1);
+        }
+    }
+}
+
+/* Stage h alone (any h). */
 static void fwht_radix2(float *restrict x, Py_ssize_t n, Py_ssize_t h) {
     for (Py_ssize_t i = 0; i < n; i += 2 * h) {
         float *restrict a = x + i;
@@ -171,10 +207,14 @@ static void fwht_radix2(float *restrict x, Py_ssize_t n, Py_ssize_t h) {
     }
 }
 
-/* Stages h0, 2*h0, ... n/2 of a transform of length n (h0 a power of two). */
+/* Stages h, 2h, ... n/2 of a transform of length n (h a power of two, a multiple of VW when
+ * h >= 16). */
 static void fwht_from(float *restrict x, Py_ssize_t n, Py_ssize_t h) {
-    for (; 4 * h <= n; h *= 4) fwht_radix4(x, n, h);
-    if (h < n) fwht_radix2(x, n, h);
+    if (h >= 16) {
+        for (; 8 * h <= n; h *= 8) fwht_radix8(x, n, h);
+        for (; 4 * h <= n; h *= 4) fwht_radix4(x, n, h);
+    }
+    for (; h < n; h *= 2) fwht_radix2(x, n, h);
 }
 
 static void fwht(float *restrict x, Py_ssize_t n) {
