@@ -120,7 +120,8 @@ def train_compare(task: str, workers: int, link_mbps: float | None, specs: list[
             if not quiet:
                 _say(f"  {spec.label} on the rack ...")
             t0 = time.perf_counter()
-            pid = rack.embedded.proc.pid if rack.embedded and rack.embedded.proc else None
+            emb = getattr(rack, "embedded", None)   # the namespace rack's software target
+            pid = emb.proc.pid if emb is not None and emb.proc else None
             sw0 = _cpu_seconds(pid)
             r = train(TrainConfig(task=task, spec=spec, workers=workers, steps=steps,
                                   eval_every=eval_every, seed=seed, lr=lr, thc=thc_cfg,

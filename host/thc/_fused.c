@@ -9,13 +9,23 @@
  * (seed, stream, worker, round) and indexed by the padded position, so results do not depend on
  * the thread count and are bit-identical to the torch path (same butterfly order, float32
  * arithmetic without FMA contraction: build with -ffp-contract=off).
+ *
+ * Speed (one thread): every per-element loop is branch-free and vectorizes (check with
+ * -fopt-info-vec); the signs are built from the hash bits without a branch per bit; the
+ * transform keeps its stage order but runs stages 1-8 in registers and the rest three at a
+ * time; the table lookups of the second rounding stage use gathers where the target has them;
+ * the next block's input is prefetched. An OpenMP region is entered only with 2+ threads.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -31,31 +41,236 @@ static inline uint64_t hash_pos(uint64_t key, uint64_t pos) {
     return z ^ (z >> 31);
 }
 
-/* sb[j] = ±1.0f for padded positions pos0 .. pos0+n-1: one hash per 64 positions. */
-static void fill_signs(float *restrict sb, uint64_t key, uint64_t pos0, Py_ssize_t n) {
+/* A float written through its bits (the signs) without breaking strict aliasing. */
+typedef union {
+    float f;
+    uint32_t u;
+} fbits;
+
+#define ONE_BITS 0x3F800000u /* 1.0f; with bit 31 set, -1.0f */
+
+/* sb[j] = ±1.0f for padded positions pos0 .. pos0+n-1: one hash per 64 positions, bit t of
+ * the hash of pos >> 6 being the sign of pos = 64*(pos >> 6) + t. Branch-free: the bits are
+ * random, so a branch per bit would mispredict half the time. */
+static void fill_signs(fbits *restrict sb, uint64_t key, uint64_t pos0, Py_ssize_t n) {
     Py_ssize_t j = 0;
     while (j < n) {
         uint64_t pos = pos0 + (uint64_t)j;
         uint64_t w = hash_pos(key, pos >> 6);
-        Py_ssize_t run = 64 - (Py_ssize_t)(pos & 63);
+        unsigned s = (unsigned)(pos & 63);
+        Py_ssize_t run = 64 - (Py_ssize_t)s;
         if (run > n - j) run = n - j;
-        w >>= (pos & 63);
-        for (Py_ssize_t t = 0; t < run; t++, w >>= 1) sb[j + t] = (w & 1) ? -1.0f : 1.0f;
+        if (run == 64) {
+            uint32_t lo = (uint32_t)w, hi = (uint32_t)(w >> 32);
+            for (unsigned t = 0; t < 32; t++) sb[j + t].u = ONE_BITS | ((lo >> t) & 1u) << 31;
+            for (unsigned t = 0; t < 32; t++) sb[j + 32 + t].u = ONE_BITS | ((hi >> t) & 1u) << 31;
+        } else {
+            w >>= s;
+            for (Py_ssize_t t = 0; t < run; t++, w >>= 1)
+                sb[j + t].u = ONE_BITS | (uint32_t)(w & 1) << 31;
+        }
         j += run;
     }
 }
 
-static void fwht(float *restrict x, Py_ssize_t n) {
-    for (Py_ssize_t h = 1; h < n; h <<= 1) {
-        for (Py_ssize_t i = 0; i < n; i += 2 * h) {
-            float *restrict a = x + i;
-            float *restrict b = x + i + h;
-            for (Py_ssize_t j = 0; j < h; j++) {
-                float u = a[j], v = b[j];
-                a[j] = u + v;
-                b[j] = u - v;
-            }
+/* ------------------------------------------------------------------------------------------
+ * In-place Walsh-Hadamard transform, bit-identical to the reference's stage order: stage h
+ * (h = 1, 2, 4, ... n/2) replaces (x[i], x[i+h]) by (x[i] + x[i+h], x[i] - x[i+h]). Only the
+ * order of butterflies *within* a stage changes here, never the stages' order or an operation,
+ * so every element sees the same float32 operations on the same operands:
+ *   - stages 1, 2, 4, 8 on each 16 elements in registers (shuffles and blends, no loop);
+ *   - then three stages (h, 2h, 4h) per pass over the block (radix 8), then two, then one;
+ *   - transforms longer than FWHT_L1 first run every stage below FWHT_L1 block by block
+ *     (stages below L touch only their own L-block), so that they run in cache.
+ * Vectors are GCC/clang vector extensions of VW floats: 16 with AVX-512, 8 with AVX, else 4.
+ * ------------------------------------------------------------------------------------------ */
+#if defined(__AVX512F__)
+#define VW 16
+#elif defined(__AVX__)
+#define VW 8
+#else
+#define VW 4
+#endif
+typedef float vf __attribute__((vector_size(VW * 4)));
+typedef int32_t vi __attribute__((vector_size(VW * 4)));
+#if defined(__clang__)
+#define SHUF1(a, ...) __builtin_shufflevector((a), (a), __VA_ARGS__)
+#define SHUF2(a, b, ...) __builtin_shufflevector((a), (b), __VA_ARGS__)
+#else
+#define SHUF1(a, ...) __builtin_shuffle((a), (vi){__VA_ARGS__})
+#define SHUF2(a, b, ...) __builtin_shuffle((a), (b), (vi){__VA_ARGS__})
+#endif
+
+#define FWHT_L1 4096 /* floats: 16 KiB, in L1 */
+
+static inline vf vf_load(const float *p) {
+    vf v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void vf_store(float *p, vf v) { memcpy(p, &v, sizeof v); }
+
+/* Stages 1, 2, 4, 8 (as far as the vector reaches) within one vector: the sum goes to the
+ * lower position of each pair, the difference (lower - upper) to the upper one. */
+static inline vf vf_stages(vf v) {
+    vf s;
+#if VW == 16
+    s = SHUF1(v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+    v = SHUF2(v + s, s - v, 0, 17, 2, 19, 4, 21, 6, 23, 8, 25, 10, 27, 12, 29, 14, 31);
+    s = SHUF1(v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+    v = SHUF2(v + s, s - v, 0, 1, 18, 19, 4, 5, 22, 23, 8, 9, 26, 27, 12, 13, 30, 31);
+    s = SHUF1(v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+    v = SHUF2(v + s, s - v, 0, 1, 2, 3, 20, 21, 22, 23, 8, 9, 10, 11, 28, 29, 30, 31);
+    s = SHUF1(v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+    return SHUF2(v + s, s - v, 0, 1, 2, 3, 4, 5, 6, 7, 24, 25, 26, 27, 28, 29, 30, 31);
+#elif VW == 8
+    s = SHUF1(v, 1, 0, 3, 2, 5, 4, 7, 6);
+    v = SHUF2(v + s, s - v, 0, 9, 2, 11, 4, 13, 6, 15);
+    s = SHUF1(v, 2, 3, 0, 1, 6, 7, 4, 5);
+    v = SHUF2(v + s, s - v, 0, 1, 10, 11, 4, 5, 14, 15);
+    s = SHUF1(v, 4, 5, 6, 7, 0, 1, 2, 3);
+    return SHUF2(v + s, s - v, 0, 1, 2, 3, 12, 13, 14, 15);
+#else
+    s = SHUF1(v, 1, 0, 3, 2);
+    v = SHUF2(v + s, s - v, 0, 5, 2, 7);
+    s = SHUF1(v, 2, 3, 0, 1);
+    return SHUF2(v + s, s - v, 0, 1, 6, 7);
+#endif
+}
+
+/* Stages 1 .. 8 of every 16-element group (n a multiple of 16), in registers. */
+static void fwht_radix16(float *restrict x, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i += 16) {
+#if VW == 16
+        vf_store(x + i, vf_stages(vf_load(x + i)));
+#elif VW == 8
+        vf a = vf_stages(vf_load(x + i));
+        vf b = vf_stages(vf_load(x + i + 8));
+        vf_store(x + i, a + b);
+        vf_store(x + i + 8, a - b);
+#else
+        vf a = vf_stages(vf_load(x + i)), b = vf_stages(vf_load(x + i + 4));
+        vf c = vf_stages(vf_load(x + i + 8)), d = vf_stages(vf_load(x + i + 12));
+        vf a1 = a + b, b1 = a - b, c1 = c + d, d1 = c - d; /* stage 4 */
+        vf_store(x + i, a1 + c1);                          /* stage 8 */
+        vf_store(x + i + 4, b1 + d1);
+        vf_store(x + i + 8, a1 - c1);
+        vf_store(x + i + 12, b1 - d1);
+#endif
+    }
+}
+
+/* Stages h, 2h and 4h in one pass (h a multiple of VW). */
+static void fwht_radix8(float *restrict x, Py_ssize_t n, Py_ssize_t h) {
+    for (Py_ssize_t i = 0; i < n; i += 8 * h) {
+        for (Py_ssize_t j = i; j < i + h; j += VW) {
+            float *p = x + j;
+            vf v0 = vf_load(p), v1 = vf_load(p + h), v2 = vf_load(p + 2 * h);
+            vf v3 = vf_load(p + 3 * h), v4 = vf_load(p + 4 * h), v5 = vf_load(p + 5 * h);
+            vf v6 = vf_load(p + 6 * h), v7 = vf_load(p + 7 * h);
+            vf a0 = v0 + v1, a1 = v0 - v1, a2 = v2 + v3, a3 = v2 - v3; /* stage h */
+            vf a4 = v4 + v5, a5 = v4 - v5, a6 = v6 + v7, a7 = v6 - v7;
+            vf b0 = a0 + a2, b2 = a0 - a2, b1 = a1 + a3, b3 = a1 - a3; /* stage 2h */
+            vf b4 = a4 + a6, b6 = a4 - a6, b5 = a5 + a7, b7 = a5 - a7;
+            vf_store(p, b0 + b4); /* stage 4h */
+            vf_store(p + 4 * h, b0 - b4);
+            vf_store(p + h, b1 + b5);
+            vf_store(p + 5 * h, b1 - b5);
+            vf_store(p + 2 * h, b2 + b6);
+            vf_store(p + 6 * h, b2 - b6);
+            vf_store(p + 3 * h, b3 + b7);
+            vf_store(p + 7 * h, b3 - b7);
         }
+    }
+}
+
+/* Stages h and 2h in one pass (h a multiple of VW). */
+static void fwht_radix4(float *restrict x, Py_ssize_t n, Py_ssize_t h) {
+    for (Py_ssize_t i = 0; i < n; i += 4 * h) {
+        for (Py_ssize_t j = i; j < i + h; j += VW) {
+            float *p = x + j;
+            vf A = vf_load(p), B = vf_load(p + h), C = vf_load(p + 2 * h), D = vf_load(p + 3 * h);
+            vf a1 = A + B, b1 = A - B, c1 = C + D, d1 = C - D;
+            vf_store(p, a1 + c1);
+            vf_store(p + 2 * h, a1 - c1);
+            vf_store(p + h, b1 + d1);
+            vf_store(p + 3 * h, b1 - d1);
+        }
+    }
+}
+
+/* Stage h alone (any h). */
+static void fwht_radix2(float *restrict x, Py_ssize_t n, Py_ssize_t h) {
+    for (Py_ssize_t i = 0; i < n; i += 2 * h) {
+        float *restrict a = x + i;
+        float *restrict b = a + h;
+        for (Py_ssize_t j = 0; j < h; j++) {
+            float u = a[j], v = b[j];
+            a[j] = u + v;
+            b[j] = u - v;
+        }
+    }
+}
+
+/* Stages h, 2h, ... n/2 of a transform of length n (h a power of two, a multiple of VW when
+ * h >= 16). */
+static void fwht_from(float *restrict x, Py_ssize_t n, Py_ssize_t h) {
+    if (h >= 16) {
+        for (; 8 * h <= n; h *= 8) fwht_radix8(x, n, h);
+        for (; 4 * h <= n; h *= 4) fwht_radix4(x, n, h);
+    }
+    for (; h < n; h *= 2) fwht_radix2(x, n, h);
+}
+
+static void fwht(float *restrict x, Py_ssize_t n) {
+    if (n < 16) {
+        fwht_from(x, n, 1);
+        return;
+    }
+    if (n > FWHT_L1) {
+        for (Py_ssize_t i = 0; i < n; i += FWHT_L1) fwht(x + i, FWHT_L1);
+        fwht_from(x, n, FWHT_L1);
+        return;
+    }
+    fwht_radix16(x, n);
+    fwht_from(x, n, 16);
+}
+
+/* Second rounding stage, q = lo[k] + (r2 < p_up[k]): two table loads per coordinate, with the
+ * gather instructions where the build targets them. The scalar loop is kept scalar: without
+ * gathers the vectorizer emulates them element by element, which costs more than it saves. */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("no-tree-vectorize")))
+#endif
+static void round_lookup(uint8_t *restrict qb, const int32_t *restrict kb,
+                         const float *restrict r2b, const int32_t *restrict lo,
+                         const float *restrict pup, Py_ssize_t n) {
+    Py_ssize_t j = 0;
+#if defined(__AVX512F__)
+    for (; j + 16 <= n; j += 16) {
+        __m512i k = _mm512_loadu_si512((const void *)(kb + j));
+        __m512i l = _mm512_i32gather_epi32(k, (const void *)lo, 4);
+        __m512 p = _mm512_i32gather_ps(k, (const void *)pup, 4);
+        __mmask16 up = _mm512_cmp_ps_mask(_mm512_loadu_ps(r2b + j), p, _CMP_LT_OQ);
+        l = _mm512_mask_add_epi32(l, up, l, _mm512_set1_epi32(1));
+        _mm_storeu_si128((__m128i *)(qb + j), _mm512_cvtepi32_epi8(l));
+    }
+#elif defined(__AVX2__)
+    for (; j + 8 <= n; j += 8) {
+        __m256i k = _mm256_loadu_si256((const __m256i *)(kb + j));
+        __m256i l = _mm256_i32gather_epi32(lo, k, 4);
+        __m256 p = _mm256_i32gather_ps(pup, k, 4);
+        /* r2 < p: all ones (-1) where true, so l - mask adds one there. */
+        __m256i up = _mm256_castps_si256(_mm256_cmp_ps(_mm256_loadu_ps(r2b + j), p, _CMP_LT_OQ));
+        int32_t q[8];
+        _mm256_storeu_si256((__m256i *)q, _mm256_sub_epi32(l, up));
+        for (int t = 0; t < 8; t++) qb[j + t] = (uint8_t)q[t];
+    }
+#endif
+    for (; j < n; j++) {
+        int32_t kk = kb[j];
+        qb[j] = (uint8_t)(lo[kk] + (r2b[j] < pup[kk]));
     }
 }
 
@@ -120,17 +335,20 @@ static PyObject *py_encode(PyObject *self, PyObject *args) {
      * An overflowed coordinate is encoded as 0 so that no index leaves the tables. */
     Py_ssize_t bad_chunk = -1;
     Py_BEGIN_ALLOW_THREADS
-#pragma omp parallel num_threads(nthreads)
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
         size_t fb = ((size_t)B * 4 + 63) / 64 * 64;
         float *buf = (float *)aligned_alloc(64, fb);
         float *rbuf = have_res ? (float *)aligned_alloc(64, fb) : NULL;
-        float *sb = (float *)aligned_alloc(64, fb);
+        fbits *sb = (fbits *)aligned_alloc(64, fb);
+        int32_t *kb = (int32_t *)aligned_alloc(64, fb);
+        float *r2b = (float *)aligned_alloc(64, fb);
         uint8_t *qb = (uint8_t *)malloc((size_t)B);
-        if (!buf || (have_res && !rbuf) || !qb || !sb) {
+        if (!buf || (have_res && !rbuf) || !qb || !sb || !kb || !r2b) {
 #pragma omp atomic write
             fail = 1;
         } else {
+            const float kmax = (float)(G - 2), lowT = -T;
 #pragma omp for schedule(static)
             for (Py_ssize_t bi = 0; bi < nblocks; bi++) {
                 Py_ssize_t p0 = bi * B;             /* padded position in the segment */
@@ -141,31 +359,50 @@ static PyObject *py_encode(PyObject *self, PyObject *args) {
                 if (valid > B) valid = B;
                 if (valid < 0) valid = 0;
                 float sc = scale[c], ca = a1[c], cb = b1[c];
-                fill_signs(sb, skey, (uint64_t)(offset + p0), B);
-                for (Py_ssize_t j = 0; j < valid; j++) buf[j] = x[xi + j] * sb[j];
-                for (Py_ssize_t j = valid; j < B; j++) buf[j] = 0.0f * sb[j];
+                uint64_t gp0 = (uint64_t)(offset + p0); /* global padded position of j = 0 */
+                fill_signs(sb, skey, gp0, B);
+                const float *restrict xs = x + xi;
+                if (valid == B && bi + 1 < nblocks) { /* the next block's input, into L1 */
+                    const char *nx = (const char *)(xs + B);
+                    for (Py_ssize_t o = 0; o < B * 4; o += 64) __builtin_prefetch(nx + o, 0, 3);
+                }
+                for (Py_ssize_t j = 0; j < valid; j++) buf[j] = xs[j] * sb[j].f;
+                for (Py_ssize_t j = valid; j < B; j++) buf[j] = 0.0f * sb[j].f;
                 fwht(buf, B);
+                /* Scale, clip and the first rounding stage onto the fine grid, with the two
+                 * uniforms of each coordinate's stochastic rounding: the hash of position p is
+                 * mix((p + 1) * GOLDEN + rkey), as hash_pos; both uniforms are below 2^24, so
+                 * their conversions through int32 are exact. u >= 0 (z >= -T), so floorf(u) is
+                 * the truncation (float)(int32_t)u. The loop vectorizes. */
                 int overflow = 0;
                 for (Py_ssize_t j = 0; j < B; j++) {
+                    uint64_t h = (gp0 + (uint64_t)j + 1) * GOLDEN + rkey;
+                    h = (h ^ (h >> 30)) * MIX_C1;
+                    h = (h ^ (h >> 27)) * MIX_C2;
+                    h ^= h >> 31;
+                    float r1 = (float)(int32_t)(uint32_t)(h >> 40) * (1.0f / 16777216.0f);
+                    r2b[j] = (float)(int32_t)(uint32_t)((h >> 8) & 0xFFFFFF) * (1.0f / 16777216.0f);
                     float y = buf[j] * rs;
                     float z = y * sc;
-                    overflow |= !isfinite(y);
-                    if (isnan(z)) z = 0.0f;
-                    z = z < -T ? -T : (z > T ? T : z);
+                    overflow |= !(fabsf(y) <= FLT_MAX);
+                    z = z != z ? 0.0f : z;
+                    z = z < lowT ? lowT : (z > T ? T : z);
                     float u = (z + T) * inv_delta;
-                    float k0 = floorf(u);
-                    if (k0 < 0.0f) k0 = 0.0f;
-                    if (k0 > (float)(G - 2)) k0 = (float)(G - 2);
+                    float k0 = (float)(int32_t)u;
+                    k0 = k0 < 0.0f ? 0.0f : k0;
+                    k0 = k0 > kmax ? kmax : k0;
                     float frac = u - k0;
-                    uint64_t h = hash_pos(rkey, (uint64_t)(offset + p0 + j));
-                    float r1 = (float)(h >> 40) * (1.0f / 16777216.0f);
-                    float r2 = (float)((h >> 8) & 0xFFFFFF) * (1.0f / 16777216.0f);
-                    int kk = (int)k0 + (r1 < frac);
-                    int q = lo[kk] + (r2 < pup[kk]);
-                    qb[j] = (uint8_t)q;
-                    if (rbuf) rbuf[j] = y - (lev[q] * ca - cb);
+                    kb[j] = (int32_t)k0 + (r1 < frac);
+                    buf[j] = y;
                 }
-                if (nibbles) {
+                round_lookup(qb, kb, r2b, lo, pup, B);
+                if (nibbles && !(gp0 & 1) && !(B & 1)) {
+                    uint8_t *restrict dst = pay + (gp0 / 2 - (uint64_t)base);
+                    const uint8_t *restrict qs = qb;
+                    size_t half = (size_t)B / 2;
+                    for (size_t k = 0; k < half; k++)
+                        dst[k] = (uint8_t)(qs[2 * k] << 4 | qs[2 * k + 1]);
+                } else if (nibbles) {
                     for (Py_ssize_t j = 0; j < B; j++) {
                         Py_ssize_t gp = offset + p0 + j;
                         uint8_t *dst = pay + (gp / 2 - base);
@@ -176,10 +413,13 @@ static PyObject *py_encode(PyObject *self, PyObject *args) {
                     memcpy(pay + (offset + p0 - base), qb, (size_t)B);
                 }
                 if (rbuf) {
+                    for (Py_ssize_t j = 0; j < B; j++) rbuf[j] = buf[j] - (lev[qb[j]] * ca - cb);
                     fwht(rbuf, B);
+                    float *restrict rs_out = res + xi;
                     for (Py_ssize_t j = 0; j < valid; j++) {
-                        res[xi + j] = rbuf[j] * rs * sb[j];
-                        overflow |= !isfinite(res[xi + j]);
+                        float v = rbuf[j] * rs * sb[j].f;
+                        rs_out[j] = v;
+                        overflow |= !(fabsf(v) <= FLT_MAX);
                     }
                 }
                 if (overflow) {
@@ -192,6 +432,8 @@ static PyObject *py_encode(PyObject *self, PyObject *args) {
         free(rbuf);
         free(qb);
         free(sb);
+        free(kb);
+        free(r2b);
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&bx); PyBuffer_Release(&bpay);
@@ -202,12 +444,20 @@ static PyObject *py_encode(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(bad_chunk);
 }
 
-/* buf[j] = float(S[p0 + j]), j < B, for each lane type (kept apart so each loop vectorizes). */
-static void load_sums(float *restrict buf, const void *s, char kind, Py_ssize_t p0, Py_ssize_t B) {
-#define LOAD(T)                                                               \
-    do {                                                                      \
-        const T *restrict src = (const T *)s + p0;                            \
-        for (Py_ssize_t j = 0; j < B; j++) buf[j] = (float)src[j];            \
+/* buf[j] = float(S[p0 + j]) * a - cb, j < B, for each lane type (kept apart so each loop
+ * vectorizes); a = ca / m, or ca / count[p0 + j] with per-coordinate counts. */
+static void load_sums(float *restrict buf, const void *s, char kind, Py_ssize_t p0, Py_ssize_t B,
+                      const int32_t *cnt, float ca, float a, float cb) {
+#define LOAD(T)                                                                       \
+    do {                                                                              \
+        const T *restrict src = (const T *)s + p0;                                    \
+        if (cnt) {                                                                    \
+            const int32_t *restrict cn = cnt + p0;                                    \
+            for (Py_ssize_t j = 0; j < B; j++)                                        \
+                buf[j] = (float)src[j] * (ca / (float)cn[j]) - cb;                    \
+        } else {                                                                      \
+            for (Py_ssize_t j = 0; j < B; j++) buf[j] = (float)src[j] * a - cb;       \
+        }                                                                             \
     } while (0)
     switch (kind) {
     case 'B': LOAD(uint8_t); break;
@@ -265,11 +515,11 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
     Py_ssize_t nblocks = count * padded / B;
     int fail = 0;
     Py_BEGIN_ALLOW_THREADS
-#pragma omp parallel num_threads(nthreads)
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
         size_t fb = ((size_t)B * 4 + 63) / 64 * 64;
         float *buf = (float *)aligned_alloc(64, fb);
-        float *sb = (float *)aligned_alloc(64, fb);
+        fbits *sb = (fbits *)aligned_alloc(64, fb);
         if (!buf || !sb) {
 #pragma omp atomic write
             fail = 1;
@@ -284,17 +534,15 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
                 if (valid > B) valid = B;
                 if (valid < 0) valid = 0;
                 float ca = a1[c], cb = b1[c];
-                load_sums(buf, s, kind, p0, B);
-                if (cnt) {
-                    for (Py_ssize_t j = 0; j < B; j++)
-                        buf[j] = buf[j] * (ca / (float)cnt[p0 + j]) - cb;
-                } else {
-                    float a = ca / (float)m;
-                    for (Py_ssize_t j = 0; j < B; j++) buf[j] = buf[j] * a - cb;
+                if (bi + 1 < nblocks) { /* the next block's sums, into L1 */
+                    const char *ns = (const char *)s + (size_t)(p0 + B) * (size_t)bs.itemsize;
+                    for (Py_ssize_t o = 0; o < B * bs.itemsize; o += 64) __builtin_prefetch(ns + o, 0, 3);
                 }
+                load_sums(buf, s, kind, p0, B, cnt, ca, ca / (float)m, cb);
                 fwht(buf, B);
                 fill_signs(sb, skey, (uint64_t)(offset + p0), B);
-                for (Py_ssize_t j = 0; j < valid; j++) out[xi + j] = buf[j] * rs * sb[j];
+                float *restrict o = out + xi;
+                for (Py_ssize_t j = 0; j < valid; j++) o[j] = buf[j] * rs * sb[j].f;
             }
         }
         free(buf);
