@@ -21,7 +21,9 @@ class ScriptedSwitch:
     """A UDP 'switch' for one worker that answers by a fixed script and records every packet.
 
     The first transmission of packets with ``offset // 256 % 7 == 3`` is dropped; every 5th
-    packet is answered twice (a duplicate); every 9th also gets a stale answer (previous round);
+    packet is answered twice (a duplicate); every 9th also gets a stale answer (previous round)
+    before the real one, so that no stray answer trails the exchange's last result (which one
+    a loop still reads would depend on timing; C and Python must count the same strays);
     packets with ``offset // 256 % 11 == 4`` get a partial result (count 1, bitmap of rank 0).
     Result lanes are ``(payload byte * 3 + slot) & 0xFFFF`` as 16-bit lanes. With ``forged``,
     every answer is preceded by the same answer with another token and lanes 0xFFFF (what a
@@ -83,11 +85,11 @@ class ScriptedSwitch:
                 bad = list(H.unpack_from(a))
                 bad[_I["token"]] ^= 0x80000001
                 self.sock.sendto(H.pack(*bad) + b"\xff" * (len(a) - THC_HEADER_BYTES), addr)
+            if k % 9 == 0:   # the stale answer first: the exchange's last answer is never one
+                self.sock.sendto(self.answer(h, payload, h[_I["round"]] - 1, 2, 3), addr)
             self.sock.sendto(a, addr)
             if k % 5 == 0:
                 self.sock.sendto(a, addr)
-            if k % 9 == 0:
-                self.sock.sendto(self.answer(h, payload, h[_I["round"]] - 1, 2, 3), addr)
 
     def close(self) -> None:
         self.stop.set()
