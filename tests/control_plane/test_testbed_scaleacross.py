@@ -124,6 +124,10 @@ def test_plan_paths_and_trees_on_testbed(target, tmp_path, capsys):
 
         # ---- 2. routed paths: default first, then the hierarchical plan's paths
         def pings(src: str, dst: str, n: int = 20) -> dict[str, tuple[int, int]]:
+            # neighbour resolution first, so that the counted pings all find their path set up
+            # (a loaded machine lost one of 20 to it)
+            tb.cmd(src, ["ping", "-n", "-q", "-c", "3", "-i", "0.05", "-W", "2",
+                         cfg.host(dst).ip])
             t0 = settle()
             out = tb.cmd(src, ["ping", "-n", "-q", "-c", str(n), "-i", "0.01", "-W", "2",
                                cfg.host(dst).ip])
