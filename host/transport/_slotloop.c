@@ -50,6 +50,9 @@
 #define RAW_HDR THC_OFFSET
 /* the largest factor of the fast deadline on the smoothed RTT (slots.GAIN_MAX) */
 #define GAIN_MAX 64.0
+/* what each partial result without a late rank takes off the gain, per window slot
+ * (slots.GAIN_EASE) */
+#define GAIN_EASE 0.0625
 
 /* Header fields the loop writes and reads: byte offset and width (1, 2 or 4), big endian. */
 enum { F_SLOT, F_ROUND, F_SET, F_CNT, F_OFF, F_FLAGS, F_TYPE, F_JOB, F_COUNT, F_BITMAP, F_LANE, F_RANK,
@@ -117,8 +120,8 @@ typedef struct {
     /* the fast deadline's factor on the smoothed RTT: doubled when a result leaves out a rank
      * not known dead (a live worker was late; at most once per round: only results of packets
      * sent after the last doubling count), eased back towards 1 by every other partial result
-     * while ranks are suspected; dead: the ranks missing from the last result that came at
-     * least deadline/2 after its packet, or late again when gain was GAIN_MAX already
+     * while ranks are suspected; dead: the other ranks missing from the last result that came
+     * at least deadline/2 after its packet, or late again when gain was GAIN_MAX already
      * (SlotWindow.gain, .dead) */
     double gain, gain_t;
     uint64_t dead;
@@ -471,6 +474,7 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
     const int W = L->W;
     const int64_t n = L->n;
     const double gain_srtt = 0.125 / L->nbuf, gain_var = 0.25 / L->nbuf;
+    const int me = (int)get_be(L->hdr_tmpl + f->off[F_RANK], f->width[F_RANK]);
     int64_t done = 0;
     const uint8_t **dg = malloc(sizeof(*dg) * (size_t)L->dg_cap);
     int *dl = malloc(sizeof(*dl) * (size_t)L->dg_cap);
@@ -589,20 +593,25 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
                 for (int r = 0; r < L->world; r++)
                     if (!((bm >> r) & 1)) miss |= (uint64_t)1 << r;
                 L->missing |= miss;
+                /* the gain's evidence: the others (this worker knows it is alive) */
+                const uint64_t others = miss & ~((uint64_t)1 << me);
                 if (L->partial && now - L->first_sent[s] >= L->deadline / 2) {
-                    if (miss != L->dead) L->gain = 1; /* who is dead changed: start over */
-                    L->dead = miss;
+                    if (others != L->dead) L->gain = 1; /* who is dead changed: start over */
+                    L->dead = others;
                 } else if (L->partial && L->suspects) {
-                    if ((miss & ~L->dead) && L->first_sent[s] >= L->gain_t) {
-                        if (L->gain >= GAIN_MAX) { /* late even after the longest wait: dead */
-                            L->dead = miss;
+                    if (others & ~L->dead) {
+                        if (L->first_sent[s] < L->gain_t) {
+                            /* sent before the last doubling: counted already */
+                        } else if (L->gain >= GAIN_MAX) { /* late even after the longest wait */
+                            L->dead = others;
                             L->gain = 1;
+                            L->gain_t = now;
                         } else {
                             L->gain = L->gain * 2 < GAIN_MAX ? L->gain * 2 : GAIN_MAX;
+                            L->gain_t = now;
                         }
-                        L->gain_t = now;
                     } else {
-                        L->gain *= 1 - 0.25 / L->nbuf;
+                        L->gain *= 1 - GAIN_EASE / L->nbuf;
                         if (L->gain < 1) L->gain = 1;
                     }
                 }
@@ -987,7 +996,8 @@ PyMODINIT_FUNC PyInit__slotloop(void) {
     methods[0].ml_doc = run_doc;
     PyObject *m = PyModule_Create(&moddef);
     if (m && (PyModule_AddStringConstant(m, "LAYOUT_HASH", NETCO_LAYOUT_HASH) < 0
-              || PyModule_AddObject(m, "GAIN_MAX", PyFloat_FromDouble(GAIN_MAX)) < 0)) {
+              || PyModule_AddObject(m, "GAIN_MAX", PyFloat_FromDouble(GAIN_MAX)) < 0
+              || PyModule_AddObject(m, "GAIN_EASE", PyFloat_FromDouble(GAIN_EASE)) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

@@ -69,6 +69,9 @@ _START = int(Flag.START)
 FAST_FLOOR = 50e-6
 #: The largest factor :attr:`SlotWindow.gain` puts on the smoothed RTT (``_slotloop.c``'s).
 GAIN_MAX = 64.0
+#: What each partial result without a late rank takes off the gain, per slot of the window
+#: (``gain *= 1 - GAIN_EASE / window``: about x0.94 per round of the window; ``_slotloop.c``'s).
+GAIN_EASE = 0.0625
 
 
 def _field_spec() -> tuple[int, ...]:
@@ -224,14 +227,14 @@ class SlotWindow:
         #: ``GAIN_MAX``) when a result leaves out a rank not in :attr:`dead` (a live worker was
         #: later than the wait), at most once per round trip (only results of packets first
         #: sent after the last doubling, at ``gain_t``, count); every other partial result while
-        #: ranks are suspected eases it back by ``1/(4·window)`` (about x0.78 per round of the
-        #: window), never below 1; back to 1 when :attr:`dead` changes. Issue 16, H4.
+        #: ranks are suspected eases it back by ``GAIN_EASE/window`` (about x0.94 per round of
+        #: the window), never below 1; back to 1 when :attr:`dead` changes. Issue 16, H4.
         self.gain = 1.0
         self.gain_t = 0.0
-        #: Ranks missing from the last result that came ``deadline/2`` or more after its packet
-        #: (bitmap), or late again while ``gain`` was ``GAIN_MAX`` already: they had time to
-        #: answer, so they are taken for dead; a rank missing from a faster result and not in
-        #: here was late (``gain`` grows).
+        #: Other ranks missing from the last result that came ``deadline/2`` or more after its
+        #: packet (bitmap), or late again while ``gain`` was ``GAIN_MAX`` already: they had
+        #: time to answer, so they are taken for dead; another rank missing from a faster result
+        #: and not in here was late (``gain`` grows). Never this worker's own rank.
         self.dead = 0
         #: Per kind, each slot's last answered packet as a RETX datagram (rows of
         #: ``MAX_DATAGRAM`` bytes, lengths; 0: none). When a slot has waited two
@@ -371,6 +374,7 @@ class SlotWindow:
         gain_srtt, gain_var = 0.125 / nbuf, 0.25 / nbuf  # see _sample
 
         round_base, token = self.round_base, self.token
+        me = 1 << self.rank
         i_token = _IDX["token"]
 
         def build(s: int, i: int, flags: int) -> bytes:
@@ -462,21 +466,24 @@ class SlotWindow:
                     miss = [r for r in range(world) if not bm >> r & 1]
                     stats.missing_ranks.update(miss)
                     bits = sum(1 << r for r in miss)
+                    others = bits & ~me   # the gain's evidence (this worker knows it is alive)
                     if partial and now - first_sent[s] >= cfg.deadline / 2:
-                        if bits != self.dead:
+                        if others != self.dead:
                             self.gain = 1.0     # who is dead changed: start over
-                        self.dead = bits
+                        self.dead = others
                     elif partial and self.suspects:
-                        if bits & ~self.dead and first_sent[s] >= self.gain_t:
+                        if others & ~self.dead:
                             # a rank not known dead is missing: a live worker was later
-                            # than the wait (counted once per round trip)
-                            if self.gain >= GAIN_MAX:   # even after the longest wait: dead
-                                self.dead, self.gain = bits, 1.0
+                            # than the wait (counted once per round trip: not for packets
+                            # sent before the last doubling)
+                            if first_sent[s] < self.gain_t:
+                                pass
+                            elif self.gain >= GAIN_MAX:   # even after the longest wait: dead
+                                self.dead, self.gain, self.gain_t = others, 1.0, now
                             else:
-                                self.gain = min(self.gain * 2, GAIN_MAX)
-                            self.gain_t = now
+                                self.gain, self.gain_t = min(self.gain * 2, GAIN_MAX), now
                         else:
-                            self.gain = max(self.gain * (1 - 0.25 / nbuf), 1.0)
+                            self.gain = max(self.gain * (1 - GAIN_EASE / nbuf), 1.0)
                     self.suspects = bits
                 else:
                     self.suspects = self.dead = 0
