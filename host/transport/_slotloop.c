@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <netinet/in.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -49,10 +50,10 @@
 /* Ethernet + IPv4 + UDP in front of a THC message in a raw frame. */
 #define RAW_HDR THC_OFFSET
 /* the largest factor of the fast deadline on the smoothed RTT (slots.GAIN_MAX) */
-#define GAIN_MAX 64.0
+#define GAIN_MAX 16.0
 /* what each partial result without a late rank takes off the gain, per window slot
  * (slots.GAIN_EASE) */
-#define GAIN_EASE 0.0625
+#define GAIN_EASE 0.125
 
 /* Header fields the loop writes and reads: byte offset and width (1, 2 or 4), big endian. */
 enum { F_SLOT, F_ROUND, F_SET, F_CNT, F_OFF, F_FLAGS, F_TYPE, F_JOB, F_COUNT, F_BITMAP, F_LANE, F_RANK,
@@ -121,8 +122,8 @@ typedef struct {
      * not known dead (a live worker was late; at most once per round: only results of packets
      * sent after the last doubling count), eased back towards 1 by every other partial result
      * while ranks are suspected; dead: the other ranks missing from the last result that came
-     * at least deadline/2 after its packet, or late again when gain was GAIN_MAX already
-     * (SlotWindow.gain, .dead) */
+     * at least deadline/2 after its packet, or late again when gain was GAIN_MAX already, until
+     * they are in a result (SlotWindow.gain, .dead) */
     double gain, gain_t;
     uint64_t dead;
     /* issue 16, H3: each slot's last answered packet (as a RETX datagram) of this exchange's
@@ -595,6 +596,7 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
                 L->missing |= miss;
                 /* the gain's evidence: the others (this worker knows it is alive) */
                 const uint64_t others = miss & ~((uint64_t)1 << me);
+                L->dead &= others; /* a rank in this result is not dead */
                 if (L->partial && now - L->first_sent[s] >= L->deadline / 2) {
                     if (others != L->dead) L->gain = 1; /* who is dead changed: start over */
                     L->dead = others;
@@ -604,7 +606,6 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
                             /* sent before the last doubling: counted already */
                         } else if (L->gain >= GAIN_MAX) { /* late even after the longest wait */
                             L->dead = others;
-                            L->gain = 1;
                             L->gain_t = now;
                         } else {
                             L->gain = L->gain * 2 < GAIN_MAX ? L->gain * 2 : GAIN_MAX;
@@ -922,9 +923,18 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
         goto done;
     }
     {
+        /* the fast deadlines are tens of microseconds: wake this thread at its timers, not up
+         * to the default 50 us later (the timer slack; the caller's own value comes back) */
+#ifdef PR_SET_TIMERSLACK
+        int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+        if (L.partial && slack > 1000) prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+#endif
         PyThreadState *ts = PyEval_SaveThread();
         rc = run_loop(&L, &ts);
         PyEval_RestoreThread(ts);
+#ifdef PR_SET_TIMERSLACK
+        if (L.partial && slack > 1000) prctl(PR_SET_TIMERSLACK, (unsigned long)slack, 0, 0, 0);
+#endif
     }
     if (L.gro) setsockopt(fd, SOL_UDP, UDP_GRO, &off, sizeof(off));
     if (rc < 0) {

@@ -68,10 +68,10 @@ _START = int(Flag.START)
 #: wait follows the smoothed RTT, this only keeps it from collapsing to nothing (issue 16, H4).
 FAST_FLOOR = 50e-6
 #: The largest factor :attr:`SlotWindow.gain` puts on the smoothed RTT (``_slotloop.c``'s).
-GAIN_MAX = 64.0
+GAIN_MAX = 16.0
 #: What each partial result without a late rank takes off the gain, per slot of the window
-#: (``gain *= 1 - GAIN_EASE / window``: about x0.94 per round of the window; ``_slotloop.c``'s).
-GAIN_EASE = 0.0625
+#: (``gain *= 1 - GAIN_EASE / window``: about x0.88 per round of the window; ``_slotloop.c``'s).
+GAIN_EASE = 0.125
 
 
 def _field_spec() -> tuple[int, ...]:
@@ -227,14 +227,16 @@ class SlotWindow:
         #: ``GAIN_MAX``) when a result leaves out a rank not in :attr:`dead` (a live worker was
         #: later than the wait), at most once per round trip (only results of packets first
         #: sent after the last doubling, at ``gain_t``, count); every other partial result while
-        #: ranks are suspected eases it back by ``GAIN_EASE/window`` (about x0.94 per round of
-        #: the window), never below 1; back to 1 when :attr:`dead` changes. Issue 16, H4.
+        #: ranks are suspected eases it back by ``GAIN_EASE/window`` (about x0.88 per round of
+        #: the window), never below 1; back to 1 when a slow result changes :attr:`dead`.
+        #: Issue 16, H4.
         self.gain = 1.0
         self.gain_t = 0.0
         #: Other ranks missing from the last result that came ``deadline/2`` or more after its
         #: packet (bitmap), or late again while ``gain`` was ``GAIN_MAX`` already: they had
-        #: time to answer, so they are taken for dead; another rank missing from a faster result
-        #: and not in here was late (``gain`` grows). Never this worker's own rank.
+        #: time to answer, so they are taken for dead, until a result has them in; another rank
+        #: missing from a faster result and not in here was late (``gain`` grows). Never this
+        #: worker's own rank.
         self.dead = 0
         #: Per kind, each slot's last answered packet as a RETX datagram (rows of
         #: ``MAX_DATAGRAM`` bytes, lengths; 0: none). When a slot has waited two
@@ -467,6 +469,7 @@ class SlotWindow:
                     stats.missing_ranks.update(miss)
                     bits = sum(1 << r for r in miss)
                     others = bits & ~me   # the gain's evidence (this worker knows it is alive)
+                    self.dead &= others   # a rank in this result is not dead
                     if partial and now - first_sent[s] >= cfg.deadline / 2:
                         if others != self.dead:
                             self.gain = 1.0     # who is dead changed: start over
@@ -479,7 +482,7 @@ class SlotWindow:
                             if first_sent[s] < self.gain_t:
                                 pass
                             elif self.gain >= GAIN_MAX:   # even after the longest wait: dead
-                                self.dead, self.gain, self.gain_t = others, 1.0, now
+                                self.dead, self.gain_t = others, now
                             else:
                                 self.gain, self.gain_t = min(self.gain * 2, GAIN_MAX), now
                         else:

@@ -351,18 +351,36 @@ def test_a_late_live_rank_lengthens_the_wait_and_is_not_taken_for_dead(native):
     assert win.suspects == 0b110
 
 
+def _late_from_round_1(W: int, back: int | None = None):
+    """Bitmaps: ranks 0 and 1 in round 0, rank 0 alone from round 1 (rank 1 late) until
+    round ``back`` (then both again); rank 2 is dead throughout."""
+    return lambda i: 0b001 if i >= W and (back is None or i < back * W) else 0b011
+
+
 @pytest.mark.parametrize("native", NATIVE)
 def test_a_rank_late_at_the_longest_wait_is_taken_for_dead(native):
-    """H4: rank 1 stops answering after round 1: its lateness doubles the wait's gain once
-    per round (at least) up to ``GAIN_MAX``; late again after that, it counts as dead like
-    rank 2 and the gain starts over at 1 (the wait does not stay at its longest)."""
+    """H4: rank 1 is late from round 1 on: its lateness doubles the wait's gain (at least once
+    per round) up to ``GAIN_MAX``; late again after that, it counts as dead like rank 2 and no
+    longer grows the gain, which eases back (the wait does not stay at its longest)."""
     _native_or_skip(native)
     n, W = 4 * 12, 4
-    win, cnt, log = deadline_exchange(native, lambda i: 0b001 if i >= W else 0b011, n, W)
+    win, cnt, log = deadline_exchange(native, _late_from_round_1(W), n, W)
     assert (cnt[W:] == 1).all()
     assert win.dead == 0b110
-    assert win.gain < slotmod.GAIN_MAX
+    assert 1.0 < win.gain < slotmod.GAIN_MAX
     assert set(_deadline_requests(log).values()) == {1}
+
+
+@pytest.mark.parametrize("native", NATIVE)
+def test_a_rank_taken_for_dead_is_live_again_once_in_a_result(native):
+    """H4: as above, but rank 1 is back in time from round 9 (after it was taken for dead, as
+    the test above shows for the same rounds): the first result with it in takes it off the
+    dead ranks, so its next lateness grows the gain again."""
+    _native_or_skip(native)
+    n, W = 4 * 12, 4
+    win, cnt, _ = deadline_exchange(native, _late_from_round_1(W, back=9), n, W)
+    assert (cnt[W : 9 * W] == 1).all() and (cnt[9 * W :] == 2).all()
+    assert win.dead == 0b100
 
 
 @pytest.mark.parametrize("native", NATIVE)
