@@ -14,6 +14,7 @@
  * RawEndpoint.recv_many does). The GIL is released for the whole loop (workers may be threads
  * of one process); a signal that interrupts poll is checked with the GIL held again.
  */
+#define _GNU_SOURCE /* ppoll */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
@@ -23,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <netinet/in.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -47,6 +49,11 @@
 #include "netco_layout.h"
 /* Ethernet + IPv4 + UDP in front of a THC message in a raw frame. */
 #define RAW_HDR THC_OFFSET
+/* the largest factor of the fast deadline on the smoothed RTT (slots.GAIN_MAX) */
+#define GAIN_MAX 16.0
+/* what each partial result without a late rank takes off the gain, per window slot
+ * (slots.GAIN_EASE) */
+#define GAIN_EASE 0.125
 
 /* Header fields the loop writes and reads: byte offset and width (1, 2 or 4), big endian. */
 enum { F_SLOT, F_ROUND, F_SET, F_CNT, F_OFF, F_FLAGS, F_TYPE, F_JOB, F_COUNT, F_BITMAP, F_LANE, F_RANK,
@@ -110,6 +117,15 @@ typedef struct {
      * for its slot's sum (DEADLINE) after fast_deadline() instead of the full deadline */
     uint64_t suspects;
     double suspect_wait; /* > 0: fixed fast deadline (SlotConfig.suspect_wait) */
+    double fast_floor;   /* the shortest fast deadline (slots.FAST_FLOOR) */
+    /* the fast deadline's factor on the smoothed RTT: doubled when a result leaves out a rank
+     * not known dead (a live worker was late; at most once per round: only results of packets
+     * sent after the last doubling count), eased back towards 1 by every other partial result
+     * while ranks are suspected; dead: the other ranks missing from the last result that came
+     * at least deadline/2 after its packet, or late again when gain was GAIN_MAX already, until
+     * they are in a result (SlotWindow.gain, .dead) */
+    double gain, gain_t;
+    uint64_t dead;
     /* issue 16, H3: each slot's last answered packet (as a RETX datagram) of this exchange's
      * kind and of the other kind, re-sent when a slot has waited two retransmissions, so
      * that workers stuck on an older round after a switch restart can complete it */
@@ -166,13 +182,14 @@ typedef struct {
  * the time from a DEADLINE request to its result is an RTT sample too (results never come
  * without one). */
 static double fast_deadline(const loop_t *L) {
-    double d = L->suspect_wait > 0 ? L->suspect_wait : (L->have_srtt ? L->srtt : L->rto_min);
+    double d = L->suspect_wait > 0 ? L->suspect_wait
+                                   : (L->have_srtt ? L->srtt : L->rto_min) * L->gain;
     /* one live worker (the lowest rank not suspected) asks; the others wait twice as long, as a
      * backstop, so that the switch gets one DEADLINE per slot, not one per worker */
     int me = (int)get_be(L->hdr_tmpl + L->f.off[F_RANK], L->f.width[F_RANK]), closer = 0;
     while (closer < 64 && ((L->suspects >> closer) & 1)) closer++;
     if (me != closer) d *= 2;
-    if (d < 0.001) d = 0.001;
+    if (d < L->fast_floor) d = L->fast_floor;
     return d < L->deadline ? d : L->deadline;
 }
 
@@ -458,6 +475,7 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
     const int W = L->W;
     const int64_t n = L->n;
     const double gain_srtt = 0.125 / L->nbuf, gain_var = 0.25 / L->nbuf;
+    const int me = (int)get_be(L->hdr_tmpl + f->off[F_RANK], f->width[F_RANK]);
     int64_t done = 0;
     const uint8_t **dg = malloc(sizeof(*dg) * (size_t)L->dg_cap);
     int *dl = malloc(sizeof(*dl) * (size_t)L->dg_cap);
@@ -492,8 +510,9 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
         if (k < 0) { rc = -1; goto out; }
         if (k == 0) {
             struct pollfd p = {L->fd, POLLIN, 0};
-            int ms = (int)ceil(wait * 1000);
-            int pr = poll(&p, 1, ms);
+            /* to the microsecond: fast deadlines are shorter than a millisecond */
+            struct timespec tmo = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
+            int pr = ppoll(&p, 1, &tmo, NULL);
             if (pr < 0 && errno == EINTR) {
                 PyEval_RestoreThread(*ts);
                 int sig = PyErr_CheckSignals();
@@ -575,9 +594,32 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
                 for (int r = 0; r < L->world; r++)
                     if (!((bm >> r) & 1)) miss |= (uint64_t)1 << r;
                 L->missing |= miss;
+                /* the gain's evidence: the others (this worker knows it is alive) */
+                const uint64_t others = miss & ~((uint64_t)1 << me);
+                L->dead &= others; /* a rank in this result is not dead */
+                if (L->partial && now - L->first_sent[s] >= L->deadline / 2) {
+                    if (others != L->dead) L->gain = 1; /* who is dead changed: start over */
+                    L->dead = others;
+                } else if (L->partial && L->suspects) {
+                    if (others & ~L->dead) {
+                        if (L->first_sent[s] < L->gain_t) {
+                            /* sent before the last doubling: counted already */
+                        } else if (L->gain >= GAIN_MAX) { /* late even after the longest wait */
+                            L->dead = others;
+                            L->gain_t = now;
+                        } else {
+                            L->gain = L->gain * 2 < GAIN_MAX ? L->gain * 2 : GAIN_MAX;
+                            L->gain_t = now;
+                        }
+                    } else {
+                        L->gain *= 1 - GAIN_EASE / L->nbuf;
+                        if (L->gain < 1) L->gain = 1;
+                    }
+                }
                 L->suspects = miss;
             } else {
                 L->suspects = 0; /* everyone answered: wait the full deadline again */
+                L->dead = 0;
             }
             if (L->rep_this && s < (uint32_t)L->rep_rows) {
                 build_packet(L, L->rep_this + (size_t)s * MAX_DATAGRAM, (int)s, i, FLAG_RETX);
@@ -680,10 +722,11 @@ static const char *run_doc =
     "run(fd, raw, dest, prefix, my_ip, thc_port, batch, header, fields, payload, nb, n,\n"
     "    elem_counts, offsets, base, W, out, lanes, lane_bytes, out_cnt, rtype, job_id, world,\n"
     "    rto, max_rto, give_up, deadline, partial, srtt, rttvar, backoff, suspects,\n"
-    "    repair, repair_len, repair_other, repair_other_len, next_repair, suspect_wait, gso=0)\n"
+    "    repair, repair_len, repair_other, repair_other_len, next_repair, suspect_wait,\n"
+    "    fast_floor, gain, gain_t, dead, gso=0)\n"
     "-> (status, srtt, rttvar, backoff, packets, retransmits, deadlines, stray, partial_results,\n"
     "    min_count, missing_bitmap, gave_up_slot, gave_up_packet, gave_up_round, foreign, bad_lane,\n"
-    "    suspects, next_repair, repairs, fast_deadlines)\n\n"
+    "    suspects, next_repair, repairs, fast_deadlines, gain, gain_t, dead)\n\n"
     "One exchange of SlotWindow (host/transport/slots.py) in C. srtt < 0: none yet.\n"
     "status 0: done; 1: the exact policy gave up on a slot (the caller asks and raises);\n"
     "2: a result carried bad_lane bits per lane, not 8 * lane_bytes (the caller raises).\n"
@@ -695,15 +738,16 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
     Py_ssize_t nb, n;
     PyObject *odest, *oprefix, *omyip, *oheader, *ofields, *opay, *oelem, *ooff, *obase, *oout,
         *ocnt, *orep, *oreplen, *oother, *ootherlen;
-    double rto, max_rto, give_up, deadline, srtt, rttvar, backoff, next_repair, suspect_wait;
-    unsigned long long suspects;
+    double rto, max_rto, give_up, deadline, srtt, rttvar, backoff, next_repair, suspect_wait,
+        fast_floor, gain, gain_t;
+    unsigned long long suspects, dead;
     int gso = 0;
-    if (!PyArg_ParseTuple(args, "iiOOOiiOOOnnOOOiOiiOiiiddddpdddKOOOOdd|i", &fd, &raw, &odest,
+    if (!PyArg_ParseTuple(args, "iiOOOiiOOOnnOOOiOiiOiiiddddpdddKOOOOdddddK|i", &fd, &raw, &odest,
                           &oprefix, &omyip, &thc_port, &batch, &oheader, &ofields, &opay, &nb, &n,
                           &oelem, &ooff, &obase, &W, &oout, &lanes, &lane_bytes, &ocnt, &rtype,
                           &job_id, &world, &rto, &max_rto, &give_up, &deadline, &partial, &srtt,
                           &rttvar, &backoff, &suspects, &orep, &oreplen, &oother, &ootherlen,
-                          &next_repair, &suspect_wait, &gso))
+                          &next_repair, &suspect_wait, &fast_floor, &gain, &gain_t, &dead, &gso))
         return NULL;
     if (W < 1 || n < 1 || batch < 1 || nb < 0 || world < 1 || world > 64
         || (lane_bytes != 1 && lane_bytes != 2 && lane_bytes != 4) || lanes < 0) {
@@ -808,6 +852,10 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
     L.suspects = (uint64_t)suspects;
     L.next_repair = next_repair;
     L.suspect_wait = suspect_wait;
+    L.fast_floor = fast_floor;
+    L.gain = gain < 1 ? 1 : (gain > GAIN_MAX ? GAIN_MAX : gain);
+    L.gain_t = gain_t;
+    L.dead = (uint64_t)dead;
     /* rows hold any datagram: repairs of the other kind may be longer than this kind's */
     L.frame = RAW_HDR + MAX_DATAGRAM;
     L.tx_cap = batch > W ? batch : W;
@@ -875,9 +923,18 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
         goto done;
     }
     {
+        /* the fast deadlines are tens of microseconds: wake this thread at its timers, not up
+         * to the default 50 us later (the timer slack; the caller's own value comes back) */
+#ifdef PR_SET_TIMERSLACK
+        int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+        if (L.partial && slack > 1000) prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+#endif
         PyThreadState *ts = PyEval_SaveThread();
         rc = run_loop(&L, &ts);
         PyEval_RestoreThread(ts);
+#ifdef PR_SET_TIMERSLACK
+        if (L.partial && slack > 1000) prctl(PR_SET_TIMERSLACK, (unsigned long)slack, 0, 0, 0);
+#endif
     }
     if (L.gro) setsockopt(fd, SOL_UDP, UDP_GRO, &off, sizeof(off));
     if (rc < 0) {
@@ -891,12 +948,13 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
         }
         goto done;
     }
-    result = Py_BuildValue("(idddLLLLLLKiLkLiKdLL)", rc, L.have_srtt ? L.srtt : -1.0, L.rttvar,
+    result = Py_BuildValue("(idddLLLLLLKiLkLiKdLLddK)", rc, L.have_srtt ? L.srtt : -1.0, L.rttvar,
                            L.backoff, L.packets, L.retransmits, L.deadlines, L.stray,
                            L.partial_results, L.min_count, (unsigned long long)L.missing,
                            L.gave_up, (long long)L.gave_up_pkt, (unsigned long)L.gave_up_round,
                            L.foreign, L.bad_lane, (unsigned long long)L.suspects,
-                           L.next_repair, L.repairs, L.fast_deadlines);
+                           L.next_repair, L.repairs, L.fast_deadlines, L.gain, L.gain_t,
+                           (unsigned long long)L.dead);
 done:
     free(L.out_pkt);
     free(L.out_round);
@@ -947,7 +1005,9 @@ static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_slotloop",
 PyMODINIT_FUNC PyInit__slotloop(void) {
     methods[0].ml_doc = run_doc;
     PyObject *m = PyModule_Create(&moddef);
-    if (m && PyModule_AddStringConstant(m, "LAYOUT_HASH", NETCO_LAYOUT_HASH) < 0) {
+    if (m && (PyModule_AddStringConstant(m, "LAYOUT_HASH", NETCO_LAYOUT_HASH) < 0
+              || PyModule_AddObject(m, "GAIN_MAX", PyFloat_FromDouble(GAIN_MAX)) < 0
+              || PyModule_AddObject(m, "GAIN_EASE", PyFloat_FromDouble(GAIN_EASE)) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

@@ -64,6 +64,14 @@ _HEADER = wire.HEADER_STRUCT
 # Plain ints: IntFlag arithmetic costs an enum call per packet.
 _RETX, _DEADLINE, _PEEK = int(Flag.RETX), int(Flag.DEADLINE), int(Flag.PEEK)
 _START = int(Flag.START)
+#: The shortest wait before a slot's DEADLINE request while ranks are suspected dead (s): the
+#: wait follows the smoothed RTT, this only keeps it from collapsing to nothing (issue 16, H4).
+FAST_FLOOR = 50e-6
+#: The largest factor :attr:`SlotWindow.gain` puts on the smoothed RTT (``_slotloop.c``'s).
+GAIN_MAX = 16.0
+#: What each partial result without a late rank takes off the gain, per slot of the window
+#: (``gain *= 1 - GAIN_EASE / window``: about x0.88 per round of the window; ``_slotloop.c``'s).
+GAIN_EASE = 0.125
 
 
 def _field_spec() -> tuple[int, ...]:
@@ -118,10 +126,11 @@ class SlotConfig:
     policy : {"exact", "partial"}
     suspect_wait : float, optional
         ``partial``, while a rank is missing from the last partial result: seconds after a
-        packet's first send before asking for the sum (None: the smoothed RTT, at least 1 ms;
-        twice that for all but the lowest live rank). A live worker later than that is left
-        out of that packet's sum (unbiased: its count says so); a longer wait trades
-        throughput for fewer such cases.
+        packet's first send before asking for the sum (None: the smoothed RTT times
+        :attr:`SlotWindow.gain`, which doubles whenever a live worker turns out late, at least
+        ``FAST_FLOOR``; twice that for all but the lowest live rank). A live worker later than
+        that is left out of that packet's sum (unbiased: its count says so); a longer wait
+        trades throughput for fewer such cases.
     """
 
     rto: float = 0.02
@@ -214,6 +223,21 @@ class SlotWindow:
         #: instead of the full ``deadline``: a dead rank costs one deadline, not one per
         #: packet; a result with every rank clears it (the re-probe). Issue 16, H4.
         self.suspects = 0
+        #: The fast wait's factor on the smoothed RTT (:meth:`_fast_deadline`): doubled (up to
+        #: ``GAIN_MAX``) when a result leaves out a rank not in :attr:`dead` (a live worker was
+        #: later than the wait), at most once per round trip (only results of packets first
+        #: sent after the last doubling, at ``gain_t``, count); every other partial result while
+        #: ranks are suspected eases it back by ``GAIN_EASE/window`` (about x0.88 per round of
+        #: the window), never below 1; back to 1 when a slow result changes :attr:`dead`.
+        #: Issue 16, H4.
+        self.gain = 1.0
+        self.gain_t = 0.0
+        #: Other ranks missing from the last result that came ``deadline/2`` or more after its
+        #: packet (bitmap), or late again while ``gain`` was ``GAIN_MAX`` already: they had
+        #: time to answer, so they are taken for dead, until a result has them in; another rank
+        #: missing from a faster result and not in here was late (``gain`` grows). Never this
+        #: worker's own rank.
+        self.dead = 0
         #: Per kind, each slot's last answered packet as a RETX datagram (rows of
         #: ``MAX_DATAGRAM`` bytes, lengths; 0: none). When a slot has waited two
         #: retransmissions, all of them are sent again (at most once per ``max_rto``): after a
@@ -231,14 +255,15 @@ class SlotWindow:
 
     def _fast_deadline(self) -> float:
         """Wait before asking for a slot's sum while ranks are suspected dead (``_slotloop.c``'s
-        ``fast_deadline``): one smoothed RTT (live workers send a slot's next round when the same
-        multicast result reaches them, so their packets arrive within about that), within
-        [1 ms, deadline]. While ranks are suspected, a DEADLINE request's own round trip is an
-        RTT sample (nothing else answers then)."""
+        ``fast_deadline``): the smoothed RTT times :attr:`gain` (live workers send a slot's
+        next round when the same multicast result reaches them, so their packets arrive within
+        about that, later on a loaded host: then ``gain`` grows), within [``FAST_FLOOR``,
+        deadline]. While ranks are suspected, a DEADLINE request's own round trip is an RTT
+        sample (nothing else answers then)."""
         if self.cfg.suspect_wait is not None:
             d = self.cfg.suspect_wait
         else:
-            d = self.cfg.rto if self.srtt is None else self.srtt
+            d = (self.cfg.rto if self.srtt is None else self.srtt) * self.gain
         # one live worker (the lowest rank not suspected) asks; the others wait twice as long,
         # as a backstop, so that the switch gets one DEADLINE per slot, not one per worker
         closer = 0
@@ -246,7 +271,7 @@ class SlotWindow:
             closer += 1
         if self.rank != closer:
             d *= 2
-        return min(max(d, 0.001), self.cfg.deadline)
+        return min(max(d, FAST_FLOOR), self.cfg.deadline)
 
     def _rto(self) -> float:
         """Current base timeout: ``(srtt + 4·rttvar)·backoff`` within [rto, max_rto] (RFC 6298)."""
@@ -351,6 +376,7 @@ class SlotWindow:
         gain_srtt, gain_var = 0.125 / nbuf, 0.25 / nbuf  # see _sample
 
         round_base, token = self.round_base, self.token
+        me = 1 << self.rank
         i_token = _IDX["token"]
 
         def build(s: int, i: int, flags: int) -> bytes:
@@ -441,9 +467,29 @@ class SlotWindow:
                     bm = h[i_bitmap]
                     miss = [r for r in range(world) if not bm >> r & 1]
                     stats.missing_ranks.update(miss)
-                    self.suspects = sum(1 << r for r in miss)
+                    bits = sum(1 << r for r in miss)
+                    others = bits & ~me   # the gain's evidence (this worker knows it is alive)
+                    self.dead &= others   # a rank in this result is not dead
+                    if partial and now - first_sent[s] >= cfg.deadline / 2:
+                        if others != self.dead:
+                            self.gain = 1.0     # who is dead changed: start over
+                        self.dead = others
+                    elif partial and self.suspects:
+                        if others & ~self.dead:
+                            # a rank not known dead is missing: a live worker was later
+                            # than the wait (counted once per round trip: not for packets
+                            # sent before the last doubling)
+                            if first_sent[s] < self.gain_t:
+                                pass
+                            elif self.gain >= GAIN_MAX:   # even after the longest wait: dead
+                                self.dead, self.gain_t = others, now
+                            else:
+                                self.gain, self.gain_t = min(self.gain * 2, GAIN_MAX), now
+                        else:
+                            self.gain = max(self.gain * (1 - GAIN_EASE / nbuf), 1.0)
+                    self.suspects = bits
                 else:
-                    self.suspects = 0
+                    self.suspects = self.dead = 0
                 d = sent[s]
                 rep_buf[s, : len(d)] = np.frombuffer(d, dtype=np.uint8)
                 rep_buf[s, flags_at] = _RETX | (d[flags_at] & _START)
@@ -567,13 +613,13 @@ class SlotWindow:
         t0 = time.monotonic()
         (status, srtt, rttvar, backoff, packets, retx, deadlines, stray, partial, min_count,
          missing, g_slot, g_pkt, g_round, foreign, bad_lane, suspects, next_repair,
-         repairs, fast_deadlines) = _slotloop.run(
+         repairs, fast_deadlines, self.gain, self.gain_t, self.dead) = _slotloop.run(
             fd, int(raw), dest, prefix, my_ip, thc_port, batch, template, _C_FIELDS, pay, nb, n,
             ec, of, base, W, out, lanes, lane_bytes, counts, int(result_type), self.job_id,
             self.world, cfg.rto, cfg.max_rto, cfg.give_up, cfg.deadline,
             cfg.policy == "partial", -1.0 if self.srtt is None else self.srtt, self.rttvar,
             self.backoff, self.suspects, rep, rep_len, other, other_len, self.next_repair,
-            cfg.suspect_wait or 0.0, gso)
+            cfg.suspect_wait or 0.0, FAST_FLOOR, self.gain, self.gain_t, self.dead, gso)
         self.suspects, self.next_repair = suspects, next_repair
         self.srtt = None if srtt < 0 else srtt
         self.rttvar, self.backoff = rttvar, backoff

@@ -9,7 +9,7 @@ import threading
 import numpy as np
 
 from host.protocol import codec as wire
-from host.protocol.layout import COORDS_PER_PACKET, THC_HEADER, THC_HEADER_BYTES, MsgType
+from host.protocol.layout import COORDS_PER_PACKET, THC_HEADER, THC_HEADER_BYTES, Flag, MsgType
 from host.transport.ports import UdpEndpoint
 from host.transport.slots import SlotConfig, SlotWindow
 
@@ -124,3 +124,52 @@ def scripted_exchange(native: bool, n: int = 300, W: int = 16, expect: bool | No
         sw.close()
     assert win.last_native == (native if expect is None else expect)
     return win, out, cnt, sw.log, payload
+
+
+class DeadlineSwitch(ScriptedSwitch):
+    """A scripted switch for rank 0 of a job of three whose rank 2 is dead: it answers only
+    DEADLINE requests (what the real one does while a contribution is missing), each with the
+    bitmap ``bitmap_of(packet index)`` (ranks 0 and 1, or rank 0 alone where rank 1 is late)
+    and its popcount as the count; it records every packet like :class:`ScriptedSwitch`."""
+
+    def __init__(self, bitmap_of) -> None:
+        self.bitmap_of = bitmap_of
+        super().__init__()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                d, addr = self.sock.recvfrom(4096)
+            except TimeoutError:
+                continue
+            h = H.unpack_from(d)
+            payload = d[THC_HEADER_BYTES:]
+            self.log.append((h[_I["slot"]], h[_I["round"]], h[_I["slot_set"]], h[_I["flags"]],
+                             h[_I["elem_count"]], h[_I["chunk_offset"]], payload))
+            if h[_I["flags"]] & int(Flag.DEADLINE):
+                bm = self.bitmap_of(h[_I["chunk_offset"]] // COORDS_PER_PACKET)
+                self.sock.sendto(self.answer(h, payload, h[_I["round"]], bm.bit_count(), bm),
+                                 addr)
+
+
+def deadline_exchange(native: bool, bitmap_of, n: int, W: int = 4) -> tuple:
+    """One partial-policy exchange of ``n`` packets of rank 0 (world 3) through a
+    :class:`DeadlineSwitch`; returns (window, counts, the switch's log)."""
+    sw = DeadlineSwitch(bitmap_of)
+    ep = UdpEndpoint(sw.address, bind=("127.0.0.1", 0))
+    win = SlotWindow(ep, job_id=7, rank=0, world=3, num_slots=W,
+                     config=SlotConfig(policy="partial", deadline=0.3, rto=0.05, max_rto=0.2))
+    win.native = native
+    payload = np.zeros(n * 128, dtype=np.uint8)
+    counts = np.full(n, COORDS_PER_PACKET, dtype=np.int64)
+    offsets = np.arange(n, dtype=np.int64) * COORDS_PER_PACKET
+    out = np.zeros(n * COORDS_PER_PACKET, dtype=np.uint32)
+    cnt = np.zeros(n, dtype=np.int32)
+    try:
+        win.exchange_into("data", MsgType.DATA, 4, payload, counts, offsets, MsgType.RESULT,
+                          out, 2, cnt)
+    finally:
+        ep.close()
+        sw.close()
+    assert win.last_native == native
+    return win, cnt, sw.log

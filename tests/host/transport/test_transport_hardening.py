@@ -22,6 +22,7 @@ from host.transport.faults import FaultyRelay
 from host.transport.job import JobSpec, NetworkAggregator
 from host.transport.ports import UdpEndpoint
 from host.transport.slots import SlotConfig
+from tests.support.scripted import deadline_exchange
 from tests.support.transport import run_workers, worker_data
 
 NATIVE = [pytest.param(True, id="c-loop"), pytest.param(False, id="python-loop")]
@@ -303,6 +304,103 @@ def test_a_dead_rank_costs_one_deadline_not_one_per_packet(native):
         np.testing.assert_array_equal(sums.numpy().astype(np.int64)[full], live[full])
         assert (c >= 1).all() and (c <= n - 1).all()
         _exact_over_contributors(sums.numpy().astype(np.int64), c, vals[: n - 1])
+
+
+def _native_or_skip(native: bool) -> None:
+    if native and slotmod._slotloop is None:
+        pytest.skip("the C slot loop (host/transport/_slotloop) is not built")
+
+
+def _deadline_requests(log: list) -> dict:
+    """DEADLINE requests per (slot, round) in a scripted switch's log."""
+    per: dict = {}
+    for slot, rnd, _set, flags, *_ in log:
+        if flags & int(lay.Flag.DEADLINE):
+            per[slot, rnd] = per.get((slot, rnd), 0) + 1
+    return per
+
+
+@pytest.mark.parametrize("native", NATIVE)
+def test_a_dead_rank_gets_one_deadline_request_per_slot_round(native):
+    """H4: rank 2 of three is dead, rank 1 always in time. The first window asks after the
+    full deadline (that result names rank 2 dead), every later packet after the short wait:
+    exactly one DEADLINE request per slot and round (no second one while the first one's result
+    is on its way), and the wait's gain stays at 1 (nobody live was late)."""
+    _native_or_skip(native)
+    n, W = 48, 4
+    win, cnt, log = deadline_exchange(native, lambda i: 0b011, n, W)
+    per = _deadline_requests(log)
+    assert len(per) == n and set(per.values()) == {1}, per
+    st = win.stats
+    assert st.deadlines == n and st.fast_deadlines == n - W
+    assert (cnt == 2).all()
+    assert win.dead == 0b100 and win.suspects == 0b100
+    assert win.gain == 1.0
+
+
+@pytest.mark.parametrize("native", NATIVE)
+def test_a_late_live_rank_lengthens_the_wait_and_is_not_taken_for_dead(native):
+    """H4: rank 1 misses the last round (late, not dead): the wait's gain doubles (at least
+    once), rank 1 is not taken for dead, and the results say who was in."""
+    _native_or_skip(native)
+    n, W = 40, 4
+    win, cnt, _ = deadline_exchange(native, lambda i: 0b001 if i >= n - W else 0b011, n, W)
+    assert (cnt[: n - W] == 2).all() and (cnt[n - W :] == 1).all()
+    assert win.dead == 0b100
+    assert win.gain >= 2.0
+    assert win.suspects == 0b110
+
+
+def _late_from_round_1(W: int, back: int | None = None):
+    """Bitmaps: ranks 0 and 1 in round 0, rank 0 alone from round 1 (rank 1 late) until
+    round ``back`` (then both again); rank 2 is dead throughout."""
+    return lambda i: 0b001 if i >= W and (back is None or i < back * W) else 0b011
+
+
+@pytest.mark.parametrize("native", NATIVE)
+def test_a_rank_late_at_the_longest_wait_is_taken_for_dead(native):
+    """H4: rank 1 is late from round 1 on: its lateness doubles the wait's gain (at least once
+    per round) up to ``GAIN_MAX``; late again after that, it counts as dead like rank 2 and no
+    longer grows the gain, which eases back (the wait does not stay at its longest)."""
+    _native_or_skip(native)
+    n, W = 4 * 12, 4
+    win, cnt, log = deadline_exchange(native, _late_from_round_1(W), n, W)
+    assert (cnt[W:] == 1).all()
+    assert win.dead == 0b110
+    assert 1.0 < win.gain < slotmod.GAIN_MAX
+    assert set(_deadline_requests(log).values()) == {1}
+
+
+@pytest.mark.parametrize("native", NATIVE)
+def test_a_rank_taken_for_dead_is_live_again_once_in_a_result(native):
+    """H4: as above, but rank 1 is back in time from round 9 (after it was taken for dead, as
+    the test above shows for the same rounds): the first result with it in takes it off the
+    dead ranks, so its next lateness grows the gain again."""
+    _native_or_skip(native)
+    n, W = 4 * 12, 4
+    win, cnt, _ = deadline_exchange(native, _late_from_round_1(W, back=9), n, W)
+    assert (cnt[W : 9 * W] == 1).all() and (cnt[9 * W :] == 2).all()
+    assert win.dead == 0b100
+
+
+@pytest.mark.parametrize("native", NATIVE)
+def test_a_worker_never_takes_itself_for_dead(native):
+    """H4: results that leave this worker out (it was late itself) name only the others dead
+    and are no sign that another worker is late."""
+    _native_or_skip(native)
+    n, W = 24, 4
+    win, cnt, _ = deadline_exchange(native, lambda i: 0b010 if i < W or i >= n - W else 0b011,
+                                    n, W)
+    assert (cnt[:W] == 1).all() and (cnt[n - W :] == 1).all()
+    assert win.dead == 0b100
+    assert win.gain == 1.0
+
+
+def test_the_c_loop_moves_the_gain_as_the_python_loop_does():
+    if slotmod._slotloop is None:
+        pytest.skip("the C slot loop (host/transport/_slotloop) is not built")
+    assert slotmod._slotloop.GAIN_MAX == slotmod.GAIN_MAX
+    assert slotmod._slotloop.GAIN_EASE == slotmod.GAIN_EASE
 
 
 def _exact_over_contributors(sums: np.ndarray, counts: np.ndarray, vals: list) -> None:
