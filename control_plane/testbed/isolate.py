@@ -33,6 +33,10 @@ log = logging.getLogger(__name__)
 #: Set in the isolated child: the process is inside its own network and mount namespace.
 ENV_MARK = "NETCO_ISOLATED"
 REPO = Path(__file__).resolve().parents[2]
+#: Where the administration tools the job runs (``tc``, ``sysctl``) live: root's PATH has these
+#: folders, an ordinary user's (Debian: /usr/local/bin:/usr/bin:/bin) does not. Inside its
+#: namespaces the job is root, so it gets them too.
+ADMIN_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
 
 
 class IsolationError(RuntimeError):
@@ -80,6 +84,12 @@ def check_available() -> None:
                              "kernel.unprivileged_userns_clone=1 or user.max_user_namespaces > 0")
 
 
+def admin_path(path: str | None) -> str:
+    """``path`` (a ``PATH`` value) with the :data:`ADMIN_DIRS` it lacks appended."""
+    parts = [p for p in (path or "").split(os.pathsep) if p]
+    return os.pathsep.join([*parts, *(d for d in ADMIN_DIRS if d not in parts)])
+
+
 def _pdeathsig() -> None:
     import ctypes
 
@@ -102,6 +112,7 @@ def run_isolated(target: str, kwargs: dict | None = None, *, timeout_s: float = 
         src.write_bytes(pickle.dumps((target, kwargs or {})))
         path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
         env = {**os.environ, ENV_MARK: "1", "PYTHONPATH": path,
+               "PATH": admin_path(os.environ.get("PATH", os.defpath)),
                "NETCO_ROOTLESS": "1" if os.geteuid() != 0 else "0"}
         cmd = [*prefix, sys.executable, "-m", "control_plane.testbed.isolate", str(src), str(dst)]
         log.debug("isolated: %s", " ".join(cmd))

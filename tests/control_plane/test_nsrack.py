@@ -89,6 +89,15 @@ def test_the_job_is_init_of_its_own_pid_namespace():
 
 
 @needs_ns
+def test_the_job_finds_tc_and_sysctl_without_sbin_on_the_callers_path(monkeypatch):
+    """An ordinary user's PATH (Debian: /usr/local/bin:/usr/bin:/bin) lacks /usr/sbin, where
+    tc and sysctl live; inside its namespace the job is root and finds root's tools."""
+    monkeypatch.setenv("PATH", "/usr/local/bin:/usr/bin:/bin")
+    for tool in ("tc", "sysctl", "ip"):
+        assert run_isolated("shutil:which", {"cmd": tool}) is not None, tool
+
+
+@needs_ns
 def test_shaping_is_verified_and_an_unshaped_link_fails_the_check():
     rep = run_isolated("control_plane.testbed.nsrack:rack_probe",
                        {"workers": 2, "link_mbps": 100.0})
