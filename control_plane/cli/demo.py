@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from host.errors import UsageError
+from host.errors import OptionError, UsageError, writable_file
 from host.paths import MININET
 
 #: --quick: few steps (for digits at a higher learning rate), so a short run still shows learning.
@@ -186,6 +186,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--workers={args.workers}: the Mininet rack has 4 hosts; use --workers 4")
     if args.quick and args.steps is not None:
         raise UsageError("--quick sets the steps; give --quick or --steps N")
+    try:   # before minutes of training, not after them
+        writable_file(args.out, "--out")
+        writable_file(args.plot, "--plot")
+    except OptionError as exc:
+        raise UsageError(str(exc)) from None
     task = make_task(args.task, seed=args.seed)
     steps = (QUICK_STEPS[args.task] if args.quick else args.steps) or task.default_steps
     lr = QUICK_LR[args.task] if args.quick else None

@@ -94,6 +94,23 @@ def test_demo_bmv2_missing_names_the_demos_flag(capsys):
     assert "--target" not in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("flag", ["--out", "--plot"])
+def test_demo_refuses_an_unwritable_report_before_training(tmp_path, capsys, monkeypatch, flag):
+    """A report the run could not write is refused in one line before minutes of training,
+    not as a traceback after them."""
+    from control_plane.cli import demo
+
+    def never(*a, **k):
+        raise AssertionError("trained although the report cannot be written")
+
+    monkeypatch.setattr(demo, "_train_pair", never)
+    bad = tmp_path / "missing" / "r.out"
+    args = {"--out": str(tmp_path / "r.json"), "--plot": str(tmp_path / "r.png"), flag: str(bad)}
+    assert main(["demo", "--testbed", "loopback", *(x for kv in args.items() for x in kv)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"netco demo: error: {flag} {bad}: no folder {bad.parent}\n"
+
+
 def test_demo_table_columns_line_up():
     from control_plane.cli.demo import format_columns
 
