@@ -96,6 +96,14 @@ def format_columns(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
         for r in cells)
 
 
+def time_line(basis: str, link_mbps: float, where: str) -> str:
+    """The line under the table saying how its times were taken (``where`` names the
+    testbed; a measured one's says how its links are shaped)."""
+    if basis == "measured":
+        return f"time: measured wall clock, {where}"
+    return f"time: EMULATED: measured compute + bytes at {link_mbps:g} Mbit/s ({where})"
+
+
 def _choose_testbed(args: argparse.Namespace, say: Callable[..., None]) -> str:
     """``rack`` or ``loopback`` for ``auto`` (saying why when falling back); else as asked."""
     if args.testbed not in ("auto", "rack"):
@@ -249,9 +257,7 @@ def run(args: argparse.Namespace) -> int:
     ]
     print()
     print(format_columns(("", LABELS["thc"], LABELS["none"]), rows))
-    how = (f"measured wall clock over links shaped to {args.link_mbps:g} Mbit/s ({where})"
-           if basis == "measured" else
-           f"EMULATED: measured compute + bytes at {args.link_mbps:g} Mbit/s ({where})")
-    print(f"\ntime: {how}")
+    print()
+    print(time_line(basis, args.link_mbps, where))
     print(f"report: {args.out}, plot: {args.plot}   ({elapsed:.0f} s in all)")
     return 0

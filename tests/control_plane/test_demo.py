@@ -111,6 +111,17 @@ def test_demo_refuses_an_unwritable_report_before_training(tmp_path, capsys, mon
     assert err == f"netco demo: error: {flag} {bad}: no folder {bad.parent}\n"
 
 
+def test_demo_time_line_names_the_link_once():
+    from control_plane.cli.demo import time_line
+
+    where = "namespace rack (rootless), links shaped to 100 Mbit/s"
+    line = time_line("measured", 100.0, where)
+    assert line == f"time: measured wall clock, {where}" and line.count("100 Mbit/s") == 1
+    line = time_line("emulated", 100.0, "software switch on loopback")
+    assert line == ("time: EMULATED: measured compute + bytes at 100 Mbit/s "
+                    "(software switch on loopback)")
+
+
 def test_demo_table_columns_line_up():
     from control_plane.cli.demo import format_columns
 
