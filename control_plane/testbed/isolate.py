@@ -116,6 +116,9 @@ def run_isolated(target: str, kwargs: dict | None = None, *, timeout_s: float = 
                "NETCO_ROOTLESS": "1" if os.geteuid() != 0 else "0"}
         cmd = [*prefix, sys.executable, "-m", "control_plane.testbed.isolate", str(src), str(dst)]
         log.debug("isolated: %s", " ".join(cmd))
+        for stream in (sys.stdout, sys.stderr):   # the job writes to the same files
+            if stream is not None:
+                stream.flush()
         proc = subprocess.Popen(cmd, env=env, preexec_fn=_pdeathsig)
         try:
             rc = proc.wait(timeout_s)

@@ -98,6 +98,22 @@ def test_the_job_finds_tc_and_sysctl_without_sbin_on_the_callers_path(monkeypatc
 
 
 @needs_ns
+def test_lines_keep_their_order_in_a_log(tmp_path):
+    """stdout and stderr into one file (a log, a pipe): what the caller printed before the
+    job comes before what the job prints (``netco demo`` on the rack printed its header last)."""
+    code = ("from control_plane.testbed.isolate import run_isolated\n"
+            "print('before')\n"
+            "run_isolated('subprocess:run', {'args': ['sh', '-c', 'echo job >&2']})\n"
+            "print('after')\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # stdout buffered
+    log = tmp_path / "log"
+    with log.open("wb") as f:
+        subprocess.run([sys.executable, "-c", code], stdout=f, stderr=subprocess.STDOUT,
+                       check=True, timeout=120, cwd=REPO, env=env)
+    assert log.read_text().split() == ["before", "job", "after"]
+
+
+@needs_ns
 def test_shaping_is_verified_and_an_unshaped_link_fails_the_check():
     rep = run_isolated("control_plane.testbed.nsrack:rack_probe",
                        {"workers": 2, "link_mbps": 100.0})
