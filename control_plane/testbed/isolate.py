@@ -104,6 +104,7 @@ def run_isolated(target: str, kwargs: dict | None = None, *, timeout_s: float = 
     """
     if is_isolated():
         return _call(target, kwargs or {})
+    check_available()   # why not, in one line (unshare's own complaint would reach stderr)
     prefix = unshare_command()
     with tempfile.TemporaryDirectory(prefix="netco-iso-") as tmp:
         # the mapped root of a user namespace must read and write the exchange files

@@ -74,6 +74,18 @@ def test_unavailable_namespaces_give_one_line(monkeypatch):
     assert "Operation not permitted" in str(ei.value) and "\n" not in str(ei.value)
 
 
+def test_a_job_where_namespaces_cannot_be_made_fails_in_one_line(monkeypatch, capfd):
+    """run_isolated says why (as check_available does), and unshare's own complaint does not
+    reach the terminal as a second line (netco train --testbed rack printed both)."""
+    monkeypatch.setenv(isolate.ENV_MARK, "0")
+    monkeypatch.setattr(isolate, "unshare_command", lambda: [
+        "sh", "-c", "echo 'unshare: unshare failed: No space left on device' >&2; exit 1", "x"])
+    with pytest.raises(IsolationError) as ei:
+        run_isolated("os:getpid")
+    assert "No space left on device" in str(ei.value) and "\n" not in str(ei.value)
+    assert capfd.readouterr().err == ""
+
+
 def test_rack_refuses_to_configure_the_callers_namespace(monkeypatch):
     monkeypatch.delenv(isolate.ENV_MARK, raising=False)
     with pytest.raises(RuntimeError, match="run_isolated"):
