@@ -73,6 +73,42 @@ def test_demo_quick_on_the_shaped_rack_measures_time(tmp_path, capsys):
     assert rep["switch"][0]["counters"]["ingress.thc_slot.contributions"]["0"] > 0
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(_namespaces() is not None, reason=f"{_namespaces()}")
+def test_demo_as_an_unprivileged_user_measures_time():
+    """The README's main job as uid 65534 (as root: ``setpriv``) with an ordinary user's PATH
+    (no /usr/sbin): the rack is built in a user namespace and the time is measured."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from tests.support.rootless import python_for
+
+    argv = ["-m", "control_plane.cli.main", "demo", "--task", "digits", "--workers", "2",
+            "--steps", "2", "--json", "--out", "r.json", "--plot", "r.png"]
+    with tempfile.TemporaryDirectory(prefix="netco-demo-test-") as tmp:
+        os.chmod(tmp, 0o777)  # the unprivileged run writes its report here
+        if os.geteuid() == 0:
+            how = python_for(65534)
+            if how is None:
+                pytest.skip("no Python interpreter with this venv's packages runs as uid 65534")
+            cmd, env = how
+        else:
+            cmd, env = [sys.executable], dict(os.environ)
+        env["PATH"] = "/usr/local/bin:/usr/bin:/bin"   # Debian's PATH for ordinary users
+        res = subprocess.run([*cmd, *argv], env=env, cwd=tmp, capture_output=True, text=True,
+                             timeout=600)
+        assert res.returncode == 0, res.stderr[-2000:]
+        assert "Traceback" not in res.stderr and "falling back" not in res.stderr
+        rep = json.loads(Path(tmp, "r.json").read_text())
+    assert rep["testbed"] == "rack" and rep["time_basis"] == "measured"
+    assert rep["rack"]["rootless"] is True
+    assert set(rep["rack"]["measured_mbps"]) == {"h1", "h2"}
+    assert rep["network_stats"]["min_count"] == 2
+
+
 def test_demo_switch_without_testbed_is_refused(capsys):
     assert main(["demo", "--switch", "bmv2"]) == 2
     err = capsys.readouterr().err
