@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -64,8 +65,31 @@ class OnceFilter(logging.Filter):
         return True
 
 
+#: finsy's warnings that say nothing new inside the current session (:meth:`Controller.session`
+#: sets it; finsy's tasks inherit it): the software target never implements gNMI, and a
+#: read-only session reports a missing pipeline itself (``status``) or expects one (the token
+#: read before ``apply`` installs it).
+EXPECTED: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("netco_finsy_expected",
+                                                                           default=())
+GNMI_MISSING = "gNMI is not implemented"
+PIPELINE_MISSING = "Forwarding pipeline is not configured"
+
+
+class ExpectedFilter(logging.Filter):
+    """Drop a record whose message holds one of the session's :data:`EXPECTED` messages."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        expected = EXPECTED.get()
+        if not expected:
+            return True
+        msg = record.getMessage()
+        return not any(e in msg for e in expected)
+
+
 #: Installed on finsy's logger when this module is imported.
-FINSY_ONCE = OnceFilter(("gNMI is not implemented",))
+FINSY_ONCE = OnceFilter((GNMI_MISSING,))
+FINSY_EXPECTED = ExpectedFilter()
+logging.getLogger("finsy").addFilter(FINSY_EXPECTED)
 logging.getLogger("finsy").addFilter(FINSY_ONCE)
 
 #: Election id of read-only sessions (diff, status): below any writer's.
@@ -215,20 +239,28 @@ class Controller:
             channel_credentials=self.credentials(sw),
         )
         client = fy.Switch(sw.name, sw.address, opts)
+        expected = ((GNMI_MISSING,) if sw.target == "softswitch" else ()) + \
+            (() if write else (PIPELINE_MISSING,))
+        quiet = EXPECTED.set(expected)   # copied into the tasks finsy starts from here
         try:
-            await asyncio.wait_for(client.__aenter__(), self.timeout)
-        except TimeoutError as exc:
-            with contextlib.suppress(Exception):
-                await client.__aexit__(None, None, None)
-            raise ControllerError(f"{sw.name}: no P4Runtime answer at {sw.address} within "
-                                  f"{self.timeout:g} s") from exc
-        except Exception as exc:
-            raise ControllerError(f"{sw.name}: cannot connect to {sw.address}: {_short(exc)}") from exc
-        try:
-            yield client
+            try:
+                await asyncio.wait_for(client.__aenter__(), self.timeout)
+            except TimeoutError as exc:
+                with contextlib.suppress(Exception):
+                    await client.__aexit__(None, None, None)
+                raise ControllerError(f"{sw.name}: no P4Runtime answer at {sw.address} within "
+                                      f"{self.timeout:g} s") from exc
+            except Exception as exc:
+                raise ControllerError(f"{sw.name}: cannot connect to {sw.address}: "
+                                      f"{_short(exc)}") from exc
+            try:
+                yield client
+            finally:
+                with contextlib.suppress(Exception):
+                    await client.__aexit__(None, None, None)
         finally:
-            with contextlib.suppress(Exception):
-                await client.__aexit__(None, None, None)
+            with contextlib.suppress(ValueError):   # left in another context: nothing to undo
+                EXPECTED.reset(quiet)
 
     # -- primitives -------------------------------------------------------------------------
     @staticmethod

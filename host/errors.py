@@ -7,7 +7,7 @@ from argparse import Namespace
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["OptionError", "UsageError", "check_options", "readable_file"]
+__all__ = ["OptionError", "UsageError", "check_options", "readable_file", "writable_file"]
 
 
 class UsageError(Exception):
@@ -46,4 +46,34 @@ def readable_file(path: str, flag: str) -> Path:
             pass
     except OSError as exc:
         raise OptionError(f"{flag} {path}: cannot read it ({exc.strerror})") from None
+    return p
+
+
+def writable_file(path: str, flag: str) -> Path:
+    """``path`` as a :class:`~pathlib.Path` of a file this process can create or overwrite.
+
+    Checked by opening it (an existing file for appending, unchanged; a new one is created
+    and removed again), so that a run does not find out only when it writes its results.
+
+    Raises
+    ------
+    OptionError
+        Naming ``flag`` and ``path``: a folder, no folder to hold it, or it cannot be written
+        (and why).
+    """
+    p = Path(path)
+    try:   # is_dir: a folder this user cannot enter raises PermissionError
+        if p.is_dir():
+            raise OptionError(f"{flag} {path}: a folder, not a file")
+        if not p.parent.is_dir():
+            raise OptionError(f"{flag} {path}: no folder {p.parent}")
+        if p.exists():
+            with p.open("ab"):
+                pass
+        else:
+            with p.open("xb"):
+                pass
+            p.unlink()
+    except OSError as exc:
+        raise OptionError(f"{flag} {path}: cannot write it ({exc.strerror or exc})") from None
     return p

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from host.errors import UsageError
+from host.errors import OptionError, UsageError, writable_file
 from host.paths import MININET
 
 #: --quick: few steps (for digits at a higher learning rate), so a short run still shows learning.
@@ -94,6 +94,14 @@ def format_columns(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     return "\n".join(
         "  ".join([r[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True))])
         for r in cells)
+
+
+def time_line(basis: str, link_mbps: float, where: str) -> str:
+    """The line under the table saying how its times were taken (``where`` names the
+    testbed; a measured one's says how its links are shaped)."""
+    if basis == "measured":
+        return f"time: measured wall clock, {where}"
+    return f"time: EMULATED: measured compute + bytes at {link_mbps:g} Mbit/s ({where})"
 
 
 def _choose_testbed(args: argparse.Namespace, say: Callable[..., None]) -> str:
@@ -186,6 +194,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--workers={args.workers}: the Mininet rack has 4 hosts; use --workers 4")
     if args.quick and args.steps is not None:
         raise UsageError("--quick sets the steps; give --quick or --steps N")
+    try:   # before minutes of training, not after them
+        writable_file(args.out, "--out")
+        writable_file(args.plot, "--plot")
+    except OptionError as exc:
+        raise UsageError(str(exc)) from None
     task = make_task(args.task, seed=args.seed)
     steps = (QUICK_STEPS[args.task] if args.quick else args.steps) or task.default_steps
     lr = QUICK_LR[args.task] if args.quick else None
@@ -244,9 +257,7 @@ def run(args: argparse.Namespace) -> int:
     ]
     print()
     print(format_columns(("", LABELS["thc"], LABELS["none"]), rows))
-    how = (f"measured wall clock over links shaped to {args.link_mbps:g} Mbit/s ({where})"
-           if basis == "measured" else
-           f"EMULATED: measured compute + bytes at {args.link_mbps:g} Mbit/s ({where})")
-    print(f"\ntime: {how}")
+    print()
+    print(time_line(basis, args.link_mbps, where))
     print(f"report: {args.out}, plot: {args.plot}   ({elapsed:.0f} s in all)")
     return 0

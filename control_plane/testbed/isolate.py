@@ -33,6 +33,10 @@ log = logging.getLogger(__name__)
 #: Set in the isolated child: the process is inside its own network and mount namespace.
 ENV_MARK = "NETCO_ISOLATED"
 REPO = Path(__file__).resolve().parents[2]
+#: Where the administration tools the job runs (``tc``, ``sysctl``) live: root's PATH has these
+#: folders, an ordinary user's (Debian: /usr/local/bin:/usr/bin:/bin) does not. Inside its
+#: namespaces the job is root, so it gets them too.
+ADMIN_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
 
 
 class IsolationError(RuntimeError):
@@ -80,6 +84,12 @@ def check_available() -> None:
                              "kernel.unprivileged_userns_clone=1 or user.max_user_namespaces > 0")
 
 
+def admin_path(path: str | None) -> str:
+    """``path`` (a ``PATH`` value) with the :data:`ADMIN_DIRS` it lacks appended."""
+    parts = [p for p in (path or "").split(os.pathsep) if p]
+    return os.pathsep.join([*parts, *(d for d in ADMIN_DIRS if d not in parts)])
+
+
 def _pdeathsig() -> None:
     import ctypes
 
@@ -94,6 +104,7 @@ def run_isolated(target: str, kwargs: dict | None = None, *, timeout_s: float = 
     """
     if is_isolated():
         return _call(target, kwargs or {})
+    check_available()   # why not, in one line (unshare's own complaint would reach stderr)
     prefix = unshare_command()
     with tempfile.TemporaryDirectory(prefix="netco-iso-") as tmp:
         # the mapped root of a user namespace must read and write the exchange files
@@ -102,9 +113,13 @@ def run_isolated(target: str, kwargs: dict | None = None, *, timeout_s: float = 
         src.write_bytes(pickle.dumps((target, kwargs or {})))
         path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
         env = {**os.environ, ENV_MARK: "1", "PYTHONPATH": path,
+               "PATH": admin_path(os.environ.get("PATH", os.defpath)),
                "NETCO_ROOTLESS": "1" if os.geteuid() != 0 else "0"}
         cmd = [*prefix, sys.executable, "-m", "control_plane.testbed.isolate", str(src), str(dst)]
         log.debug("isolated: %s", " ".join(cmd))
+        for stream in (sys.stdout, sys.stderr):   # the job writes to the same files
+            if stream is not None:
+                stream.flush()
         proc = subprocess.Popen(cmd, env=env, preexec_fn=_pdeathsig)
         try:
             rc = proc.wait(timeout_s)

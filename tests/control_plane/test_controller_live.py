@@ -345,3 +345,24 @@ def test_watch_mode_heals_a_restarted_switch(clean, tmp_path: Path) -> None:
         os.kill(watcher.pid, signal.SIGTERM)
         watcher.wait(10)
     assert all(r.diff.in_sync for r in by_switch(run(Controller(cfg).diff())).values())
+
+
+def test_a_fresh_software_target_is_configured_without_warnings(caplog) -> None:
+    """Applying to a fresh software target logs no finsy warning: the token read before the
+    first write finds no pipeline (expected: apply installs it) and the software target never
+    implements gNMI. The same warnings outside such a session still get through."""
+    import logging
+
+    from control_plane.controller import FINSY_ONCE
+    from control_plane.embedded import EmbeddedNetwork
+
+    FINSY_ONCE.seen.clear()
+    with caplog.at_level(logging.WARNING, logger="finsy"):
+        with EmbeddedNetwork(2) as net:
+            assert net.updates > 0
+            assert net.status()[0].pipeline == "ours"
+        assert [r.getMessage() for r in caplog.records if r.name.startswith("finsy")] == []
+        logging.getLogger("finsy").warning("Forwarding pipeline is not configured")
+        logging.getLogger("finsy").warning("gNMI is not implemented")
+    assert [r.getMessage() for r in caplog.records] == ["Forwarding pipeline is not configured",
+                                                        "gNMI is not implemented"]

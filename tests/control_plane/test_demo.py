@@ -73,6 +73,42 @@ def test_demo_quick_on_the_shaped_rack_measures_time(tmp_path, capsys):
     assert rep["switch"][0]["counters"]["ingress.thc_slot.contributions"]["0"] > 0
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(_namespaces() is not None, reason=f"{_namespaces()}")
+def test_demo_as_an_unprivileged_user_measures_time():
+    """The README's main job as uid 65534 (as root: ``setpriv``) with an ordinary user's PATH
+    (no /usr/sbin): the rack is built in a user namespace and the time is measured."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from tests.support.rootless import python_for
+
+    argv = ["-m", "control_plane.cli.main", "demo", "--task", "digits", "--workers", "2",
+            "--steps", "2", "--json", "--out", "r.json", "--plot", "r.png"]
+    with tempfile.TemporaryDirectory(prefix="netco-demo-test-") as tmp:
+        os.chmod(tmp, 0o777)  # the unprivileged run writes its report here
+        if os.geteuid() == 0:
+            how = python_for(65534)
+            if how is None:
+                pytest.skip("no Python interpreter with this venv's packages runs as uid 65534")
+            cmd, env = how
+        else:
+            cmd, env = [sys.executable], dict(os.environ)
+        env["PATH"] = "/usr/local/bin:/usr/bin:/bin"   # Debian's PATH for ordinary users
+        res = subprocess.run([*cmd, *argv], env=env, cwd=tmp, capture_output=True, text=True,
+                             timeout=600)
+        assert res.returncode == 0, res.stderr[-2000:]
+        assert "Traceback" not in res.stderr and "falling back" not in res.stderr
+        rep = json.loads(Path(tmp, "r.json").read_text())
+    assert rep["testbed"] == "rack" and rep["time_basis"] == "measured"
+    assert rep["rack"]["rootless"] is True
+    assert set(rep["rack"]["measured_mbps"]) == {"h1", "h2"}
+    assert rep["network_stats"]["min_count"] == 2
+
+
 def test_demo_switch_without_testbed_is_refused(capsys):
     assert main(["demo", "--switch", "bmv2"]) == 2
     err = capsys.readouterr().err
@@ -92,6 +128,34 @@ def test_demo_bmv2_missing_names_the_demos_flag(capsys):
     err = capsys.readouterr().err
     assert "simple_switch_grpc is not on PATH" in err and "--switch softswitch" in err
     assert "--target" not in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("flag", ["--out", "--plot"])
+def test_demo_refuses_an_unwritable_report_before_training(tmp_path, capsys, monkeypatch, flag):
+    """A report the run could not write is refused in one line before minutes of training,
+    not as a traceback after them."""
+    from control_plane.cli import demo
+
+    def never(*a, **k):
+        raise AssertionError("trained although the report cannot be written")
+
+    monkeypatch.setattr(demo, "_train_pair", never)
+    bad = tmp_path / "missing" / "r.out"
+    args = {"--out": str(tmp_path / "r.json"), "--plot": str(tmp_path / "r.png"), flag: str(bad)}
+    assert main(["demo", "--testbed", "loopback", *(x for kv in args.items() for x in kv)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"netco demo: error: {flag} {bad}: no folder {bad.parent}\n"
+
+
+def test_demo_time_line_names_the_link_once():
+    from control_plane.cli.demo import time_line
+
+    where = "namespace rack (rootless), links shaped to 100 Mbit/s"
+    line = time_line("measured", 100.0, where)
+    assert line == f"time: measured wall clock, {where}" and line.count("100 Mbit/s") == 1
+    line = time_line("emulated", 100.0, "software switch on loopback")
+    assert line == ("time: EMULATED: measured compute + bytes at 100 Mbit/s "
+                    "(software switch on loopback)")
 
 
 def test_demo_table_columns_line_up():

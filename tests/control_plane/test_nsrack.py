@@ -74,6 +74,18 @@ def test_unavailable_namespaces_give_one_line(monkeypatch):
     assert "Operation not permitted" in str(ei.value) and "\n" not in str(ei.value)
 
 
+def test_a_job_where_namespaces_cannot_be_made_fails_in_one_line(monkeypatch, capfd):
+    """run_isolated says why (as check_available does), and unshare's own complaint does not
+    reach the terminal as a second line (netco train --testbed rack printed both)."""
+    monkeypatch.setenv(isolate.ENV_MARK, "0")
+    monkeypatch.setattr(isolate, "unshare_command", lambda: [
+        "sh", "-c", "echo 'unshare: unshare failed: No space left on device' >&2; exit 1", "x"])
+    with pytest.raises(IsolationError) as ei:
+        run_isolated("os:getpid")
+    assert "No space left on device" in str(ei.value) and "\n" not in str(ei.value)
+    assert capfd.readouterr().err == ""
+
+
 def test_rack_refuses_to_configure_the_callers_namespace(monkeypatch):
     monkeypatch.delenv(isolate.ENV_MARK, raising=False)
     with pytest.raises(RuntimeError, match="run_isolated"):
@@ -86,6 +98,31 @@ def test_the_job_is_init_of_its_own_pid_namespace():
     """Whatever the job starts dies with it: the kernel kills a PID namespace with its init."""
     assert run_isolated("os:getpid") == 1
 
+
+
+@needs_ns
+def test_the_job_finds_tc_and_sysctl_without_sbin_on_the_callers_path(monkeypatch):
+    """An ordinary user's PATH (Debian: /usr/local/bin:/usr/bin:/bin) lacks /usr/sbin, where
+    tc and sysctl live; inside its namespace the job is root and finds root's tools."""
+    monkeypatch.setenv("PATH", "/usr/local/bin:/usr/bin:/bin")
+    for tool in ("tc", "sysctl", "ip"):
+        assert run_isolated("shutil:which", {"cmd": tool}) is not None, tool
+
+
+@needs_ns
+def test_lines_keep_their_order_in_a_log(tmp_path):
+    """stdout and stderr into one file (a log, a pipe): what the caller printed before the
+    job comes before what the job prints (``netco demo`` on the rack printed its header last)."""
+    code = ("from control_plane.testbed.isolate import run_isolated\n"
+            "print('before')\n"
+            "run_isolated('subprocess:run', {'args': ['sh', '-c', 'echo job >&2']})\n"
+            "print('after')\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # stdout buffered
+    log = tmp_path / "log"
+    with log.open("wb") as f:
+        subprocess.run([sys.executable, "-c", code], stdout=f, stderr=subprocess.STDOUT,
+                       check=True, timeout=120, cwd=REPO, env=env)
+    assert log.read_text().split() == ["before", "job", "after"]
 
 
 @needs_ns
