@@ -4,6 +4,7 @@ some of the switch's hosts (installed through the aggregation harness) and the s
 from __future__ import annotations
 
 import itertools
+import weakref
 
 import numpy as np
 
@@ -15,7 +16,9 @@ from tests.support.aggnet import AggregationNetwork, SwitchJob, Worker
 TABLE = list(DEFAULT_TABLE)
 #: the switch of the single-switch topology
 SWITCH = "s0"
-_ids: dict[int, itertools.count] = {}  # per started network: next job index
+#: per started network: next job index (keyed by the object, not ``id()``: CPython gives a
+#: closed network's address to the next one, which then went on from the old count)
+_ids: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def lane_bits_check(n: int, g: int) -> int:
@@ -25,8 +28,8 @@ def lane_bits_check(n: int, g: int) -> int:
 
 def new_job(net: AggregationNetwork, hosts: list[str], lane_bits: int | None = None,
             table: list[int] = TABLE, num_slots: int = 4, token: int = 0) -> SwitchJob:
-    k = next(_ids.setdefault(id(net), itertools.count(0)))
-    assert k < dp.MAX_JOBS, "more jobs than MAX_JOBS in p4/v1model/include/size.p4"
+    k = next(_ids.setdefault(net, itertools.count(0)))
+    assert k < dp.MAX_JOBS, "more jobs than MAX_JOBS in p4/shared/size.p4"
     contributors = []
     for rank, name in enumerate(hosts):
         h = net.hosts[name]

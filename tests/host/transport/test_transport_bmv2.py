@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 from dataclasses import replace
 
 import numpy as np
@@ -27,6 +28,7 @@ import pytest
 import torch
 
 from host.netns import in_netns
+from host.protocol import generated_dataplane as dp
 from host.protocol.layout import COORDS_PER_PACKET, lane_bits_for
 from host.thc import THCCodec
 from host.transport.faults import FaultyEndpoint
@@ -51,7 +53,7 @@ pytestmark = [pytest.mark.root, pytest.mark.bmv2]
 SWITCH = "s0"
 GATEWAY_MAC = "02:00:00:00:ff:fe"  # BMv2 does not check the destination MAC of THC frames
 SLOTS_PER_JOB = 16  # 16 jobs x 16 slots = the program's THC_SLOTS (p4/v1model/include/size.p4)
-_jobs: dict[int, itertools.count] = {}
+_jobs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # per network object
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +74,8 @@ def bmv2(tmp_path_factory):
 
 def install_job(net: Bmv2Network, n: int, codec: THCCodec) -> SwitchJob:
     """Install a new job of workers w0..w(n-1) with the codec's table (controller's entries)."""
-    k = next(_jobs.setdefault(id(net), itertools.count(0)))
-    assert k < 16, "more jobs than MAX_JOBS in p4/v1model/include/size.p4"
+    k = next(_jobs.setdefault(net, itertools.count(0)))
+    assert k < dp.MAX_JOBS, "more jobs than MAX_JOBS in p4/shared/size.p4"
     members = [Worker(rank=r, port=net.hosts[h].port, ip=net.hosts[h].ip, mac=net.hosts[h].mac)
                for r, h in enumerate(WORKERS[:n])]
     lane = lane_bits_for(n, codec.cfg.granularity)
