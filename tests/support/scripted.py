@@ -73,23 +73,27 @@ class ScriptedSwitch:
             payload = d[THC_HEADER_BYTES:]
             self.log.append((h[_I["slot"]], h[_I["round"]], h[_I["slot_set"]], h[_I["flags"]],
                              h[_I["elem_count"]], h[_I["chunk_offset"]], payload))
-            k = h[_I["chunk_offset"]] // COORDS_PER_PACKET
-            key = (h[_I["slot"]], h[_I["round"]])
-            first = key not in self.seen
-            self.seen.add(key)
-            if first and k % 7 == 3:
-                continue
-            partial = k % 11 == 4
-            a = self.answer(h, payload, h[_I["round"]], 1 if partial else 2, 1 if partial else 3)
-            if self.forged:
-                bad = list(H.unpack_from(a))
-                bad[_I["token"]] ^= 0x80000001
-                self.sock.sendto(H.pack(*bad) + b"\xff" * (len(a) - THC_HEADER_BYTES), addr)
-            if k % 9 == 0:   # the stale answer first: the exchange's last answer is never one
-                self.sock.sendto(self.answer(h, payload, h[_I["round"]] - 1, 2, 3), addr)
+            self.respond(h, payload, addr)
+
+    def respond(self, h: tuple, payload: bytes, addr) -> None:
+        """Answer one recorded packet by the script (the class docstring)."""
+        k = h[_I["chunk_offset"]] // COORDS_PER_PACKET
+        key = (h[_I["slot"]], h[_I["round"]])
+        first = key not in self.seen
+        self.seen.add(key)
+        if first and k % 7 == 3:
+            return
+        partial = k % 11 == 4
+        a = self.answer(h, payload, h[_I["round"]], 1 if partial else 2, 1 if partial else 3)
+        if self.forged:
+            bad = list(H.unpack_from(a))
+            bad[_I["token"]] ^= 0x80000001
+            self.sock.sendto(H.pack(*bad) + b"\xff" * (len(a) - THC_HEADER_BYTES), addr)
+        if k % 9 == 0:   # the stale answer first: the exchange's last answer is never one
+            self.sock.sendto(self.answer(h, payload, h[_I["round"]] - 1, 2, 3), addr)
+        self.sock.sendto(a, addr)
+        if k % 5 == 0:
             self.sock.sendto(a, addr)
-            if k % 5 == 0:
-                self.sock.sendto(a, addr)
 
     def close(self) -> None:
         self.stop.set()
@@ -136,20 +140,10 @@ class DeadlineSwitch(ScriptedSwitch):
         self.bitmap_of = bitmap_of
         super().__init__()
 
-    def run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                d, addr = self.sock.recvfrom(4096)
-            except TimeoutError:
-                continue
-            h = H.unpack_from(d)
-            payload = d[THC_HEADER_BYTES:]
-            self.log.append((h[_I["slot"]], h[_I["round"]], h[_I["slot_set"]], h[_I["flags"]],
-                             h[_I["elem_count"]], h[_I["chunk_offset"]], payload))
-            if h[_I["flags"]] & int(Flag.DEADLINE):
-                bm = self.bitmap_of(h[_I["chunk_offset"]] // COORDS_PER_PACKET)
-                self.sock.sendto(self.answer(h, payload, h[_I["round"]], bm.bit_count(), bm),
-                                 addr)
+    def respond(self, h: tuple, payload: bytes, addr) -> None:
+        if h[_I["flags"]] & int(Flag.DEADLINE):
+            bm = self.bitmap_of(h[_I["chunk_offset"]] // COORDS_PER_PACKET)
+            self.sock.sendto(self.answer(h, payload, h[_I["round"]], bm.bit_count(), bm), addr)
 
 
 def deadline_exchange(native: bool, bitmap_of, n: int, W: int = 4) -> tuple:
