@@ -19,7 +19,9 @@
  * timeout_ms (so that Python's signal handlers run: the loop holds no GIL to run them) or
  * with a batch that fp_batch does not take, left received in the receive buffer (rows, lengths,
  * ingress ports, senders, receive times) for Pipeline.process, the reference; its outputs are
- * sent first, so frames leave in batch order. Counters are added as it runs: the job's
+ * sent first, so frames leave in batch order. A batch that fp_batch takes once the frames the
+ * reference drops before any state are set aside (partition_rejected: junk, forged tokens,
+ * unknown jobs) is processed here and only those frames go to Python. Counters are added as it runs: the job's
  * contributions and results, and the loop's own totals (LOOP_STATS).
  */
 #define _GNU_SOURCE
@@ -53,11 +55,11 @@
 
 /* the loop's totals, in the order of LOOP_STATS */
 enum { S_RX, S_TX, S_BATCHES, S_CONTRIB, S_TX_LOST, S_TX_REFUSED, S_LAST_ERROR, S_GRO_TRAINS,
-       S_GSO_TRAINS, S_CPU_NS, S_RESENT, S_RETX_UP, S_RELEASE, S_PARENT, S_COUNT };
+       S_GSO_TRAINS, S_CPU_NS, S_RESENT, S_RETX_UP, S_RELEASE, S_PARENT, S_SPLIT, S_COUNT };
 const char *const loop_stat_names[S_COUNT] = {"rx", "tx", "batches", "contributions", "tx_lost",
                                               "tx_refused", "last_error", "gro_trains",
                                               "gso_trains", "cpu_ns", "resent", "retx_up",
-                                              "release", "parent_result"};
+                                              "release", "parent_result", "split_batches"};
 const int loop_stat_count = S_COUNT;
 /* ctl flags (uint8): stop, configuration changed */
 enum { CTL_STOP, CTL_CHANGED };
@@ -482,6 +484,71 @@ static int by_stamp(const void *a, const void *b) {
     return x->row < y->row ? -1 : (x->row > y->row);
 }
 
+/* -- frames the reference drops before any state ------------------------------------------ */
+
+/* 1 if Pipeline.process drops frame f (length L) before it touches any state or sends
+ * anything (ThcParser, then the first checks of ThcValidate; a rejected packet touches no
+ * state): not IPv4 or cut short before UDP (NOT_IPV4), a THC header cut short (SHORT),
+ * another protocol version (BAD_VERSION), a job the switch does not have (UNKNOWN_JOB), or
+ * a job's id with another token (BAD_SENDER or an earlier reason). Such frames do not depend
+ * on the order they are processed in, so the loop may leave them to Python after the rest of
+ * their batch (issue 16: fuzz from member addresses made every batch it hit a Python batch).
+ * 0 for everything else, including frames whose fate this cannot tell (routed traffic, jobs
+ * the C path does not take). */
+static int rejected_stateless(const uint8_t *f, int64_t L, const fp_consts_t *K,
+                              const int32_t *job_map, const fp_job_t *jobs, const int *has_job,
+                              Py_ssize_t njobs) {
+    if (L < ETH_HEADER_BYTES || be16(f + OFF_ETHERTYPE) != ETHERTYPE_IPV4) return 1;
+    if (L < ETH_HEADER_BYTES + IPV4_HEADER_BYTES) return 1;
+    if ((f[OFF_VERIHL] & 0x0F) != IPV4_HEADER_BYTES / 4 || (be16(f + OFF_FRAG) & 0x1FFF) != 0
+        || f[OFF_PROTO] != IP_PROTO_UDP)
+        return 0;                       /* IPv4, not UDP as the parser takes it: routed */
+    if (L < THC_OFFSET) return 1;       /* UDP cut short */
+    if (be16(f + OFF_DPORT) != (uint32_t)K->thc_port) return 0;   /* routed */
+    if (L < PAYLOAD_OFFSET) return 1;                             /* SHORT */
+    if (f[OFF_VERSION] != K->version) return 1;                   /* BAD_VERSION */
+    const int jn = job_map[be16(f + OFF_JOB_ID)];
+    if (jn < 0) return 1;                                         /* UNKNOWN_JOB */
+    if (jn >= njobs || !has_job[jn]) return 0;
+    return (long long)be32(f + OFF_TOKEN) != jobs[jn].token;      /* BAD_SENDER (or earlier) */
+}
+
+/* Move the batch's rows that rejected_stateless() marks to the front (rows 0..m-1), the others
+ * after them, each group in arrival order; returns m. */
+static Py_ssize_t partition_rejected(rx_t *X, Py_ssize_t n, uint8_t *pbuf,
+                                     struct sockaddr_in *pnames, int64_t *pvals,
+                                     const fp_consts_t *K, const int32_t *job_map,
+                                     const fp_job_t *jobs, const int *has_job, Py_ssize_t njobs) {
+    Py_ssize_t m = 0;
+    for (Py_ssize_t j = 0; j < n; j++)
+        m += rejected_stateless(X->buf + (size_t)j * ROW_BYTES, X->lens[j], K, job_map, jobs,
+                                has_job, njobs);
+    if (m == 0 || m == n) return m;
+    Py_ssize_t a = 0, b = m;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        const uint8_t *f = X->buf + (size_t)j * ROW_BYTES;
+        Py_ssize_t to = rejected_stateless(f, X->lens[j], K, job_map, jobs, has_job, njobs)
+                            ? a++ : b++;
+        int64_t len = X->lens[j];
+        memcpy(pbuf + (size_t)to * ROW_BYTES, f,
+               (size_t)(len > 0 && len < ROW_BYTES ? len : ROW_BYTES));
+        pnames[to] = X->names[j];
+        pvals[3 * to] = len;
+        pvals[3 * to + 1] = X->inports[j];
+        pvals[3 * to + 2] = X->stamps[j];
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int64_t len = pvals[3 * j];
+        memcpy(X->buf + (size_t)j * ROW_BYTES, pbuf + (size_t)j * ROW_BYTES,
+               (size_t)(len > 0 && len < ROW_BYTES ? len : ROW_BYTES));
+        X->names[j] = pnames[j];
+        X->lens[j] = len;
+        X->inports[j] = pvals[3 * j + 1];
+        X->stamps[j] = pvals[3 * j + 2];
+    }
+    return m;
+}
+
 /* -- the loop's own memory, kept between calls (a capsule: new_memory()) ------------------- */
 
 typedef struct {
@@ -497,6 +564,10 @@ typedef struct {
     struct pollfd *pfd;
     ord_t *ord;
     int64_t *order;
+    /* partition_rejected: one batch of rows, names and (len, inport, stamp) triples */
+    uint8_t *pbuf;
+    struct sockaddr_in *pnames;
+    int64_t *pvals;
     fp_scratch_t scratch;
 } mem_t;
 
@@ -505,6 +576,7 @@ static void mem_release(mem_t *m) {
     tx_free(&m->tx[1]);
     free(m->msg); free(m->iov); free(m->ctrl); free(m->tbuf); free(m->tctrl); free(m->tmsg);
     free(m->tiov); free(m->tname); free(m->pfd); free(m->ord); free(m->order);
+    free(m->pbuf); free(m->pnames); free(m->pvals);
     fp_scratch_free(&m->scratch);
     memset(m, 0, sizeof(*m));
 }
@@ -532,8 +604,12 @@ static int mem_ensure(mem_t *m, Py_ssize_t batch, Py_ssize_t cap, int np, int tm
     m->pfd = calloc((size_t)(np ? np : 1), sizeof(struct pollfd));
     m->ord = malloc((size_t)batch * sizeof(ord_t));
     m->order = malloc((size_t)batch * sizeof(int64_t));
+    m->pbuf = malloc((size_t)batch * ROW_BYTES);
+    m->pnames = malloc((size_t)batch * sizeof(struct sockaddr_in));
+    m->pvals = malloc((size_t)batch * 3 * sizeof(int64_t));
     if (!m->msg || !m->iov || !m->ctrl || !m->tbuf || !m->tctrl || !m->tmsg || !m->tiov
-        || !m->tname || !m->pfd || !m->ord || !m->order || tx_alloc(&m->tx[0], cap) < 0
+        || !m->tname || !m->pfd || !m->ord || !m->order || !m->pbuf || !m->pnames || !m->pvals
+        || tx_alloc(&m->tx[0], cap) < 0
         || tx_alloc(&m->tx[1], cap) < 0) {
         mem_release(m);
         return -1;
@@ -786,24 +862,37 @@ PyObject *py_loop(PyObject *self, PyObject *args) {
         if (err) break;
         if (n == 0) continue;
         several = nports > 1;
-        const int64_t *ordp = NULL;
-        if (several && n > 1) {
-            for (Py_ssize_t j = 0; j < n; j++) { ord[j].stamp = X.stamps[j]; ord[j].row = j; }
-            qsort(ord, (size_t)n, sizeof(ord_t), by_stamp);
-            for (Py_ssize_t j = 0; j < n; j++) order[j] = ord[j].row;
-            ordp = order;
-        }
-        const int job_id = (int)be16(X.buf + OFF_JOB_ID);
-        const int jn = job_map[job_id];
-        int h = 0;
+        /* pass 0: the whole batch; pass 1, where fp_batch did not take it: the frames the
+         * reference drops before any state go to the front (rows 0..lo-1, left to Python
+         * after this batch) and fp_batch gets the rest */
+        Py_ssize_t lo = 0;
+        int h = 0, jn = -1;
         fp_result_t r;
-        if (jn >= 0 && jn < njobs && has_job[jn])
-            h = fp_batch(&K, &S, &jobs[jn], X.buf, X.lens, X.inports, n, ordp, &tx[cur].out, &r,
-                         scratch);
+        for (int pass = 0; pass < 2 && h == 0; pass++) {
+            if (pass == 1) {
+                lo = partition_rejected(&X, n, mem->pbuf, mem->pnames, mem->pvals, &K, job_map,
+                                        jobs, has_job, njobs);
+                if (lo == 0 || lo == n) { lo = 0; break; }
+            }
+            const Py_ssize_t m = n - lo;
+            const int64_t *ordp = NULL;
+            if (several && m > 1) {
+                for (Py_ssize_t j = 0; j < m; j++) { ord[j].stamp = X.stamps[lo + j]; ord[j].row = j; }
+                qsort(ord, (size_t)m, sizeof(ord_t), by_stamp);
+                for (Py_ssize_t j = 0; j < m; j++) order[j] = ord[j].row;
+                ordp = order;
+            }
+            const uint8_t *b0 = X.buf + (size_t)lo * ROW_BYTES;
+            jn = job_map[be16(b0 + OFF_JOB_ID)];
+            if (jn >= 0 && jn < njobs && has_job[jn])
+                h = fp_batch(&K, &S, &jobs[jn], b0, X.lens + lo, X.inports + lo, m, ordp,
+                             &tx[cur].out, &r, scratch);
+        }
         if (h < 0) { err = ENOMEM; break; }
         if (h == 0) { reason = R_PENDING; pending_n = n; break; }
         const fp_job_t *J = &jobs[jn];
-        count(&L, S_RX, n);
+        count(&L, S_RX, n - lo);
+        if (lo) count(&L, S_SPLIT, 1);
         count(&L, S_TX, r.nout);
         count(&L, S_BATCHES, 1);
         count(&L, S_CONTRIB, r.ncontrib);
@@ -819,7 +908,7 @@ PyObject *py_loop(PyObject *self, PyObject *args) {
         /* learn every sender's UDP port (all rows accepted) */
         uint32_t last_a = 0;
         int last_p = -1;
-        for (Py_ssize_t j = 0; j < n; j++) {
+        for (Py_ssize_t j = lo; j < n; j++) {
             const int pi = L.port_index[X.inports[j]];
             if (pi < 0 || !L.ports[pi].udp) continue;
             uint32_t a = ntohl(X.names[j].sin_addr.s_addr);
@@ -838,6 +927,7 @@ PyObject *py_loop(PyObject *self, PyObject *args) {
                 send_tx(&L, &tx[cur]);
             }
         }
+        if (lo) { reason = R_PENDING; pending_n = lo; break; }   /* the rejected rows */
     }
     if (sender_started) {
         pthread_mutex_lock(&L.mu);

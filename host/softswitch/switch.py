@@ -113,6 +113,10 @@ class SoftSwitch:
         self.cstats = np.zeros(max(len(LOOP_STATS), 1), dtype=np.int64)
         #: the C loop's runs: returns for a batch the C path did not take, control events
         self.c_handoffs = 0
+        #: frames those hand-backs gave the Python pipeline (a batch the C loop split keeps
+        #: only the frames the reference drops before any state: ``_swloop.c``,
+        #: ``partition_rejected``)
+        self.c_handoff_frames = 0
         self.c_events = 0
         self._c_memory = None   # the C loop's buffers (kept between its runs)
         self._port_tables()
@@ -391,6 +395,7 @@ class SoftSwitch:
             self.c_events += reason in (0, 1)
             return 0
         self.c_handoffs += 1
+        self.c_handoff_frames += n
         self._process_received(n, self.stamps if several else None)
         return n
 
@@ -495,5 +500,6 @@ class SoftSwitch:
                 p.gso.trains for p in self.ports.values() if getattr(p, "gso", None) is not None),
             # the C loop: its threads' CPU time, runs handed back to Python
             "c_loop": {"batches": cs.get("batches", 0), "cpu_ns": cs.get("cpu_ns", 0),
-                       "handoffs": self.c_handoffs, "events": self.c_events},
+                       "handoffs": self.c_handoffs, "handoff_frames": self.c_handoff_frames,
+                       "split_batches": cs.get("split_batches", 0), "events": self.c_events},
         }

@@ -6,7 +6,9 @@ pipeline and counted there; and the learned-ports table both loops share."""
 from __future__ import annotations
 
 import socket
+import time
 
+import numpy as np
 import pytest
 import torch
 
@@ -79,3 +81,61 @@ def test_learned_ports_table():
     assert len(t) == 0 and t.get(10) is None
     with pytest.raises(KeyError):
         t[10]
+
+
+def test_a_batch_with_junk_leaves_only_the_junk_to_python(monkeypatch):
+    """Issue 16 (chaos, fuzz from member addresses): one junk datagram in a batch used to send
+    the whole batch to the Python pipeline (fuzz every 2 ms made all-reduces 3.7x slower); the
+    C loop now sets aside the frames the reference drops before any state (cut short, another
+    version, another token, an unknown job), takes the rest, and hands Python only those."""
+    monkeypatch.setenv("NETCO_SOFTSWITCH_CLOOP", "1")
+    if not SoftSwitch.c_loop_available():
+        pytest.skip("the C loop (host/softswitch/_fastpath) is not built")
+    from host.protocol import codec as wire
+    from host.protocol.layout import COORDS_PER_PACKET, INDEX_BITS, THC_VERSION, DropReason, MsgType
+
+    rng = np.random.default_rng(3)
+    with EmbeddedNetwork(3, num_slots=32, in_process=True) as net:
+        sw = net.switch
+        assert sw.c_loop
+        socks = []
+        for r in range(3):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.bind((net.address(r).ip, 0))
+            socks.append(s)
+
+        def header(r: int, slot: int, **kw) -> wire.Header:
+            kw.setdefault("token", net.token)
+            return wire.Header(msg_type=MsgType.DATA, job_id=net.job_id, slot=slot, round=8,
+                               rank=r, lane_bits=INDEX_BITS, chunk_offset=slot * COORDS_PER_PACKET,
+                               **kw)
+
+        idx = rng.integers(0, 16, size=COORDS_PER_PACKET)
+        junk = [b"\x01",                                                    # SHORT
+                wire.encode(header(0, 1, version=THC_VERSION + 1), idx),    # BAD_VERSION
+                wire.encode(header(0, 2, token=net.token ^ 0x5A5A), idx),   # BAD_SENDER
+                wire.encode(wire.Header(msg_type=MsgType.DATA, job_id=net.job_id + 7, slot=0,
+                                        round=8, token=net.token), idx)]    # UNKNOWN_JOB
+        sent_junk = good = 0
+        try:
+            for slot in range(32):
+                for r in range(3):
+                    socks[r].sendto(wire.encode(header(r, slot), idx), net.address(r).switch)
+                    good += 1
+                    if (slot * 3 + r) % 3 == 1:
+                        socks[r].sendto(junk[sent_junk % len(junk)], net.address(r).switch)
+                        sent_junk += 1
+            deadline = time.monotonic() + 10
+            while sw.stats()["rx"] < good + sent_junk and time.monotonic() < deadline:
+                time.sleep(0.01)
+            st = sw.stats()
+        finally:
+            for s in socks:
+                s.close()
+    assert st["rx"] == good + sent_junk
+    assert st["contributions"] == good                       # every valid frame summed once
+    junk_drops = sum(st["drops"].get(int(d), 0) for d in (
+        DropReason.SHORT, DropReason.BAD_VERSION, DropReason.BAD_SENDER, DropReason.UNKNOWN_JOB))
+    assert junk_drops == sent_junk
+    assert st["c_loop"]["handoff_frames"] == sent_junk       # Python saw the junk, nothing else
+    assert st["c_loop"]["split_batches"] >= 1
