@@ -112,11 +112,20 @@ def scripted_exchange(native: bool, n: int = 300, W: int = 16, expect: bool | No
     win = SlotWindow(ep, job_id=7, rank=0, world=2, num_slots=W,
                      config=SlotConfig(rto=0.15, max_rto=0.4), round_base=0xFFFFFFF0,
                      token=token)
-    win.native = native
-    rng = np.random.default_rng(5)
-    payload = rng.integers(0, 256, size=n * 128, dtype=np.uint8)
+    payload = np.random.default_rng(5).integers(0, 256, size=n * 128, dtype=np.uint8)
     counts = np.full(n, COORDS_PER_PACKET, dtype=np.int64)
     counts[-1] = 17
+    out, cnt = _exchange(win, native, sw, ep, payload, counts)
+    assert win.last_native == (native if expect is None else expect)
+    return win, out, cnt, sw.log, payload
+
+
+def _exchange(win: SlotWindow, native: bool, sw: ScriptedSwitch, ep: UdpEndpoint,
+              payload: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``win``'s exchange of DATA packets (4-bit indices, ``counts`` coordinates each) for
+    16-bit RESULT lanes through ``sw``; closes ``ep`` and ``sw``; returns (lanes, counts)."""
+    win.native = native
+    n = len(counts)
     offsets = np.arange(n, dtype=np.int64) * COORDS_PER_PACKET
     out = np.zeros(n * COORDS_PER_PACKET, dtype=np.uint32)
     cnt = np.zeros(n, dtype=np.int32)
@@ -126,8 +135,7 @@ def scripted_exchange(native: bool, n: int = 300, W: int = 16, expect: bool | No
     finally:
         ep.close()
         sw.close()
-    assert win.last_native == (native if expect is None else expect)
-    return win, out, cnt, sw.log, payload
+    return out, cnt
 
 
 class DeadlineSwitch(ScriptedSwitch):
@@ -153,17 +161,7 @@ def deadline_exchange(native: bool, bitmap_of, n: int, W: int = 4) -> tuple:
     ep = UdpEndpoint(sw.address, bind=("127.0.0.1", 0))
     win = SlotWindow(ep, job_id=7, rank=0, world=3, num_slots=W,
                      config=SlotConfig(policy="partial", deadline=0.3, rto=0.05, max_rto=0.2))
-    win.native = native
-    payload = np.zeros(n * 128, dtype=np.uint8)
-    counts = np.full(n, COORDS_PER_PACKET, dtype=np.int64)
-    offsets = np.arange(n, dtype=np.int64) * COORDS_PER_PACKET
-    out = np.zeros(n * COORDS_PER_PACKET, dtype=np.uint32)
-    cnt = np.zeros(n, dtype=np.int32)
-    try:
-        win.exchange_into("data", MsgType.DATA, 4, payload, counts, offsets, MsgType.RESULT,
-                          out, 2, cnt)
-    finally:
-        ep.close()
-        sw.close()
+    _, cnt = _exchange(win, native, sw, ep, np.zeros(n * 128, dtype=np.uint8),
+                       np.full(n, COORDS_PER_PACKET, dtype=np.int64))
     assert win.last_native == native
     return win, cnt, sw.log
