@@ -50,7 +50,8 @@ import time
 
 from control_plane.embedded import EmbeddedNetwork
 from host.protocol.framing import THC_OFFSET
-from host.protocol.layout import COORDS_PER_PACKET, INDICES, THC_HEADER_BYTES, lane_bits_for
+from host.protocol.jobs import widest_width
+from host.protocol.layout import COORDS_PER_PACKET, INDEX_BITS, THC_HEADER_BYTES, lane_bits_for
 from host.softswitch.launch import free_port
 from host.transport import kecho
 from host.transport.ports import UdpEndpoint
@@ -59,18 +60,25 @@ from host.transport.ports import UdpEndpoint
 RAW_HEADERS = THC_OFFSET
 
 
-def _sizes(workers: int) -> tuple[int, int]:
+def width_for(workers: int, asked: int | None) -> int:
+    """The packet width of a run: ``asked`` (``--coords-per-packet``), else the widest the
+    job's lanes allow (job default g = 30)."""
+    return asked or widest_width(lane_bits_for(workers, 30))
+
+
+def _sizes(workers: int, width: int) -> tuple[int, int]:
     """Bytes of a DATA message up and of its RESULT down (job default g = 30)."""
-    return (THC_HEADER_BYTES + INDICES.nbytes,
-            THC_HEADER_BYTES + COORDS_PER_PACKET * lane_bits_for(workers, 30) // 8)
+    return (THC_HEADER_BYTES + width * INDEX_BITS // 8,
+            THC_HEADER_BYTES + width * lane_bits_for(workers, 30) // 8)
 
 
-def kernel_udp_limit(workers: int, num_slots: int, repeats: int) -> dict:
+def kernel_udp_limit(workers: int, num_slots: int, repeats: int, width: int) -> dict:
     """The C echo over loopback UDP with the data path's batching: per repeat the slowest
     client's round trips/s, with and without GSO/GRO trains (the data path uses them when
     ``UdpEndpoint`` enables them)."""
-    up, down = _sizes(workers)
-    gso = UdpEndpoint.default_gso()
+    up, down = _sizes(workers, width)
+    # a train is at most 65000 bytes, as the data path builds them (GSO_MAX_BYTES)
+    gso = min(UdpEndpoint.default_gso(), 65000 // max(up, down))
     runs = [min(kecho.udp_limit(workers, up, down, gso=gso or 1, window=num_slots))
             for _ in range(repeats)]
     plain = runs if gso <= 1 else [
@@ -79,9 +87,9 @@ def kernel_udp_limit(workers: int, num_slots: int, repeats: int) -> dict:
     return {"runs": runs, "plain_runs": plain, "gso": gso}
 
 
-def _echo_rate(ep, n_packets: int, window: int) -> float:
+def _echo_rate(ep, n_packets: int, window: int, width: int = COORDS_PER_PACKET) -> float:
     """Datagrams/s of a window loop against an echoing switch: keep ``window`` in flight."""
-    dg = bytes(THC_HEADER_BYTES + INDICES.nbytes)
+    dg = bytes(THC_HEADER_BYTES + width * INDEX_BITS // 8)
     t0 = time.perf_counter()
     sent = min(window, n_packets)
     ep.send_many([dg] * sent)
@@ -100,20 +108,21 @@ def _echo_rate(ep, n_packets: int, window: int) -> float:
     return got / (time.perf_counter() - t0)
 
 
-def _echo_worker(addr, n_packets: int, window: int, barrier, q, repeats: int = 1) -> None:
+def _echo_worker(addr, n_packets: int, window: int, barrier, q, repeats: int = 1,
+                 width: int = COORDS_PER_PACKET) -> None:
     from host.transport.ports import UdpEndpoint
 
     ep = UdpEndpoint(addr.switch, bind=(addr.ip, 0))
     rates = []
     for _ in range(repeats):
         barrier.wait()
-        rates.append(_echo_rate(ep, n_packets, window))
+        rates.append(_echo_rate(ep, n_packets, window, width))
     q.put(("echo", addr.rank, rates))
     ep.close()
 
 
 def _thc_worker(addr, world: int, coords: int, num_slots: int, base: int, barrier, q,
-                repeats: int = 1, token: int = 0) -> None:
+                repeats: int = 1, token: int = 0, width: int = COORDS_PER_PACKET) -> None:
     import torch
 
     from host.thc import THCCodec
@@ -127,7 +136,7 @@ def _thc_worker(addr, world: int, coords: int, num_slots: int, base: int, barrie
     enc = codec.encode(x, norms, worker=addr.rank, round=0)
     ep = UdpEndpoint(addr.switch, bind=(addr.ip, 0))
     agg = NetworkAggregator(ep, JobSpec(1, addr.rank, world, num_slots=num_slots, round_base=base,
-                                        token=token))
+                                        token=token, coords_per_packet=width))
     times = []
     for _ in range(repeats):
         barrier.wait()
@@ -139,7 +148,8 @@ def _thc_worker(addr, world: int, coords: int, num_slots: int, base: int, barrie
 
 
 def _allreduce_worker(addr, world: int, numel: int, num_slots: int, base: int, barrier, q,
-                      repeats: int = 1, pipeline: int | None = None, token: int = 0) -> None:
+                      repeats: int = 1, pipeline: int | None = None, token: int = 0,
+                      width: int = COORDS_PER_PACKET) -> None:
     """``repeats`` THC all-reduces (timed behind a barrier) and, after each, the codec's own
     chunk norms + encode and decode of the same tensor in the same process (``codec_s``)."""
     import torch
@@ -153,7 +163,8 @@ def _allreduce_worker(addr, world: int, numel: int, num_slots: int, base: int, b
     x = torch.randn(numel, generator=torch.Generator().manual_seed(100 + addr.rank))
     ep = UdpEndpoint(addr.switch, bind=(addr.ip, 0))
     agg = NetworkAggregator(ep, JobSpec(1, addr.rank, world, num_slots=num_slots, round_base=base,
-                                        token=token), pipeline_coords=pipeline)
+                                        token=token, coords_per_packet=width),
+                            pipeline_coords=pipeline)
     runs = []
     out = None
     for k in range(repeats):
@@ -206,8 +217,9 @@ def _gloo_worker(rank: int, world: int, numel: int, port: int, q, repeats: int =
 
 def _raw_worker_main(argv: list[str]) -> int:
     """``python benchmarks/transport.py --raw-worker MODE IF MAC DMAC IP DIP RANK WORLD COORDS
-    SLOTS START [REPEATS PERIOD [TOKEN]]``: one worker in a network namespace; prints one JSON
-    line (TOKEN: the job's, as the controller installed it).
+    SLOTS START [REPEATS PERIOD [TOKEN [WIDTH]]]``: one worker in a network namespace; prints
+    one JSON line (TOKEN: the job's, as the controller installed it; WIDTH: coordinates per
+    packet).
 
     MODE ``echo``: the window loop of :func:`_echo_worker` over a raw socket (the limit);
     ``thc``: ``sum_encoded`` through the switch. Run ``k`` (of REPEATS) waits until the clock
@@ -219,6 +231,7 @@ def _raw_worker_main(argv: list[str]) -> int:
     repeats = int(argv[11]) if len(argv) > 11 else 1
     period = float(argv[12]) if len(argv) > 12 else 0.0
     token = int(argv[13]) if len(argv) > 13 else 0
+    width = int(argv[14]) if len(argv) > 14 else COORDS_PER_PACKET
     import torch
 
     from host.thc import THCCodec
@@ -231,13 +244,14 @@ def _raw_worker_main(argv: list[str]) -> int:
         rates = []
         for k in range(repeats):
             time.sleep(max(0.0, start + k * period - time.time()))
-            rates.append(_echo_rate(ep, coords, slots))
+            rates.append(_echo_rate(ep, coords, slots, width))
         print(json.dumps({"rank": rank, "packets_per_s": rates[0], "runs": rates}))
         return 0
     codec = THCCodec()
     x = torch.randn(coords, generator=torch.Generator().manual_seed(rank))
     enc = codec.encode(x, codec.chunk_norms(x), worker=rank, round=0)
-    agg = NetworkAggregator(ep, JobSpec(1, rank, world, num_slots=slots, token=token))
+    agg = NetworkAggregator(ep, JobSpec(1, rank, world, num_slots=slots, token=token,
+                                        coords_per_packet=width))
     times = []
     for k in range(repeats):
         time.sleep(max(0.0, start + k * period - time.time()))
@@ -251,7 +265,8 @@ def _raw_worker_main(argv: list[str]) -> int:
 
 
 def _summary(workers: int, coords: int, times: list[float], limits: list[float],
-             retransmits: int, native: bool, kernel: dict | None = None) -> dict:
+             retransmits: int, native: bool, kernel: dict | None = None,
+             width: int = COORDS_PER_PACKET) -> dict:
     """Goodput fields of one transport and worker count: medians over the repeats.
 
     ``times[k]``: the slowest worker's seconds of run k; ``limits[k]``: the slowest worker's
@@ -259,7 +274,7 @@ def _summary(workers: int, coords: int, times: list[float], limits: list[float],
     per-run values are kept in the ``*_runs`` fields. ``kernel``: the C echo's runs
     (:func:`kernel_udp_limit`), giving ``fraction_of_kernel_limit``.
     """
-    pkts = -(-coords // COORDS_PER_PACKET)
+    pkts = -(-coords // width)
     dt = statistics.median(times)
     limit = statistics.median(limits)
     extra: dict = {}
@@ -272,7 +287,8 @@ def _summary(workers: int, coords: int, times: list[float], limits: list[float],
         if kernel.get("plain_runs") is not None and kernel.get("gso", 0) > 1:
             plain = statistics.median(kernel["plain_runs"])
             extra["kernel_limit_without_gso_packets_per_s"] = plain
-    return {"workers": workers, "coords": coords, "seconds": dt, "coords_per_s": coords / dt,
+    return {"workers": workers, "coords": coords, "coords_per_packet": width, "seconds": dt,
+            "coords_per_s": coords / dt,
             "packets_per_s": pkts / dt, "payload_gbps": coords * 4 / dt / 1e9,
             "retransmits": retransmits, "limit_packets_per_s": limit,
             "fraction_of_limit": (pkts / dt) / limit, "repeats": len(times),
@@ -282,7 +298,7 @@ def _summary(workers: int, coords: int, times: list[float], limits: list[float],
 
 
 def veth_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
-                 repeats: int = 1) -> dict:
+                 repeats: int = 1, width: int = COORDS_PER_PACKET) -> dict:
     """Goodput through the software target over veth (AF_PACKET; root) and the raw echo limit.
 
     Each worker lives in its own network namespace behind a veth pair whose other end is a
@@ -325,7 +341,7 @@ def veth_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
         def run_switch(echo: bool) -> subprocess.Popen:
             grpc = free_port(__import__("socket").SOCK_STREAM)
             cmd = [sys.executable, "-m", "host.softswitch", "--grpc", f"127.0.0.1:{grpc}",
-                   "--slots", str(max(256, num_slots))]
+                   "--slots", str(max(256, num_slots)), "--coords-per-packet", str(width)]
             for r in range(workers):
                 cmd += ["--port", f"{r + 1}=afpacket:{sw_if[r]}"]
             if echo:
@@ -355,7 +371,7 @@ def veth_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
                     ["ip", "netns", "exec", ns[r], sys.executable, os.path.abspath(__file__),
                      "--raw-worker", mode, h_if[r], macs[r], dmac, ips[r], dip, str(r),
                      str(workers), str(n_items), str(num_slots), str(start), str(repeats),
-                     str(period), str(token)],
+                     str(period), str(token), str(width)],
                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
             out = []
             for p in ps:
@@ -363,7 +379,7 @@ def veth_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
                 out.append(json.loads(so.strip().splitlines()[-1]))
             return out
 
-        up, down = _sizes(workers)
+        up, down = _sizes(workers, width)
         links = [(f"/var/run/netns/{ns[r]}", h_if[r], sw_if[r]) for r in range(workers)]
         kernel = {"runs": [min(kecho.packet_limit(RAW_HEADERS + up, RAW_HEADERS + down, links,
                                                   window=num_slots))
@@ -399,7 +415,7 @@ def veth_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
     times = [max(x["runs"][k] for x in thc) for k in range(repeats)]
     return {"transport": "veth", **_summary(workers, coords, times, limits,
                                             sum(x["retransmits"] for x in thc),
-                                            all(x["native"] for x in thc), kernel)}
+                                            all(x["native"] for x in thc), kernel, width)}
 
 
 def _cpu_s(pid: int | None) -> float:
@@ -424,40 +440,41 @@ def _run(procs: list[mp.Process], q, n: int, timeout: float) -> list[tuple]:
 
 
 def udp_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
-                repeats: int = 1) -> dict:
+                repeats: int = 1, width: int = COORDS_PER_PACKET) -> dict:
     """Goodput of THC through the target and the echo limit, for ``workers`` processes
     (``repeats`` runs of each in the same processes; medians, see :func:`_summary`)."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    with EmbeddedNetwork(workers, echo=True) as echo:
+    with EmbeddedNetwork(workers, echo=True, coords_per_packet=width) as echo:
         bar = ctx.Barrier(workers)
         res = _run([ctx.Process(target=_echo_worker,
-                                args=(echo.address(r), limit_packets, num_slots, bar, q, repeats))
+                                args=(echo.address(r), limit_packets, num_slots, bar, q, repeats,
+                                      width))
                     for r in range(workers)], q, workers, 300 * repeats)
     limits = [min(r[2][k] for r in res) for k in range(repeats)]
-    with EmbeddedNetwork(workers, num_slots=num_slots) as net:
+    with EmbeddedNetwork(workers, num_slots=num_slots, coords_per_packet=width) as net:
         bar = ctx.Barrier(workers)
         pid = net.proc.pid if net.proc is not None else None
         cpu0 = _cpu_s(pid)
         res = _run([ctx.Process(target=_thc_worker,
                                 args=(net.address(r), workers, coords, num_slots, 1, bar, q,
-                                      repeats, net.token))
+                                      repeats, net.token, width))
                     for r in range(workers)], q, workers, 600 * repeats)
         cpu = _cpu_s(pid) - cpu0
     times = [max(r[2][k] for r in res) for k in range(repeats)]
-    kernel = kernel_udp_limit(workers, num_slots, repeats)
+    kernel = kernel_udp_limit(workers, num_slots, repeats, width)
     out = _summary(workers, coords, times, limits, sum(r[3] for r in res),
-                   all(r[4] for r in res), kernel)
+                   all(r[4] for r in res), kernel, width)
     # the switch's CPU per frame it handled (each worker's DATA in, its RESULT out), less
     # sensitive to a loaded machine than the rates (includes its idle polling between runs)
-    frames = 2 * workers * -(-coords // COORDS_PER_PACKET) * repeats
+    frames = 2 * workers * -(-coords // width) * repeats
     out["switch_cpu_s"] = cpu
     out["switch_cpu_us_per_frame"] = cpu / frames * 1e6 if pid is not None else None
     return out
 
 
 def allreduce_16m(workers: int, numel: int, num_slots: int, repeats: int = 1,
-                  pipeline: int | None = None) -> dict:
+                  pipeline: int | None = None, width: int = COORDS_PER_PACKET) -> dict:
     """THC all-reduce through the target vs gloo's fp32 all-reduce, same process count.
 
     Per repeat: ``thc_s`` the slowest worker's all-reduce (norm agreement, encode, network,
@@ -469,11 +486,11 @@ def allreduce_16m(workers: int, numel: int, num_slots: int, repeats: int = 1,
     """
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    with EmbeddedNetwork(workers, num_slots=num_slots) as net:
+    with EmbeddedNetwork(workers, num_slots=num_slots, coords_per_packet=width) as net:
         bar = ctx.Barrier(workers)
         res = _run([ctx.Process(target=_allreduce_worker,
                                 args=(net.address(r), workers, numel, num_slots, 1, bar, q,
-                                      repeats, pipeline, net.token))
+                                      repeats, pipeline, net.token, width))
                     for r in range(workers)], q, workers, 1200 * repeats)
     res.sort(key=lambda r: r[1])
     runs = [r[2] for r in res]
@@ -493,7 +510,7 @@ def allreduce_16m(workers: int, numel: int, num_slots: int, repeats: int = 1,
     nmse = float(((thc_head - exact) ** 2).sum() / (exact**2).sum())
     med = statistics.median
     thc_s, codec_s, gloo_s = med(thc), med(codec), med(gloo)
-    return {"workers": workers, "elements": numel, "repeats": repeats,
+    return {"workers": workers, "elements": numel, "coords_per_packet": width, "repeats": repeats,
             "thc_s": thc_s, "network_s": med(per_run("network_s")), "codec_s": codec_s,
             "gloo_s": gloo_s, "thc_over_codec": thc_s / codec_s, "thc_over_gloo": thc_s / gloo_s,
             "thc_encode_s": med(per_run("encode_s")), "thc_decode_s": med(per_run("decode_s")),
@@ -523,19 +540,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--veth", action=argparse.BooleanOptionalAction, default=os.geteuid() == 0,
                    help="also measure over veth pairs in network namespaces (root; default: "
                         "when root)")
+    p.add_argument("--coords-per-packet", type=int, default=None, metavar="W",
+                   help="packet width of the software target and its workers (256, 512, 1024; "
+                        "default: the widest the job's lanes allow, 1024 for 8-bit lanes; 256 is "
+                        "what BMv2 and Tofino take; docs/protocol.md, 'Packet width')")
     p.add_argument("--json", action="store_true", help="(always JSON)")
 
 
 def run(args: argparse.Namespace) -> dict:
     r = max(1, args.repeats)
-    out: dict = {"udp": [udp_goodput(w, args.coords, args.slots, args.limit_packets, r)
+    wd = args.coords_per_packet
+    out: dict = {"udp": [udp_goodput(w, args.coords, args.slots, args.limit_packets, r,
+                                     width_for(w, wd))
                          for w in args.workers]}
     if args.veth:
-        out["veth"] = [veth_goodput(w, args.coords, args.slots, args.limit_packets, r)
+        out["veth"] = [veth_goodput(w, args.coords, args.slots, args.limit_packets, r,
+                                    width_for(w, wd))
                        for w in args.workers]
     if args.allreduce_elements:
         out["allreduce"] = allreduce_16m(args.allreduce_workers, args.allreduce_elements,
-                                         args.slots, r, args.pipeline_coords)
+                                         args.slots, r, args.pipeline_coords,
+                                         width_for(args.allreduce_workers, wd))
     return out
 
 

@@ -26,6 +26,7 @@ from control_plane.controller import Controller, run_sync
 from host.paths import REPO
 from host.protocol import generated_dataplane as dp
 from host.protocol import layout as lay
+from host.protocol.jobs import widest_width
 from host.softswitch.launch import free_port, start_switch_process, stop_process
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,14 @@ class WorkerAddress:
     rank: int
     ip: str
     switch: tuple[str, int]
+
+
+def job_width(workers: int, granularity: int = 30, lane_bits: int = 0) -> int:
+    """The widest packet width (docs/protocol.md, "Packet width") a software-target job of
+    ``workers`` workers can use: what the application's launchers of the software target
+    (``netco demo``, ``netco train`` on the embedded switch, the namespace rack) run, since
+    every packet's fixed cost is then spread over 4x the coordinates (1024 with 8-bit lanes)."""
+    return widest_width(lane_bits or lay.lane_bits_for(workers, granularity))
 
 
 class EmbeddedNetwork:
@@ -71,16 +80,20 @@ class EmbeddedNetwork:
         the switch log on exit); not for ``in_process``.
     job : dict, optional
         More fields of the job in the controller file (``lane_bits``, ``policy``, ...).
+    coords_per_packet : int
+        The switch's packet width (``--coords-per-packet``; docs/protocol.md, "Packet width"),
+        which every worker's ``JobSpec.coords_per_packet`` must equal (:attr:`coords_per_packet`).
     """
 
     def __init__(self, workers: int, job_id: int = 1, num_slots: int = 64,
                  thc: dict | None = None, workdir: Path | None = None, echo: bool = False,
                  in_process: bool = False, switch_args: tuple[str, ...] = (),
                  switch_ips: list[str] | None = None, worker_ips: list[str] | None = None,
-                 job: dict | None = None) -> None:
+                 job: dict | None = None, coords_per_packet: int = lay.COORDS_PER_PACKET) -> None:
         if not 1 <= workers <= lay.MAX_WORKERS:
             raise ValueError(f"workers={workers}: need 1..{lay.MAX_WORKERS} (the switch's bitmap)")
         self.workers = workers
+        self.coords_per_packet = coords_per_packet
         self.job_id = job_id
         self.num_slots = num_slots
         self.thc = thc
@@ -161,7 +174,8 @@ class EmbeddedNetwork:
         self._configure()
 
     def _start_process(self, timeout: float) -> None:
-        extra = ["--slots", str(self.pool_slots)] + (["--echo"] if self.echo else []) + list(self.switch_args)
+        extra = (["--slots", str(self.pool_slots), "--coords-per-packet", str(self.coords_per_packet)]
+                 + (["--echo"] if self.echo else []) + list(self.switch_args))
         ports = {r + 1: f"udp:{self.switch_ips[r]}:{p}" for r, p in enumerate(self.ports)}
         self.proc = start_switch_process(ports, self.grpc_port, self.log_path, extra,
                                          timeout=timeout)
@@ -171,7 +185,7 @@ class EmbeddedNetwork:
         from host.softswitch.switch import SoftSwitch
 
         ports = [UdpPort(r + 1, (self.switch_ips[r], p)) for r, p in enumerate(self.ports)]
-        self.switch = SoftSwitch(ports, pool_slots=self.pool_slots)
+        self.switch = SoftSwitch(ports, pool_slots=self.pool_slots, coords=self.coords_per_packet)
         self.switch.serve(f"127.0.0.1:{self.grpc_port}")
         self._thread = threading.Thread(target=self.switch.run, kwargs={"echo": self.echo},
                                         daemon=True, name="netco-embedded-switch")

@@ -226,6 +226,8 @@ def _c_layout_body() -> list[str]:
                  "VALUE_BITS", "MAX_WORKERS", "TABLE_ENTRIES", "RANK_ALL", "DROP_REASONS",
                  "ROUND_WINDOW"):
         out.append(f"#define {name} {getattr(lay, name)}")
+    out.append(f"#define MAX_COORDS_PER_PACKET {max(lay.PACKET_WIDTHS)}")
+    out.append(f"#define MAX_PAYLOAD_BYTES {lay.MAX_PAYLOAD_BYTES}")
     out.append(f"#define INDICES_BYTES {lay.INDICES.nbytes}")
     for w, pay in lay.LANES.items():
         out.append(f"#define LANES{w}_BYTES {pay.nbytes}")

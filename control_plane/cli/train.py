@@ -13,7 +13,9 @@ from pathlib import Path
 from host.ddp.baselines import COMPRESSORS, CompressorSpec, compare_set
 from host.errors import UsageError
 from host.exporter import add_metrics_arguments
-from host.protocol.jobs import lane_problem
+from host.protocol import layout as lay
+from host.protocol.jobs import lane_problem, width_problem
+from host.protocol.layout import COORDS_PER_PACKET
 from host.thc.config import THCConfig, THCConfigError
 from host.thc.lanes import LaneOverflowError, lane_bits
 from host.training.harness import TrainConfig, TrainingError, train
@@ -95,6 +97,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     net.add_argument("--lane-bits", type=int, choices=[0, 8, 16, 32], default=0,
                      help="the job's result lane width, its lane_bits in the controller's file "
                           "(default 0: derived from workers x g, the controller's default)")
+    net.add_argument("--coords-per-packet", type=int, default=None, metavar="W",
+                     help="coordinates per packet, the switch's packet width (256, 512, 1024; "
+                          "docs/protocol.md, 'Packet width'); default: the widest the job's lanes "
+                          "allow on the embedded switch, 256 (what BMv2 and Tofino take) with "
+                          "--switch IP:PORT")
     net.add_argument("--token", type=_token, default=0, metavar="T",
                      help="the job's token with --switch IP:PORT (set_job.token as the "
                           "controller installed it: `netco controller apply --json`, 'tokens'); "
@@ -151,6 +158,13 @@ def _validate(args: argparse.Namespace) -> THCConfig:
     lane = getattr(args, "lane_bits", 0)
     if lane and (why := lane_problem(lane, args.workers, cfg.granularity)) is not None:
         raise UsageError(f"--lane-bits={why}")
+    width = getattr(args, "coords_per_packet", None)
+    if width is not None:
+        if args.testbed:
+            raise UsageError(f"--coords-per-packet: {tb} sets its switch's packet width; drop it")
+        why = width_problem(width, lane or lay.lane_bits_for(args.workers, cfg.granularity))
+        if why is not None:
+            raise UsageError(f"--coords-per-packet {why}")
     return cfg
 
 
@@ -196,15 +210,18 @@ def network_for(args: argparse.Namespace, thc: THCConfig) -> Iterator[NetworkSpe
         yield None
         return
     if args.switch == "embedded":
-        from control_plane.embedded import EmbeddedNetwork
+        from control_plane.embedded import EmbeddedNetwork, job_width
 
+        width = args.coords_per_packet or job_width(args.workers, thc.granularity, args.lane_bits)
+        job = {"lane_bits": args.lane_bits} if args.lane_bits else {}
         with EmbeddedNetwork(args.workers, job_id=args.job_id, num_slots=args.slots,
-                             thc={"g": thc.granularity}) as emb:
+                             thc={"g": thc.granularity}, job=job, coords_per_packet=width) as emb:
             addrs = [emb.address(r) for r in range(args.workers)]
             yield NetworkSpec(tuple(a.switch for a in addrs), tuple(a.ip for a in addrs),
                               job_id=args.job_id, num_slots=args.slots,
                               granularity=thc.granularity, policy=args.policy,
-                              uplink=args.uplink, token=emb.token)
+                              uplink=args.uplink, lane_bits=args.lane_bits, token=emb.token,
+                              coords_per_packet=width)
         return
     switches = []
     for part in args.switch.split(","):
@@ -221,7 +238,8 @@ def network_for(args: argparse.Namespace, thc: THCConfig) -> Iterator[NetworkSpe
         raise UsageError(f"--worker-ips: {len(ips)} addresses for {args.workers} workers")
     yield NetworkSpec(tuple(switches), tuple(ips), job_id=args.job_id, num_slots=args.slots,
                       granularity=thc.granularity, policy=args.policy, uplink=args.uplink,
-                      lane_bits=args.lane_bits, token=args.token)
+                      lane_bits=args.lane_bits, token=args.token,
+                      coords_per_packet=args.coords_per_packet or COORDS_PER_PACKET)
 
 
 def session(network: NetworkSpec) -> NetworkSpec:

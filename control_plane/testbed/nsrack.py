@@ -155,10 +155,11 @@ class NamespaceRack:
         log.info("namespace rack: %d hosts, links %s Mbit/s", self.workers, self.link_mbps)
 
     def _start_switch(self) -> None:
-        from control_plane.embedded import EmbeddedNetwork
+        from control_plane.embedded import EmbeddedNetwork, job_width
 
         self.embedded = EmbeddedNetwork(self.workers, job_id=self.job_id, num_slots=self.num_slots,
                                         thc={"g": self.granularity},
+                                        coords_per_packet=job_width(self.workers, self.granularity),
                                         switch_ips=[h.switch_ip for h in self.hosts],
                                         worker_ips=[h.ip for h in self.hosts])
         self.embedded.start()
@@ -194,7 +195,8 @@ class NamespaceRack:
                            job_id=self.job_id, num_slots=self.num_slots,
                            granularity=self.granularity,
                            round_base=round_base or session_round_base(),
-                           token=self.embedded.token, **kw)
+                           token=self.embedded.token,
+                           coords_per_packet=self.embedded.coords_per_packet, **kw)
 
     def report(self) -> dict:
         return {"kind": "namespace rack", "rootless": os.environ.get("NETCO_ROOTLESS") == "1",

@@ -167,13 +167,13 @@ class Message:
         return lay.MsgType(self.header.msg_type)
 
 
-def encode(header: Header, values: np.ndarray) -> bytes:
+def encode(header: Header, values: np.ndarray, coords: int = lay.COORDS_PER_PACKET) -> bytes:
     """UDP payload (header + fixed-size payload) for ``header`` carrying ``values``.
 
     ``header.elem_count`` is set to ``len(values)``; the payload layout is chosen by
-    :func:`host.protocol.layout.payload_for`.
+    :func:`host.protocol.layout.payload_for` at the packet width ``coords``.
     """
-    payload = lay.payload_for(header.msg_type, header.lane_bits)
+    payload = lay.payload_for(header.msg_type, header.lane_bits, coords)
     if payload is None:
         raise ValueError(
             f"encode: msg_type={header.msg_type} with lane_bits={header.lane_bits} is not a "
@@ -181,38 +181,40 @@ def encode(header: Header, values: np.ndarray) -> bytes:
         )
     values = np.asarray(values)
     header.elem_count = int(values.size)
-    if payload is lay.INDICES:
-        body = pack_indices(values)
+    if payload.name == lay.INDICES.name:
+        body = pack_indices(values, coords)
     elif payload is lay.NORMS:
         body = pack_norms(values)
     else:
-        body = pack_lanes(values, header.lane_bits)
+        body = pack_lanes(values, header.lane_bits, payload.count)
     return pack_header(header) + body
 
 
-def decode(buf: bytes) -> Message:
-    """Parse a UDP payload produced by :func:`encode` (or by the switch).
+def decode(buf: bytes, coords: int = lay.COORDS_PER_PACKET) -> Message:
+    """Parse a UDP payload produced by :func:`encode` (or by the switch) at packet width
+    ``coords``.
 
     Raises ``ValueError`` on a short buffer or an undefined type/lane combination.
     """
     h = unpack_header(buf)
-    payload = lay.payload_for(h.msg_type, h.lane_bits)
+    payload = lay.payload_for(h.msg_type, h.lane_bits, coords)
     if payload is None:
         raise ValueError(f"decode: msg_type={h.msg_type} lane_bits={h.lane_bits} undefined")
     body = buf[lay.THC_HEADER_BYTES :]
     if len(body) < payload.nbytes:
         raise ValueError(f"decode: payload {len(body)} bytes < {payload.nbytes}")
-    n = min(h.elem_count, payload.count if payload is not lay.INDICES else lay.COORDS_PER_PACKET)
-    if payload is lay.INDICES:
-        vals = unpack_indices(body)[:n]
+    indices = payload.name == lay.INDICES.name
+    n = min(h.elem_count, coords if indices else payload.count)
+    if indices:
+        vals = unpack_indices(body, coords)[:n]
     elif payload is lay.NORMS:
         vals = unpack_norms(body)[:n]
     else:
-        vals = unpack_lanes(body, h.lane_bits)[:n]
+        vals = unpack_lanes(body, h.lane_bits, payload.count)[:n]
     return Message(h, vals)
 
 
-def message_bytes(msg_type: int, lane_bits: int) -> int:
-    """UDP payload length of a message (header + fixed payload)."""
-    payload = lay.payload_for(msg_type, lane_bits)
+def message_bytes(msg_type: int, lane_bits: int, coords: int = lay.COORDS_PER_PACKET) -> int:
+    """UDP payload length of a message (header + fixed payload) at packet width ``coords``."""
+    payload = lay.payload_for(msg_type, lane_bits, coords)
     return lay.THC_HEADER_BYTES + (payload.nbytes if payload else 0)

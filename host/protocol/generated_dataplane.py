@@ -10,7 +10,7 @@ controller.
 #: Hash of ``host/protocol/netco_layout.h``: a C extension built against another header
 #: reports another value and is refused (host/softswitch/controls/native.py,
 #: host/transport/slots.py).
-LAYOUT_HASH = "e9b5e5e77a267b0d"
+LAYOUT_HASH = "2f3677f3534fb5d0"
 
 # p4/shared/define.p4
 ETHERTYPE_IPV4 = 2048

@@ -67,6 +67,31 @@ def lane_problem(lane_bits: int, workers: int, granularity: int) -> str | None:
     return None
 
 
+def width_problem(coords: int, lane_bits: int | None = None) -> str | None:
+    """Why a packet width of ``coords`` coordinates cannot carry a job whose results use
+    ``lane_bits`` (None: it can; ``lane_bits`` None checks the width alone).
+
+    The software target refuses such a job when it is written (``--coords-per-packet``), and a
+    worker refuses the same ``JobSpec.coords_per_packet`` before it sends anything, so that the
+    two sides never disagree on where a packet's coordinates start (docs/protocol.md, "Packet
+    width"). DATA (4-bit indices, or the 8-bit values uplink) fits whenever the lanes fit.
+    """
+    if coords not in lay.PACKET_WIDTHS:
+        return f"{coords}: use one of {', '.join(map(str, lay.PACKET_WIDTHS))}"
+    if lane_bits is not None and coords * lane_bits // 8 > lay.MAX_PAYLOAD_BYTES:
+        most = lay.MAX_PAYLOAD_BYTES * 8 // lane_bits
+        return (f"{coords} coordinates of {lane_bits}-bit lanes need {coords * lane_bits // 8} B, "
+                f"over the {lay.MAX_PAYLOAD_BYTES} B a payload may have; use at most {most}")
+    return None
+
+
+def widest_width(lane_bits: int) -> int:
+    """The widest packet width (``layout.PACKET_WIDTHS``) whose results in ``lane_bits``-bit
+    lanes fit a payload (:func:`width_problem`): 1024 for 8-bit lanes, 512 for 16, 256 for 32.
+    What the launchers of the software target use unless told otherwise."""
+    return max(w for w in lay.PACKET_WIDTHS if width_problem(w, lane_bits) is None)
+
+
 def overlaps(base: int, num: int, others: Iterable[tuple[int, int, int]]) -> int | None:
     """The job id of the first ``(job_id, slot_base, num_slots)`` sharing a slot, or None."""
     for jid, b, n in others:
@@ -75,4 +100,4 @@ def overlaps(base: int, num: int, others: Iterable[tuple[int, int, int]]) -> int
     return None
 
 
-__all__ = ["job_problems", "lane_problem", "overlaps"]
+__all__ = ["job_problems", "lane_problem", "overlaps", "widest_width", "width_problem"]

@@ -38,6 +38,13 @@ ROUND_WINDOW = 1 << 16
 #: Coordinates per data packet (fixed payload, zero-padded; see docs/protocol.md for the choice).
 COORDS_PER_PACKET = 256
 
+#: Coordinates per DATA, RESULT and PARTIAL packet a target may be set up for (its *packet
+#: width*, docs/protocol.md, "Packet width"). Every target takes :data:`COORDS_PER_PACKET`, the
+#: only width of the P4 programs (BMv2 and Tofino drop a wider packet as MALFORMED: its
+#: ``elem_count`` exceeds 256); the software target takes the others with
+#: ``--coords-per-packet``, as long as no payload exceeds :data:`MAX_PAYLOAD_BYTES`.
+PACKET_WIDTHS = (COORDS_PER_PACKET, 2 * COORDS_PER_PACKET, 4 * COORDS_PER_PACKET)
+
 #: float32 norms per norm packet (one per chunk that the packet's slot covers).
 NORMS_PER_PACKET = 32
 
@@ -51,6 +58,11 @@ VALUE_BITS = 8
 
 #: Lane widths a result may use (bits per summed coordinate going down).
 LANE_WIDTHS = (8, 16, 32)
+
+#: The largest payload of any message at any packet width: 256 32-bit lanes (1024 B), so a
+#: frame stays within 1098 B and a 1500-byte MTU. A job whose lanes at the switch's packet width
+#: would need more is refused (:func:`host.protocol.jobs.width_problem`).
+MAX_PAYLOAD_BYTES = COORDS_PER_PACKET * max(LANE_WIDTHS) // 8
 
 #: Contributor bitmaps are 32 bits wide, so at most 32 contributors per switch and job.
 MAX_WORKERS = 32
@@ -247,21 +259,34 @@ LANES: dict[int, Payload] = {w: Payload(f"lanes{w}", "l", w, COORDS_PER_PACKET) 
 NORMS = Payload("norms", "n", 32, NORMS_PER_PACKET)
 
 
-def payload_for(msg_type: int, lane_bits: int) -> Payload | None:
+def payload_for(msg_type: int, lane_bits: int,
+                coords: int = COORDS_PER_PACKET) -> Payload | None:
     """Payload layout that follows a header with ``msg_type`` and ``lane_bits``.
 
-    Returns ``None`` for a combination the protocol does not define (the switch drops such
-    packets as malformed).
+    ``coords`` is the packet width (:data:`PACKET_WIDTHS`): DATA, RESULT and PARTIAL carry that
+    many elements; norm messages always carry :data:`NORMS_PER_PACKET`. Returns ``None`` for a
+    combination the protocol does not define (the switch drops such packets as malformed),
+    including a payload over :data:`MAX_PAYLOAD_BYTES`.
     """
     if msg_type == MsgType.DATA:
         if lane_bits == INDEX_BITS:
-            return INDICES
-        return LANES[VALUE_BITS] if lane_bits == VALUE_BITS else None
-    if msg_type in NORM_TYPES:
+            p = INDICES
+        elif lane_bits == VALUE_BITS:
+            p = LANES[VALUE_BITS]
+        else:
+            return None
+    elif msg_type in NORM_TYPES:
         return NORMS if lane_bits == 32 else None
-    if msg_type in (MsgType.RESULT, MsgType.PARTIAL):
-        return LANES.get(lane_bits)
-    return None
+    elif msg_type in (MsgType.RESULT, MsgType.PARTIAL):
+        p = LANES.get(lane_bits)
+        if p is None:
+            return None
+    else:
+        return None
+    if coords == COORDS_PER_PACKET:
+        return p
+    wide = Payload(p.name, p.prefix, p.bits, p.count * coords // COORDS_PER_PACKET)
+    return wide if wide.nbytes <= MAX_PAYLOAD_BYTES else None
 
 
 def lane_bits_for(n: int, g: int) -> int:

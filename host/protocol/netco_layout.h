@@ -4,7 +4,7 @@
 #ifndef NETCO_LAYOUT_H
 #define NETCO_LAYOUT_H
 
-#define NETCO_LAYOUT_HASH "e9b5e5e77a267b0d"
+#define NETCO_LAYOUT_HASH "2f3677f3534fb5d0"
 /* Frames: Ethernet II, IPv4 without options, UDP, THC header, payload */
 #define MAX_DATAGRAM 2048
 #define ROW_BYTES 2048
@@ -67,6 +67,8 @@
 #define RANK_ALL 255
 #define DROP_REASONS 16
 #define ROUND_WINDOW 65536
+#define MAX_COORDS_PER_PACKET 1024
+#define MAX_PAYLOAD_BYTES 1024
 #define INDICES_BYTES 128
 #define LANES8_BYTES 256
 #define LANES16_BYTES 512

@@ -55,7 +55,7 @@ void release_all(buf_t *bufs, int nb) {
 
 typedef struct {
     int64_t cell, reg[6];
-    uint32_t sums[COORDS_PER_PACKET];
+    uint32_t sums[MAX_COORDS_PER_PACKET];
 } undo_t;
 
 void fp_scratch_free(fp_scratch_t *s) {
@@ -89,9 +89,9 @@ static int scratch_grow(fp_scratch_t *s, size_t cells, size_t n) {
  * up: the partial to the parent. Returns the frames written, -1 when out of room. */
 static Py_ssize_t emit(const fp_consts_t *K, const fp_job_t *J, const uint8_t *f, int64_t inport,
                        const uint32_t *s, int action, int64_t cnt, int64_t wb, int flags,
-                       fp_out_t *out, Py_ssize_t nout) {
+                       fp_out_t *out, Py_ssize_t nout, int W) {
     const int lane_bits = (int)J->lane_bits, lb = lane_bits / 8;
-    const int plen = lane_bits * (COORDS_PER_PACKET / 8);
+    const int plen = lane_bits * (W / 8);
     const Py_ssize_t k = action == OUT_MULTICAST ? J->ng : 1;
     if (nout + k > out->cap) return -1;
     const uint8_t *first = NULL;
@@ -138,11 +138,11 @@ static Py_ssize_t emit(const fp_consts_t *K, const fp_job_t *J, const uint8_t *f
         if (first) {
             memcpy(d, first, (size_t)plen);   /* the same payload for every replica */
         } else if (lb == 1) {
-            for (int q = 0; q < COORDS_PER_PACKET; q++) d[q] = (uint8_t)s[q];
+            for (int q = 0; q < W; q++) d[q] = (uint8_t)s[q];
         } else if (lb == 2) {
-            for (int q = 0; q < COORDS_PER_PACKET; q++) put16(d + 2 * q, s[q] & 0xFFFF);
+            for (int q = 0; q < W; q++) put16(d + 2 * q, s[q] & 0xFFFF);
         } else {
-            for (int q = 0; q < COORDS_PER_PACKET; q++) put32(d + 4 * q, s[q]);
+            for (int q = 0; q < W; q++) put32(d + 4 * q, s[q]);
         }
         first = d;
         out->lens[nout + g] = PAYLOAD_OFFSET + plen;
@@ -175,7 +175,10 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
     int64_t *st_round = R[0], *st_state = R[1], *st_contrib = R[2], *st_nc = R[3],
             *st_cnt = R[4], *st_wb = R[5];
     uint32_t *sums = S->sums;
-    const int plen = (int)(lane_bits * (COORDS_PER_PACKET / 8));
+    const int W = (int)S->coords, ibytes = W / 2;   /* packet width; DATA index bytes */
+    if (W < COORDS_PER_PACKET || W > MAX_COORDS_PER_PACKET || W % COORDS_PER_PACKET) return 0;
+    const int plen = (int)(lane_bits * (W / 8));
+    if (plen > MAX_PAYLOAD_BYTES) return 0;
     const int lb = (int)(lane_bits / 8);
     Py_ssize_t nu = 0;
     int handled = 0;
@@ -194,13 +197,13 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
             || (be16(f + OFF_FRAG) & 0x1FFF) != 0 || f[OFF_PROTO] != IP_PROTO_UDP
             || be16(f + OFF_DPORT) != (uint32_t)thc_port || f[OFF_VERSION] != version
             || (int)be16(f + OFF_JOB_ID) != job_id
-            || be16(f + OFF_ELEM_COUNT) > COORDS_PER_PACKET || f[OFF_SLOT_SET] > 1
+            || be16(f + OFF_ELEM_COUNT) > W || f[OFF_SLOT_SET] > 1
             || f[OFF_SLOT_SET] != (f[OFF_ROUND + 3] & 1)
             || (f[OFF_FLAGS] & FLAG_PEEK)
             || (long long)be32(f + OFF_TOKEN) != J->token) /* issue 16: the job's token */
             goto not_handled;
         if (t == t_data) {
-            if (L != PAYLOAD_OFFSET + INDICES_BYTES || f[OFF_LANE_BITS] != index_bits)
+            if (L != PAYLOAD_OFFSET + ibytes || f[OFF_LANE_BITS] != index_bits)
                 goto not_handled;
         } else if (t == MSG_PARTIAL || (t == MSG_RESULT && has_parent)) {
             if (L != PAYLOAD_OFFSET + plen || f[OFF_LANE_BITS] != lane_bits) goto not_handled;
@@ -243,14 +246,14 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
         const int t = f[OFF_MSG_TYPE], fl = f[OFF_FLAGS];
         int64_t c = ((slot_base + be16(f + OFF_SLOT)) << 2) | f[OFF_SLOT_SET];
         int64_t r = be32(f + OFF_ROUND);
-        uint32_t *s = sums + (size_t)c * COORDS_PER_PACKET;
+        uint32_t *s = sums + (size_t)c * W;
         const uint8_t *p = f + PAYLOAD_OFFSET;
         /* remember the copy before its first change in this call */
         if (mark[c] < 0) {
             mark[c] = nu;
             undo[nu].cell = c;
             for (int k = 0; k < 6; k++) undo[nu].reg[k] = R[k][c];
-            memcpy(undo[nu].sums, s, sizeof(undo[nu].sums));
+            memcpy(undo[nu].sums, s, (size_t)W * sizeof(uint32_t));
             nu++;
         }
         int64_t st = st_state[c];
@@ -262,12 +265,12 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
                 continue;
             }
             int64_t pc = f[OFF_COUNT], pb = be32(f + OFF_BITMAP);
-            for (int k = 0; k < COORDS_PER_PACKET; k++) s[k] = lane_at(p, lb, k);
+            for (int k = 0; k < W; k++) s[k] = lane_at(p, lb, k);
             st_state[c] = ST_FINAL;
             st_cnt[c] = pc;
             st_wb[c] = pb;
             z.nparent++;
-            e = emit(K, J, f, ports[j], s, OUT_MULTICAST, pc, pb, 0, out, z.nout);
+            e = emit(K, J, f, ports[j], s, OUT_MULTICAST, pc, pb, 0, out, z.nout, W);
             if (e < 0) goto rollback;
             z.nout += e;
             z.nresults++;
@@ -299,14 +302,14 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
         if (cb & bit) {
             /* retransmission of a counted contribution: never counted twice */
             if (st == ST_FINAL) {
-                e = emit(K, J, f, ports[j], s, OUT_ANSWER, cnt, wb, FLAG_RESENT, out, z.nout);
+                e = emit(K, J, f, ports[j], s, OUT_ANSWER, cnt, wb, FLAG_RESENT, out, z.nout, W);
                 if (e < 0) goto rollback;
                 z.nout += e;
                 z.nresent++;
                 continue;
             } else if (st == ST_SENT_UP) {
                 e = emit(K, J, f, ports[j], s, OUT_UP, cnt, wb, FLAG_RETX | (fl & (FLAG_DEADLINE | FLAG_START)),
-                         out, z.nout);
+                         out, z.nout, W);
                 if (e < 0) goto rollback;
                 z.nout += e;
                 z.nresults++;
@@ -321,7 +324,7 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
             }
         } else if (st == ST_FINAL) {
             /* released early (deadline) without this contributor: send it the result */
-            e = emit(K, J, f, ports[j], s, OUT_ANSWER, cnt, wb, FLAG_RESENT, out, z.nout);
+            e = emit(K, J, f, ports[j], s, OUT_ANSWER, cnt, wb, FLAG_RESENT, out, z.nout, W);
             if (e < 0) goto rollback;
             z.nout += e;
             z.nresent++;
@@ -335,21 +338,21 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
             cb |= bit;
             nc += 1;
             if (t == t_data && fresh) {
-                for (int k = 0; k < INDICES_BYTES; k++) {
+                for (int k = 0; k < ibytes; k++) {
                     const uint32_t *pair = lut + 2 * p[k];
                     s[2 * k] = pair[0];
                     s[2 * k + 1] = pair[1];
                 }
             } else if (t == t_data) {
-                for (int k = 0; k < INDICES_BYTES; k++) {
+                for (int k = 0; k < ibytes; k++) {
                     const uint32_t *pair = lut + 2 * p[k];
                     s[2 * k] += pair[0];
                     s[2 * k + 1] += pair[1];
                 }
             } else if (fresh) {
-                for (int k = 0; k < COORDS_PER_PACKET; k++) s[k] = lane_at(p, lb, k);
+                for (int k = 0; k < W; k++) s[k] = lane_at(p, lb, k);
             } else {
-                for (int k = 0; k < COORDS_PER_PACKET; k++) s[k] += lane_at(p, lb, k);
+                for (int k = 0; k < W; k++) s[k] += lane_at(p, lb, k);
             }
             if (fresh) st_round[c] = r;
             z.ncontrib++;
@@ -359,10 +362,10 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
             if (has_parent) {
                 st = ST_SENT_UP;
                 e = emit(K, J, f, ports[j], s, OUT_UP, cnt, wb, fl & (FLAG_DEADLINE | FLAG_START),
-                         out, z.nout);
+                         out, z.nout, W);
             } else {
                 st = ST_FINAL;
-                e = emit(K, J, f, ports[j], s, OUT_MULTICAST, cnt, wb, 0, out, z.nout);
+                e = emit(K, J, f, ports[j], s, OUT_MULTICAST, cnt, wb, 0, out, z.nout, W);
             }
             if (e < 0) goto rollback;
             z.nout += e;
@@ -381,7 +384,7 @@ rollback:
     for (Py_ssize_t u = nu - 1; u >= 0; u--) {
         int64_t c = undo[u].cell;
         for (int k = 0; k < 6; k++) R[k][c] = undo[u].reg[k];
-        memcpy(sums + (size_t)c * COORDS_PER_PACKET, undo[u].sums, sizeof(undo[u].sums));
+        memcpy(sums + (size_t)c * W, undo[u].sums, (size_t)W * sizeof(uint32_t));
     }
 not_handled:
     handled = 0;
@@ -430,10 +433,17 @@ int fp_parse_job(PyObject *o, fp_job_t *j, buf_t *bufs, int *nb) {
     return 0;
 }
 
-/* (sender_keys, sender_is_switch, pool_slots, regs (6 int64 arrays), sums); takes 9 buffers */
+/* (sender_keys, sender_is_switch, pool_slots, coords, regs (6 int64 arrays), sums); takes 9
+ * buffers */
 int fp_parse_state(PyObject *o, fp_state_t *st, buf_t *bufs, int *nb) {
     PyObject *osk, *osw, *oregs, *osums;
-    if (!PyArg_ParseTuple(o, "OOLOO", &osk, &osw, &st->pool_slots, &oregs, &osums)) return -1;
+    if (!PyArg_ParseTuple(o, "OOLLOO", &osk, &osw, &st->pool_slots, &st->coords, &oregs, &osums))
+        return -1;
+    if (st->coords < COORDS_PER_PACKET || st->coords > MAX_COORDS_PER_PACKET
+        || st->coords % COORDS_PER_PACKET) {
+        PyErr_Format(PyExc_ValueError, "coords: %lld is not a packet width", st->coords);
+        return -1;
+    }
     if (!PyTuple_Check(oregs) || PyTuple_GET_SIZE(oregs) != 6) {
         PyErr_SetString(PyExc_TypeError, "regs: a tuple of 6 int64 arrays");
         return -1;
@@ -451,7 +461,7 @@ int fp_parse_state(PyObject *o, fp_state_t *st, buf_t *bufs, int *nb) {
         }
         st->R[r] = b[k++].v.buf;
     }
-    if (take(osums, &b[k], 1, 4 * COORDS_PER_PACKET * st->pool_slots * 4, "sums") < 0) {
+    if (take(osums, &b[k], 1, 4 * st->coords * st->pool_slots * 4, "sums") < 0) {
         k++;
         goto out;
     }
@@ -470,8 +480,8 @@ static const char *doc =
     "  job: (job_id, jn, (slot_base, num_slots, expected, has_parent, lane_bits, self_addr,\n"
     "        index, token), lut, group ports, member_hit, member_mac, member_addr\n"
     "        [, (parent_port, parent_addr, self_id)])\n"
-    "  state: (sender_keys, sender_is_switch, pool_slots, regs (round, state, contrib, nc,\n"
-    "          cnt, wb), sums)\n"
+    "  state: (sender_keys, sender_is_switch, pool_slots, coords, regs (round, state, contrib,\n"
+    "          nc, cnt, wb), sums)\n"
     "  consts: (version, T_DATA, index_bits, T_RESULT, rank_all, thc_port, max_workers,\n"
     "           result_ttl)\n"
     "  out: (out_buf, out_lens, out_ports); accepted: int64 array of >= n rows\n"

@@ -58,6 +58,7 @@ typedef struct {
     const uint8_t *sw;
     Py_ssize_t nsk;
     long long pool_slots;
+    long long coords;               /* the switch's packet width (--coords-per-packet) */
     int64_t *R[6];                  /* round, state, contrib, nc, cnt, wb per copy */
     uint32_t *sums;
 } fp_state_t;

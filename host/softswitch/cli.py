@@ -23,6 +23,7 @@ import time
 from host.errors import UsageError
 from host.exporter import add_metrics_arguments
 from host.protocol import generated_dataplane as dp
+from host.protocol import layout as lay
 
 __all__ = ["configure", "run"]
 
@@ -41,6 +42,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slots", type=int, default=dp.THC_SLOTS,
                         help="aggregation slot pool shared by all jobs (default %(default)s, the P4 "
                              "program's THC_SLOTS)")
+    parser.add_argument("--coords-per-packet", type=int, default=lay.COORDS_PER_PACKET, metavar="W",
+                        help="packet width: coordinates per DATA/RESULT packet, one of "
+                             f"{', '.join(map(str, lay.PACKET_WIDTHS))} (default %(default)s, the P4 "
+                             "programs'; wider packets cut the per-datagram cost; 1024 takes only "
+                             "8-bit lanes, 512 up to 16; workers must use the same: "
+                             "docs/protocol.md, 'Packet width')")
     parser.add_argument("--batch", type=int, default=1024, help="frames per receive batch (default 1024)")
     parser.add_argument("--p4info", default=None, metavar="PATH|default",
                         help="preload a P4Info (default: wait for the controller's pipeline)")
@@ -98,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
                                  "use udp:IP:PORT without root") from None
             except OSError as exc:
                 raise UsageError(f"--port {n}: cannot open {kind} port {opts}: {exc.strerror}") from None
-        sw = SoftSwitch(ports, device_id=args.device_id, pool_slots=args.slots, batch=args.batch)
+        sw = SoftSwitch(ports, device_id=args.device_id, pool_slots=args.slots, batch=args.batch,
+                        coords=args.coords_per_packet)
         sw.send_thread = args.send_thread
         if args.c_loop is not None:
             sw.c_loop = args.c_loop and sw.c_loop_available()

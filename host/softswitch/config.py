@@ -18,7 +18,7 @@ import numpy as np
 from finsy.proto import p4r
 
 from host.protocol import layout as lay
-from host.protocol.jobs import job_problems, overlaps
+from host.protocol.jobs import job_problems, overlaps, width_problem
 from host.softswitch.entities import EntityStore, P4RuntimeError
 from host.softswitch.p4info import TableInfo
 
@@ -208,13 +208,15 @@ def _batch_jobs(store: EntityStore, me: int) -> dict[int, tuple[int, int] | None
     return out
 
 
-def job_entry_check(pool_slots: int) -> Callable[..., None]:
-    """The :attr:`EntityStore.entry_check` of a switch with ``pool_slots`` aggregation slots.
+def job_entry_check(pool_slots: int, coords: int = lay.COORDS_PER_PACKET) -> Callable[..., None]:
+    """The :attr:`EntityStore.entry_check` of a switch with ``pool_slots`` aggregation slots and
+    packets of ``coords`` coordinates.
 
     A ``set_job`` entry must obey :func:`host.protocol.jobs.job_problems` (the controller's
-    rules), name an installed multicast group, and keep its slot range apart from every other
-    job's as it will be after the current Write (so that one Write may move jobs past each
-    other). Violations are ``INVALID_ARGUMENT`` naming the field.
+    rules), have lanes that fit the packet width (:func:`host.protocol.jobs.width_problem`: at
+    1024 coordinates only 8-bit lanes do), name an installed multicast group, and keep its
+    slot range apart from every other job's as it will be after the current Write (so that one
+    Write may move jobs past each other). Violations are ``INVALID_ARGUMENT`` naming the field.
     """
 
     def check(store: EntityStore, t: TableInfo, op: int, key: tuple, aid: int,
@@ -231,6 +233,9 @@ def job_entry_check(pool_slots: int) -> Callable[..., None]:
         problems = job_problems(p, pool_slots=pool_slots, max_jobs=t.size)
         if problems:
             raise refuse(*problems[0])
+        why = width_problem(coords, p.get("lane_bits"))
+        if why is not None:
+            raise refuse("lane_bits", f"{why} (this switch runs --coords-per-packet {coords})")
         grp = p["mcast_grp"]
         if grp not in store.groups:
             raise refuse("mcast_grp", f"{grp}: no such multicast group; install the group first")

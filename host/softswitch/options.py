@@ -12,11 +12,17 @@ from argparse import Namespace
 
 from host.errors import OptionError, check_options, readable_file
 from host.protocol import generated_dataplane as dp
+from host.protocol import layout as lay
+from host.protocol.jobs import width_problem
 from host.softswitch.server import TLSFiles
 
 #: Largest ``--slots``: ``slot_base``/``num_slots`` are 16-bit fields of ``set_job``, and each
-#: slot holds about 4 KiB of aggregation state (65536 slots: ~256 MiB).
+#: slot holds about 4 KiB of aggregation state at 256 coordinates per packet (65536 slots:
+#: ~256 MiB).
 MAX_SLOTS = 1 << 16
+#: Largest ``--slots`` × ``--coords-per-packet``: the sums of the pool (4 copies of 4 bytes per
+#: coordinate) stay within ~256 MiB at any packet width.
+MAX_POOL_COORDS = MAX_SLOTS * lay.COORDS_PER_PACKET
 #: Largest ``--batch`` (frames per receive batch; each row is a preallocated buffer).
 MAX_BATCH = 1 << 16
 #: P4Runtime device ids are uint64.
@@ -61,7 +67,7 @@ def tls_files(cert: str | None, key: str | None, ca: str | None) -> TLSFiles | N
 def check_switch_options(args: Namespace, error: type[Exception] = OptionError) -> None:
     """Validate ``netco switch`` arguments in place; raise ``error`` with one line.
 
-    Checks ``--slots``, ``--batch``, ``--device-id``, ``--grpc``, ``--p4info``,
+    Checks ``--slots``, ``--coords-per-packet``, ``--batch``, ``--device-id``, ``--grpc``, ``--p4info``,
     ``--stats-interval`` and the TLS files (stored back as ``args.tls``).
     """
     check_options(_check, args, error)
@@ -71,6 +77,14 @@ def _check(args: Namespace) -> None:
     if not 1 <= args.slots <= MAX_SLOTS:
         raise OptionError(f"--slots {args.slots}: give 1..{MAX_SLOTS} (slot fields are 16 bits; "
                           f"the P4 program has {dp.THC_SLOTS})")
+    coords = getattr(args, "coords_per_packet", lay.COORDS_PER_PACKET)
+    why = width_problem(coords)
+    if why is not None:
+        raise OptionError(f"--coords-per-packet {why}")
+    if args.slots * coords > MAX_POOL_COORDS:
+        raise OptionError(f"--slots {args.slots} with --coords-per-packet {coords}: the pool would "
+                          f"hold {args.slots * coords * 16 >> 20} MiB of sums; give at most "
+                          f"{MAX_POOL_COORDS // coords} slots at this width")
     if not 1 <= args.batch <= MAX_BATCH:
         raise OptionError(f"--batch {args.batch}: give 1..{MAX_BATCH}")
     if not 0 <= args.device_id <= MAX_DEVICE_ID:
@@ -92,5 +106,5 @@ def _check(args: Namespace) -> None:
                          getattr(args, "tls_ca", None))
 
 
-__all__ = ["MAX_BATCH", "MAX_SLOTS", "OptionError", "check_switch_options", "parse_hostport",
-           "tls_files"]
+__all__ = ["MAX_BATCH", "MAX_POOL_COORDS", "MAX_SLOTS", "OptionError", "check_switch_options",
+           "parse_hostport", "tls_files"]

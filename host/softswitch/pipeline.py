@@ -38,6 +38,7 @@ import numpy as np
 
 from host.protocol import generated_dataplane as dp
 from host.protocol import layout as lay
+from host.protocol.jobs import width_problem
 from host.softswitch.config import Compiled
 from host.softswitch.controls.common import (
     PAY_OFF,
@@ -48,6 +49,7 @@ from host.softswitch.controls.common import (
     Counters,
     Outputs,
     R,
+    payload_tables,
 )
 from host.softswitch.controls.drop_accounting import account_drops
 from host.softswitch.controls.native import LOOP_STATS, NATIVE, NativePath, _fastpath
@@ -70,15 +72,25 @@ class Pipeline(NativePath, ThcValidate, ThcLoad, ThcSlot, ThcAccumulate, ThcOutp
     ----------
     pool_slots : int
         Slots shared by all jobs (``THC_SLOTS`` of ``p4/v1model/include/size.p4``); each has
-        two copies for data and two for norms, ``COORDS_PER_PACKET`` 32-bit sums each.
+        two copies for data and two for norms, ``coords`` 32-bit sums each.
     counters : Counters
         Counter arrays to add to (bound to the P4Runtime store by the switch).
+    coords : int
+        The packet width: coordinates per DATA, RESULT and PARTIAL (``layout.PACKET_WIDTHS``;
+        the P4 programs' is ``COORDS_PER_PACKET``; docs/protocol.md, "Packet width").
     """
 
-    def __init__(self, pool_slots: int = dp.THC_SLOTS, counters: Counters | None = None) -> None:
+    def __init__(self, pool_slots: int = dp.THC_SLOTS, counters: Counters | None = None,
+                 coords: int = lay.COORDS_PER_PACKET) -> None:
+        why = width_problem(coords)
+        if why is not None:
+            raise ValueError(f"coords={why}")
         self.pool_slots = pool_slots
+        self.coords = coords
+        #: (msg_type, lane_bits) -> payload bytes at this width (-1: undefined)
+        self.payload_bytes = payload_tables(coords)[0]
         cells = pool_slots * 4
-        self.sums = np.zeros((cells, lay.COORDS_PER_PACKET), dtype=np.uint32)
+        self.sums = np.zeros((cells, coords), dtype=np.uint32)
         # per-cell registers of thc_slot.p4: round, state, contributor bitmap, distinct
         # contributors, worker count and worker bitmap (int64 so bit 31 never overflows)
         self.st_round = np.zeros(cells, dtype=np.int64)

@@ -76,16 +76,20 @@ class SoftSwitch:
         Aggregation slots shared by the jobs (``THC_SLOTS`` in ``p4/v1model/include/size.p4``).
     batch : int
         Frames received per batch at most.
+    coords : int
+        Packet width: coordinates per DATA, RESULT and PARTIAL (``layout.PACKET_WIDTHS``;
+        docs/protocol.md, "Packet width"). Jobs whose lanes do not fit are refused at Write.
     """
 
     def __init__(self, ports: Iterable[Port] = (), device_id: int = 1, pool_slots: int = dp.THC_SLOTS,
-                 batch: int = 1024) -> None:
+                 batch: int = 1024, coords: int = lay.COORDS_PER_PACKET) -> None:
         self.ports: dict[int, Port] = {p.number: p for p in ports}
         self.pool_slots = pool_slots
         self.batch = batch
-        self.pipeline = Pipeline(pool_slots)
+        self.coords = coords
+        self.pipeline = Pipeline(pool_slots, coords=coords)
         self.service = P4RuntimeService(device_id, self._on_commit, self._on_write,
-                                        cfgmod.job_entry_check(pool_slots))
+                                        cfgmod.job_entry_check(pool_slots, coords))
         self.server: grpc.Server | None = None
         self.rxb = MsgBatch(batch)
         self.lens = np.zeros(batch, dtype=np.int64)
@@ -135,7 +139,7 @@ class SoftSwitch:
 
         counters = Counters(arr(cfgmod.DROPS), arr(cfgmod.CONTRIBUTIONS), arr(cfgmod.RESULTS),
                             arr(cfgmod.RESENT))
-        pipe = Pipeline(self.pool_slots, counters)
+        pipe = Pipeline(self.pool_slots, counters, coords=self.coords)
         pipe.cfg = cfgmod.compile_store(store)
         self.pipeline = pipe
         self._ctl[1] = 1   # the C loop takes the new pipeline

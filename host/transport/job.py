@@ -19,12 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from host.protocol.jobs import lane_problem
+from host.protocol.jobs import lane_problem, width_problem
 from host.protocol.layout import (
     COORDS_PER_PACKET,
     INDEX_BITS,
-    INDICES,
-    LANES,
     MAX_WORKERS,
     NORMS,
     NORMS_PER_PACKET,
@@ -80,6 +78,12 @@ class JobSpec:
         installs the job: :attr:`control_plane.controller.Controller.tokens`). Every packet
         carries it; the switch drops contributions with another, and the worker ignores
         results with another (issue 16). 0..2³²−1.
+    coords_per_packet : int
+        Coordinates per DATA and RESULT packet: the switch's packet width (docs/protocol.md,
+        "Packet width"). 256 for every target (BMv2 and Tofino take nothing else); the
+        software target started with ``--coords-per-packet`` 512 or 1024 takes that width
+        instead. Checked against the lanes with :func:`host.protocol.jobs.width_problem`, the
+        switch's rule; a switch of another width drops the packets (MALFORMED or SHORT).
     """
 
     job_id: int
@@ -91,6 +95,7 @@ class JobSpec:
     uplink: str = "indices"
     lane_bits: int = 0
     token: int = 0
+    coords_per_packet: int = COORDS_PER_PACKET
 
     def __post_init__(self) -> None:
         if not 0 <= self.token <= 0xFFFFFFFF:
@@ -104,6 +109,9 @@ class JobSpec:
         why = lane_problem(self.lane_bits, self.world, self.granularity)
         if why is not None:
             raise ValueError(f"lane_bits={why}")
+        why = width_problem(self.coords_per_packet, self.lane_bits)
+        if why is not None:
+            raise ValueError(f"coords_per_packet={why}")
 
 
 #: What DATA packets may carry (JobSpec.uplink).
@@ -136,6 +144,13 @@ def session_round_base(now_us: int | None = None) -> int:
     if now_us is None:
         now_us = time.time_ns() // 1000
     return (now_us % (1 << 32)) or 1
+
+
+def _empty_f32(n: int) -> torch.Tensor:
+    """An uninitialised float32 tensor of ``n`` elements allocated by numpy, which asks the
+    kernel for transparent huge pages on large buffers (torch's allocator does not): a 64 MB
+    result then costs 32 page faults instead of 16,384."""
+    return torch.from_numpy(np.empty(n, dtype=np.float32))
 
 
 def _done(value: object) -> torch.futures.Future:
@@ -185,6 +200,10 @@ class NetworkAggregator:
         #: outcome of :meth:`finish` (None: not run yet)
         self.finished: bool | None = None
         self._pool: ThreadPoolExecutor | None = None
+        #: reduce_into's wire buffers of the last tensor size (payload, lane sums, counts),
+        #: reused by the next call of that size: fresh 100 MB buffers per all-reduce cost
+        #: their page faults and zeroing on every call (~9% of the CPU of a 16M all-reduce)
+        self._wire: tuple | None = None
 
     # -- leaving the job ------------------------------------------------------------------
     def finish(self) -> bool:
@@ -288,24 +307,25 @@ class NetworkAggregator:
         """
         self._check_codec(codec)
         P = enc.layout.padded
-        n_pk = -(-P // COORDS_PER_PACKET)
+        C = self.spec.coords_per_packet
+        n_pk = -(-P // C)
         raw = enc.payload.numpy()
         if self.spec.uplink == "values":
-            nb, up_bits = LANES[VALUE_BITS].nbytes, VALUE_BITS
+            nb, up_bits = C * VALUE_BITS // 8, VALUE_BITS
             raw = uplink_values(raw, codec.table)
         else:
-            nb, up_bits = INDICES.nbytes, INDEX_BITS
+            nb, up_bits = C * INDEX_BITS // 8, INDEX_BITS
         if raw.size < n_pk * nb:
             raw = np.concatenate([raw, np.zeros(n_pk * nb - raw.size, dtype=np.uint8)])
-        counts = np.minimum(COORDS_PER_PACKET, P - np.arange(n_pk) * COORDS_PER_PACKET)
-        offsets = np.arange(n_pk, dtype=np.int64) * COORDS_PER_PACKET
+        counts = np.minimum(C, P - np.arange(n_pk) * C)
+        offsets = np.arange(n_pk, dtype=np.int64) * C
         lb = self.spec.lane_bits
-        sums = np.zeros(n_pk * COORDS_PER_PACKET, dtype=np.uint32)
+        sums = np.zeros(n_pk * C, dtype=np.uint32)
         cnt = np.full(n_pk, self.spec.world, dtype=np.int32)
         self.window.exchange_into("data", MsgType.DATA, up_bits, raw[: n_pk * nb], counts,
                                   offsets, MsgType.RESULT, sums, lb // 8, cnt)
         self.bytes_sent += n_pk * (THC_HEADER_BYTES + nb)
-        self.bytes_received += n_pk * (THC_HEADER_BYTES + COORDS_PER_PACKET * lb // 8)
+        self.bytes_received += n_pk * (THC_HEADER_BYTES + C * lb // 8)
         self.coordinates += enc.layout.numel
         total = torch.from_numpy(sums[:P])
         if int(cnt.min()) < 1:
@@ -313,7 +333,7 @@ class NetworkAggregator:
         self.last_count = int(cnt.min())
         if bool((cnt == self.spec.world).all()):
             return total, self.spec.world
-        return total, torch.from_numpy(np.repeat(cnt, COORDS_PER_PACKET)[:P])
+        return total, torch.from_numpy(np.repeat(cnt, C)[:P])
 
     def _check_codec(self, codec: THCCodec) -> None:
         """Refuse a codec whose indices or table the job at the switch does not use."""
@@ -364,7 +384,7 @@ class NetworkAggregator:
         if self.pipeline_coords <= 0 or lay.padded < 2 * self.pipeline_coords \
                 or codec.cfg.bits > INDEX_BITS:
             return [lay.segments]
-        return split_layout(lay, self.pipeline_coords, COORDS_PER_PACKET)
+        return split_layout(lay, self.pipeline_coords, self.spec.coords_per_packet)
 
     def _allreduce_pipelined(self, x: torch.Tensor, codec: THCCodec, norms: torch.Tensor,
                              rnd: int, stream: int, feedback: ErrorFeedback | None,
@@ -372,8 +392,8 @@ class NetworkAggregator:
         """Encode, exchange and decode ``parts`` overlapped; returns the flat float32 average
         (:meth:`reduce_into` into a fresh tensor)."""
         flat = x.reshape(-1).to(torch.float32).contiguous()
-        res = torch.empty_like(flat) if feedback is not None else None
-        out = torch.empty(flat.numel(), dtype=torch.float32)
+        res = _empty_f32(flat.numel()) if feedback is not None else None
+        out = _empty_f32(flat.numel())
         self.reduce_into(flat, codec, norms, out, round=rnd, stream=stream, residual=res,
                          parts=parts)
         if feedback is not None:
@@ -420,31 +440,36 @@ class NetworkAggregator:
             parts = self._parts(codec, flat.numel())
         lay = codec.layout(flat.numel())
         P = lay.padded
-        n_pk = -(-P // COORDS_PER_PACKET)
+        C = self.spec.coords_per_packet
+        ib = C * INDEX_BITS // 8                  # index bytes per packet
+        n_pk = -(-P // C)
         world = self.spec.world
         values = self.spec.uplink == "values"
-        nb_pk = LANES[VALUE_BITS].nbytes if values else INDICES.nbytes
+        nb_pk = C * VALUE_BITS // 8 if values else ib
         up_bits = VALUE_BITS if values else INDEX_BITS
-        payload = torch.zeros(max(packed_size(P, codec.cfg.bits), n_pk * INDICES.nbytes),
-                              dtype=torch.uint8)
+        size = max(packed_size(P, codec.cfg.bits), n_pk * ib)
+        key = (size, n_pk, C)
+        if self._wire is None or self._wire[0] != key:
+            # the payload's tail past the packed indices stays zero (index 0 adds 0); every
+            # packet's result lanes overwrite its part of ``sums``
+            self._wire = (key, torch.from_numpy(np.zeros(size, dtype=np.uint8)),
+                          np.empty(n_pk * C, dtype=np.uint32), np.empty(n_pk, dtype=np.int32))
+        _, payload, sums, cnt = self._wire
+        cnt.fill(world)
         raw = payload.numpy()
-        sums = np.zeros(n_pk * COORDS_PER_PACKET, dtype=np.uint32)
-        cnt = np.full(n_pk, world, dtype=np.int32)
         sums_t = torch.from_numpy(sums)
         lb = self.spec.lane_bits
         timing = {"encode": 0.0, "network": 0.0, "decode": 0.0, "wait": 0.0}
 
         def exchange(k0: int, k1: int) -> float:
             t = time.perf_counter()
-            body = raw[k0 * INDICES.nbytes : k1 * INDICES.nbytes]
+            body = raw[k0 * ib : k1 * ib]
             if values:
                 body = uplink_values(body, codec.table)
-            offsets = np.arange(k0, k1, dtype=np.int64) * COORDS_PER_PACKET
-            counts = np.minimum(COORDS_PER_PACKET, P - offsets)
+            offsets = np.arange(k0, k1, dtype=np.int64) * C
+            counts = np.minimum(C, P - offsets)
             self.window.exchange_into("data", MsgType.DATA, up_bits, body, counts, offsets,
-                                      MsgType.RESULT,
-                                      sums[k0 * COORDS_PER_PACKET : k1 * COORDS_PER_PACKET],
-                                      lb // 8, cnt[k0:k1])
+                                      MsgType.RESULT, sums[k0 * C : k1 * C], lb // 8, cnt[k0:k1])
             return time.perf_counter() - t
 
         per_coord: list[torch.Tensor | None] = [None]
@@ -457,10 +482,9 @@ class NetworkAggregator:
                 count: int | torch.Tensor = world
             else:
                 if per_coord[0] is None:
-                    per_coord[0] = torch.full((n_pk * COORDS_PER_PACKET,), world, dtype=torch.int32)
+                    per_coord[0] = torch.full((n_pk * C,), world, dtype=torch.int32)
                 pc = per_coord[0]
-                pc[k0 * COORDS_PER_PACKET : k1 * COORDS_PER_PACKET] = torch.from_numpy(
-                    np.repeat(c, COORDS_PER_PACKET))
+                pc[k0 * C : k1 * C] = torch.from_numpy(np.repeat(c, C))
                 count = pc
             codec.decode_into(sums_t, count, norms, part, out, round=round, stream=stream)
 
@@ -484,7 +508,7 @@ class NetworkAggregator:
                 timing["encode"] += time.perf_counter() - t
                 p0 = part[0].offset
                 p1 = part[-1].offset + part[-1].padded_total
-                k0, k1 = p0 // COORDS_PER_PACKET, -(-p1 // COORDS_PER_PACKET)
+                k0, k1 = p0 // C, -(-p1 // C)
                 pending.append((part, k0, k1, pool.submit(exchange, k0, k1)))
                 while pending and pending[0][3].done():
                     finish_head()
@@ -497,7 +521,7 @@ class NetworkAggregator:
                     with contextlib.suppress(Exception):  # the encode's error is the one raised
                         fut.result()
         self.bytes_sent += n_pk * (THC_HEADER_BYTES + nb_pk)
-        self.bytes_received += n_pk * (THC_HEADER_BYTES + COORDS_PER_PACKET * lb // 8)
+        self.bytes_received += n_pk * (THC_HEADER_BYTES + C * lb // 8)
         self.coordinates += lay.numel
         self.last_count = int(cnt.min())
         timing["parts"] = len(parts)
@@ -521,7 +545,8 @@ class NetworkSpec:
         The switch's UDP address for each rank (one entry: shared by all ranks).
     ips : tuple of str
         The address each rank binds (its IPv4 address in the controller's file).
-    job_id, num_slots, granularity, round_base, uplink, lane_bits, token : as :class:`JobSpec`.
+    job_id, num_slots, granularity, round_base, uplink, lane_bits, token, coords_per_packet :
+        as :class:`JobSpec`.
     policy : {"exact", "partial"}
     """
 
@@ -535,6 +560,7 @@ class NetworkSpec:
     uplink: str = "indices"
     lane_bits: int = 0
     token: int = 0
+    coords_per_packet: int = COORDS_PER_PACKET
 
     def connect(self, rank: int, world: int) -> NetworkAggregator:
         """The aggregator of worker ``rank`` (opens its socket)."""
@@ -546,7 +572,7 @@ class NetworkSpec:
         sw = self.switch[rank] if len(self.switch) > 1 else self.switch[0]
         ep = UdpEndpoint(sw, bind=(self.ips[rank], 0))
         spec = JobSpec(self.job_id, rank, world, self.num_slots, self.granularity, self.round_base,
-                       self.uplink, self.lane_bits, self.token)
+                       self.uplink, self.lane_bits, self.token, self.coords_per_packet)
         return NetworkAggregator(ep, spec, SlotConfig(policy=self.policy))
 
 
@@ -563,7 +589,8 @@ class RawNetworkSpec:
     ----------
     ns_pids, ifnames, macs, ips : per rank
     gateway_macs, gateway_ips : per rank: the attachment switch's MAC and address
-    job_id, num_slots, granularity, round_base, policy, lane_bits, token : as :class:`NetworkSpec`.
+    job_id, num_slots, granularity, round_base, policy, lane_bits, token, coords_per_packet :
+        as :class:`NetworkSpec`.
     """
 
     ns_pids: tuple[int, ...]
@@ -580,6 +607,7 @@ class RawNetworkSpec:
     uplink: str = "indices"
     lane_bits: int = 0
     token: int = 0
+    coords_per_packet: int = COORDS_PER_PACKET
 
     def connect(self, rank: int, world: int) -> NetworkAggregator:
         """The aggregator of worker ``rank`` (opens its raw socket in the host's namespace)."""
@@ -591,5 +619,5 @@ class RawNetworkSpec:
             self.ifnames[rank], self.macs[rank], self.gateway_macs[rank], self.ips[rank],
             self.gateway_ips[rank]))
         spec = JobSpec(self.job_id, rank, world, self.num_slots, self.granularity, self.round_base,
-                       self.uplink, self.lane_bits, self.token)
+                       self.uplink, self.lane_bits, self.token, self.coords_per_packet)
         return NetworkAggregator(ep, spec, SlotConfig(policy=self.policy))

@@ -45,10 +45,11 @@ def worker(rank: int) -> Peer:
 class Bench:
     """An in-process software switch loaded with the program's P4Info."""
 
-    def __init__(self, pool_slots: int = 256) -> None:
+    def __init__(self, pool_slots: int = 256, coords: int = C) -> None:
         self.info = netco_p4info()
         self.schema = fy.P4Schema(self.info)
-        self.sw = SoftSwitch(pool_slots=pool_slots)
+        self.coords = coords
+        self.sw = SoftSwitch(pool_slots=pool_slots, coords=coords)
         self.sw.load_pipeline(self.info)
 
     @property
@@ -77,7 +78,7 @@ class Bench:
         out = self.sw.process_frames(list(frames))
         for _p, f in out:   # every emitted IPv4 header carries a valid checksum
             assert ipv4_checksum(f[14:34]) == 0, f[14:34].hex()
-        return [(p, read_frame(f)) for p, f in out]
+        return [(p, read_frame(f, self.coords)) for p, f in out]
 
     def drops(self) -> dict[int, int]:
         c = self.sw.pipeline.counters.drops
@@ -124,11 +125,12 @@ def job_entities(job_id: int, contributors: list[Peer], *, index: int = 0, lane_
 
 
 def data(p: Peer, job_id: int, slot: int, rnd: int, idx, flags: int = 0, rank: int | None = None,
-         msg_type: int = lay.MsgType.DATA, lane_bits: int = lay.INDEX_BITS, **hdr) -> tuple[int, bytes]:
-    """(port, frame) of a contribution from ``p``."""
+         msg_type: int = lay.MsgType.DATA, lane_bits: int = lay.INDEX_BITS, coords: int = C,
+         **hdr) -> tuple[int, bytes]:
+    """(port, frame) of a contribution from ``p`` (``coords``: the packet width)."""
     h = codec.Header(msg_type=msg_type, job_id=job_id, slot=slot, round=rnd,
                      rank=p.rank if rank is None else rank, flags=flags, lane_bits=lane_bits, **hdr)
-    return p.port, thc_frame(p.mac, p.ip, SELF_IP, h, idx)
+    return p.port, thc_frame(p.mac, p.ip, SELF_IP, h, idx, coords=coords)
 
 
 def sums(idxs, table=TABLE) -> np.ndarray:

@@ -43,22 +43,23 @@ ROW_DTYPE = np.dtype({"names": [f[0] for f in _FIELDS], "formats": [f[2] for f i
                       "offsets": [f[1] for f in _FIELDS], "itemsize": ROW})
 
 
-def _payload_tables() -> tuple[np.ndarray, np.ndarray]:
-    """(msg_type, lane_bits) -> payload bytes (-1: undefined) and payload class."""
+def payload_tables(coords: int = lay.COORDS_PER_PACKET) -> tuple[np.ndarray, np.ndarray]:
+    """(msg_type, lane_bits) -> payload bytes (-1: undefined) and payload class, at the packet
+    width ``coords`` (``layout.payload_for``)."""
     nbytes = np.full((256, 256), -1, dtype=np.int32)
     pclass = np.zeros((256, 256), dtype=np.int8)
     cls = {lay.INDICES.name: PC_INDICES, lay.LANES[8].name: PC_L8, lay.LANES[16].name: PC_L16,
            lay.LANES[32].name: PC_L32, lay.NORMS.name: PC_NORMS}
     for t in lay.MsgType:
         for w in range(256):
-            p = lay.payload_for(t, w)
+            p = lay.payload_for(t, w, coords)
             if p is not None:
                 nbytes[t, w] = p.nbytes
                 pclass[t, w] = cls[p.name]
     return nbytes, pclass
 
 
-PAYLOAD_BYTES, PAYLOAD_CLASS = _payload_tables()
+PAYLOAD_BYTES, PAYLOAD_CLASS = payload_tables()
 IS_UP = np.zeros(256, dtype=bool)
 IS_UP[[int(t) for t in lay.UP_TYPES]] = True
 IS_NORM = np.zeros(256, dtype=bool)

@@ -22,7 +22,6 @@ from host.softswitch.controls.common import (
     OUT_MULTICAST,
     OUT_UP,
     PAY_OFF,
-    PAYLOAD_BYTES,
     PAYLOAD_CLASS,
     RESULT_TTL,
     ROW_DTYPE,
@@ -84,7 +83,7 @@ class ThcOutput:
             vals = self._values(b, row, e_jn[i: i + 1], pc, cfg)[0]
             pay[i] = 0
             pay[i, : vals.size] = vals
-        plen = np.where(norm, lay.NORMS.nbytes, lane * (lay.COORDS_PER_PACKET // 8))
+        plen = np.where(norm, lay.NORMS.nbytes, lane * (self.coords // 8))
         nbmax = int(plen.max())
         # M: each emission's message (headers + payload) built once, copied per replica
         M = np.empty((m, PAY_OFF + nbmax), dtype=np.uint8)
@@ -95,7 +94,7 @@ class ThcOutput:
         else:
             for w in np.unique(lane[dnorm]).tolist():
                 sel = dnorm & (lane == w)
-                nb = lay.LANES[w].nbytes
+                nb = w * self.coords // 8
                 raw = pay[sel].astype(LANE_DT[w])   # truncation to the lane (THC step 10)
                 M[sel, PAY_OFF: PAY_OFF + nb] = raw.view(np.uint8).reshape(-1, nb)
             if norm.any():
@@ -112,7 +111,7 @@ class ThcOutput:
         partial = words.sum(axis=1)
         M[:, :PAY_OFF] = H
         # bytes the parser did not consume stay behind the emitted headers (as in BMv2)
-        in_pay = PAYLOAD_BYTES[v["msg_type"][e_row], v["lane_bits"][e_row]]
+        in_pay = self.payload_bytes[v["msg_type"][e_row], v["lane_bits"][e_row]]
         tail = self._lens[e_row] - PAY_OFF - in_pay
         # -- replication: multicast group copies, answers to the ingress port, partials up --
         if is_mc_e.all():

@@ -7,7 +7,7 @@ import numpy as np
 
 from host.protocol import layout as lay
 from host.softswitch.config import Compiled, sender_key
-from host.softswitch.controls.common import IS_NORM, IS_SWITCH_TYPE, IS_UP, PAY_OFF, PAYLOAD_BYTES, R, T
+from host.softswitch.controls.common import IS_NORM, IS_SWITCH_TYPE, IS_UP, PAY_OFF, R, T
 
 
 class ThcValidate:
@@ -52,12 +52,12 @@ class ThcValidate:
         # the job's token: the first check after the job lookup (issue 16)
         r[v["token"].astype(np.int64) != job["token"][jx]] = R.BAD_SENDER
         r[jn < 0] = R.UNKNOWN_JOB
-        limit = np.where(norm, lay.NORMS_PER_PACKET, lay.COORDS_PER_PACKET)
+        limit = np.where(norm, lay.NORMS_PER_PACKET, self.coords)
         sset = v["slot_set"].astype(np.int64)
         rnd = v["round"].astype(np.int64)
         r[(up & (rank >= lay.MAX_WORKERS)) | (v["elem_count"] > limit)
           | (sset > 1) | (sset != (rnd & 1))] = R.MALFORMED
-        pbytes = PAYLOAD_BYTES[t & 0xFF, lane & 0xFF]
+        pbytes = self.payload_bytes[t & 0xFF, lane & 0xFF]
         r[pbytes < 0] = R.MALFORMED
         r[(t == 0) | (t > T.NORM_PARTIAL)] = R.BAD_TYPE
         r[v["version"] != lay.THC_VERSION] = R.BAD_VERSION

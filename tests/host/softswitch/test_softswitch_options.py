@@ -52,6 +52,10 @@ def test_slot_pool_defaults_to_the_p4_programs():
      "--tls-cert /nonexistent/c.pem: no such file"),
     (["--port", "1=udp:127.0.0.1:99999"], "UDP port 99999 is not in 0..65535"),
     (["--port", "1=udp:300.0.0.1:5000"], "'300.0.0.1' is not an IPv4 address"),
+    (["--coords-per-packet", "300"], "--coords-per-packet 300: use one of 256, 512, 1024"),
+    (["--slots", "65536", "--coords-per-packet", "1024"],
+     "--slots 65536 with --coords-per-packet 1024: the pool would hold 1024 MiB of sums; give at "
+     "most 16384 slots"),
 ])
 def test_bad_options_are_one_line(capsys, argv, message):
     port = [] if "--port" in argv else ["--port", f"1=udp:127.0.0.1:{_free_udp()}"]

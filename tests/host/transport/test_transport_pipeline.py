@@ -73,7 +73,9 @@ def _allreduce_all(net, xs, pipeline, native=True, feedback=False, rounds=1, **f
         if faults:
             ep = FaultyEndpoint(ep, seed=r, **faults)
         agg = NetworkAggregator(ep, JobSpec(net.job_id, r, n, num_slots=net.num_slots,
-                                            round_base=base, token=net.token), pipeline_coords=pipeline)
+                                            round_base=base, token=net.token,
+                                            coords_per_packet=net.coords_per_packet),
+                                pipeline_coords=pipeline)
         agg.window.native = native
         aggs.append(agg)
     fbs = [ErrorFeedback() if feedback else None for _ in range(n)]
@@ -93,6 +95,12 @@ def _allreduce_all(net, xs, pipeline, native=True, feedback=False, rounds=1, **f
 @pytest.fixture(scope="module")
 def net2():
     with EmbeddedNetwork(2, num_slots=32) as n:
+        yield n
+
+
+@pytest.fixture(scope="module")
+def net2wide():
+    with EmbeddedNetwork(2, num_slots=32, coords_per_packet=1024) as n:
         yield n
 
 
@@ -128,6 +136,86 @@ def test_pipelined_allreduce_exact_under_faults(net4, faults):
     for a, b in zip(one, piped, strict=True):
         assert torch.equal(a[0], b[0])
     assert np.isfinite(piped[0][0].numpy()).all()
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["c-loop", "python-loop"])
+def test_wide_packets_give_the_same_averages(net2, net2wide, native):
+    """1024 coordinates per packet (docs/protocol.md, "Packet width") change how many packets
+    carry a tensor, not what is summed: bit-identical to 256, pipelined or not, with a short
+    last packet (70,001 elements) and the wire buffers reused across sizes and calls."""
+    xs = worker_data(2, 70_001, 13)
+    ys = worker_data(2, 5 * 1024 + 3, 14)
+    want, _ = _allreduce_all(net2, xs, 0, native, rounds=2)
+    got, parts = _allreduce_all(net2wide, xs, 16384, native, rounds=2)
+    assert min(parts) > 2
+    for a, b in zip(want, got, strict=True):
+        for ta, tb in zip(a, b, strict=True):
+            assert torch.equal(ta, tb)
+    small_want, _ = _allreduce_all(net2, ys, 0, native)
+    small_got, _ = _allreduce_all(net2wide, ys, 0, native)
+    assert torch.equal(small_want[0][0], small_got[0][0])
+
+
+def test_one_aggregator_reuses_its_buffers_across_sizes(net2wide):
+    """The same aggregators, sizes A, B, A, pipelined (reduce_into's reused wire buffers) give
+    what the one-shot path (fresh buffers every call) gives for the same calls: counts
+    refilled, the payload's padding still zero, nothing carried over."""
+    n = 2
+    codec = THCCodec()
+    sizes = [40_000, 3 * 1024 + 1, 40_000]
+    data = [worker_data(n, m, 20 + k) for k, m in enumerate(sizes)]
+
+    def calls(pipeline: int) -> list:
+        base = _base()
+        aggs = [NetworkAggregator(UdpEndpoint(net2wide.address(r).switch,
+                                              bind=(net2wide.address(r).ip, 0)),
+                                  JobSpec(net2wide.job_id, r, n, num_slots=32, round_base=base,
+                                          token=net2wide.token, coords_per_packet=1024),
+                                  pipeline_coords=pipeline) for r in range(n)]
+        try:
+            return run_workers(n, lambda r: [aggs[r].allreduce(d[r], codec) for d in data],
+                               timeout=120)
+        finally:
+            for a in aggs:
+                a.ep.close()
+
+    piped, one = calls(8192), calls(0)
+    for r in range(n):
+        for a, b in zip(piped[r], one[r], strict=True):
+            assert torch.equal(a, b)
+
+
+def test_a_worker_of_another_width_is_dropped_and_fails_instead_of_summing(net2):
+    """A worker set up for 1024 coordinates against a 256-coordinate switch: its packets are
+    dropped as MALFORMED (counted) and the exchange gives up; nothing is summed."""
+    from host.protocol.layout import DropReason
+    from host.transport.slots import SlotConfig, SlotTimeoutError
+
+    before = int(net2.status()[0].counters["ingress.drops"][DropReason.MALFORMED])
+    a = net2.address(0)
+    agg = NetworkAggregator(UdpEndpoint(a.switch, bind=(a.ip, 0)),
+                            JobSpec(net2.job_id, 0, 2, num_slots=32, round_base=_base(),
+                                    token=net2.token, coords_per_packet=1024),
+                            SlotConfig(give_up=1.0), pipeline_coords=0)
+    try:
+        codec = THCCodec()
+        x = torch.ones(4096)
+        enc = codec.encode(x, codec.chunk_norms(x), worker=0, round=0)
+        with pytest.raises(SlotTimeoutError):
+            agg.sum_encoded(enc, codec)
+    finally:
+        agg.ep.close()
+    after = int(net2.status()[0].counters["ingress.drops"][DropReason.MALFORMED])
+    assert after >= before + 1
+
+
+def test_a_job_spec_refuses_a_width_its_lanes_cannot_use():
+    with pytest.raises(ValueError, match="coords_per_packet=300: use one of 256, 512, 1024"):
+        JobSpec(1, 0, 2, coords_per_packet=300)
+    # 9 workers at g = 30 need 16-bit lanes: 1024 of them do not fit a payload
+    with pytest.raises(ValueError, match="coords_per_packet=1024 coordinates of 16-bit lanes"):
+        JobSpec(1, 0, 9, coords_per_packet=1024)
+    assert JobSpec(1, 0, 9, coords_per_packet=512).coords_per_packet == 512
 
 
 def test_reduce_into_refuses_a_codec_the_job_was_not_set_up_for():
