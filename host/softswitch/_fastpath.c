@@ -53,10 +53,20 @@ void release_all(buf_t *bufs, int nb) {
         }
 }
 
+/* sums: the copy's sums before this call's first change of them, kept only where a rollback
+ * needs them (SUMS_SAVED): a copy whose first touch in the call overwrites every sum (the first
+ * contributor of a round, a parent's result) needs none, since the Python path that takes the
+ * batch after a rollback replays that overwrite before anything reads the sums (SUMS_DEAD). */
+enum { SUMS_UNTOUCHED = 0, SUMS_SAVED = 1, SUMS_DEAD = 2 };
 typedef struct {
     int64_t cell, reg[6];
+    int sums_state;
     uint32_t sums[MAX_COORDS_PER_PACKET];
 } undo_t;
+
+/* 64-bit views of the sums and of the byte -> (L[high], L[low]) table: one add per payload
+ * byte (two 32-bit lanes that cannot carry into each other, see fp_batch). */
+typedef uint64_t __attribute__((may_alias)) u64a;
 
 void fp_scratch_free(fp_scratch_t *s) {
     free(s->mark);
@@ -151,6 +161,19 @@ static Py_ssize_t emit(const fp_consts_t *K, const fp_job_t *J, const uint8_t *f
     return k;
 }
 
+/* Before copy u's sums s change: save them for a rollback unless the change overwrites all of
+ * them (overwrite) in the copy's first touch of the call (first), or they were saved or
+ * overwritten already in this call. */
+static inline void before_write(undo_t *u, const uint32_t *s, int W, int first, int overwrite) {
+    if (u->sums_state != SUMS_UNTOUCHED) return;
+    if (first && overwrite) {
+        u->sums_state = SUMS_DEAD;
+        return;
+    }
+    memcpy(u->sums, s, (size_t)W * sizeof(uint32_t));
+    u->sums_state = SUMS_SAVED;
+}
+
 /* the lanes of a PARTIAL or parent RESULT (lb bytes each, network order) as 32-bit values */
 static inline uint32_t lane_at(const uint8_t *p, int lb, int q) {
     return lb == 1 ? p[q] : lb == 2 ? be16(p + 2 * q) : be32(p + 4 * q);
@@ -166,8 +189,9 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
                     thc_port = K->thc_port, max_workers = K->max_workers;
     const int job_id = J->job_id, jn = J->jn;
     if (lane_bits != 8 && lane_bits != 16 && lane_bits != 32) return 0;
+    if (!J->lut_narrow) return 0;   /* never with the P4Info's 8-bit table values */
     if (has_parent && !J->tree) return 0;
-    const uint32_t *lut = J->lut;
+    const u64a *lut2 = (const u64a *)J->lut;
     const uint64_t *skeys = S->skeys;
     const uint8_t *sw = S->sw;
     const Py_ssize_t nsk = S->nsk;
@@ -248,14 +272,18 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
         int64_t r = be32(f + OFF_ROUND);
         uint32_t *s = sums + (size_t)c * W;
         const uint8_t *p = f + PAYLOAD_OFFSET;
-        /* remember the copy before its first change in this call */
-        if (mark[c] < 0) {
+        /* remember the copy's registers before its first change in this call; its sums are
+         * saved just before they first change, unless that change overwrites all of them
+         * and nothing earlier in the call looked at them (see undo_t) */
+        const int first = mark[c] < 0;
+        if (first) {
             mark[c] = nu;
             undo[nu].cell = c;
             for (int k = 0; k < 6; k++) undo[nu].reg[k] = R[k][c];
-            memcpy(undo[nu].sums, s, (size_t)W * sizeof(uint32_t));
+            undo[nu].sums_state = SUMS_UNTOUCHED;
             nu++;
         }
+        undo_t *const uc = undo + mark[c];
         int64_t st = st_state[c];
         Py_ssize_t e;
         if (t == MSG_RESULT) {
@@ -265,6 +293,7 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
                 continue;
             }
             int64_t pc = f[OFF_COUNT], pb = be32(f + OFF_BITMAP);
+            before_write(uc, s, W, first, 1);
             for (int k = 0; k < W; k++) s[k] = lane_at(p, lb, k);
             st_state[c] = ST_FINAL;
             st_cnt[c] = pc;
@@ -337,18 +366,15 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
             wb |= a_wb;
             cb |= bit;
             nc += 1;
+            before_write(uc, s, W, first, fresh);
             if (t == t_data && fresh) {
-                for (int k = 0; k < ibytes; k++) {
-                    const uint32_t *pair = lut + 2 * p[k];
-                    s[2 * k] = pair[0];
-                    s[2 * k + 1] = pair[1];
-                }
+                u64a *s2 = (u64a *)s;
+                for (int k = 0; k < ibytes; k++) s2[k] = lut2[p[k]];
             } else if (t == t_data) {
-                for (int k = 0; k < ibytes; k++) {
-                    const uint32_t *pair = lut + 2 * p[k];
-                    s[2 * k] += pair[0];
-                    s[2 * k + 1] += pair[1];
-                }
+                /* both lanes of a byte in one 64-bit add: every sum of this job stays below
+                 * 2^32 (J->lut_narrow), so the low lane never carries into the high one */
+                u64a *s2 = (u64a *)s;
+                for (int k = 0; k < ibytes; k++) s2[k] += lut2[p[k]];
             } else if (fresh) {
                 for (int k = 0; k < W; k++) s[k] = lane_at(p, lb, k);
             } else {
@@ -384,7 +410,8 @@ rollback:
     for (Py_ssize_t u = nu - 1; u >= 0; u--) {
         int64_t c = undo[u].cell;
         for (int k = 0; k < 6; k++) R[k][c] = undo[u].reg[k];
-        memcpy(sums + (size_t)c * W, undo[u].sums, (size_t)W * sizeof(uint32_t));
+        if (undo[u].sums_state == SUMS_SAVED)
+            memcpy(sums + (size_t)c * W, undo[u].sums, (size_t)W * sizeof(uint32_t));
     }
 not_handled:
     handled = 0;
@@ -426,6 +453,11 @@ int fp_parse_job(PyObject *o, fp_job_t *j, buf_t *bufs, int *nb) {
     if (take(oa, &b[4], 0, 4 * j->ng, "member_addr") < 0) return (*nb += 5, -1);
     *nb += 5;
     j->lut = b[0].v.buf;
+    /* every sum of this job's DATA stays below 2^32: at most MAX_WORKERS contributions of the
+     * table's largest value (the 64-bit add of fp_batch needs that) */
+    uint32_t top = 0;
+    for (int k = 0; k < 512; k++) top = j->lut[k] > top ? j->lut[k] : top;
+    j->lut_narrow = (uint64_t)top * MAX_WORKERS < ((uint64_t)1 << 32);
     j->gports = b[1].v.buf;
     j->mhit = b[2].v.buf;
     j->mmac = b[3].v.buf;

@@ -43,6 +43,7 @@ typedef struct {
     int job_id, jn;
     long long slot_base, num_slots, expected, has_parent, lane_bits, self_addr, index, token;
     const uint32_t *lut;            /* 256 (high, low nibble) pairs */
+    int lut_narrow;                 /* MAX_WORKERS x the largest table value < 2^32 */
     const int64_t *gports;          /* the job's multicast group ports */
     const uint8_t *mhit, *mmac;     /* members table per group port */
     const uint32_t *maddr;

@@ -121,6 +121,38 @@ def test_a_duplicate_mid_batch_is_dropped_and_counted_in_c():
     assert ref[2] == {int(lay.DropReason.DUPLICATE): 1}
 
 
+def test_a_rollback_restores_sums_an_earlier_frame_of_the_batch_read():
+    """Slot 0 holds round 1's result. One batch: a retransmission of round 1 (answered from
+    the stored sums), round 3's first contribution (overwrites them), then a far-ahead round
+    that the C path cannot take (AHEAD): it rolls back and the Python path replays the batch,
+    whose first frame must still see round 1's sums. The C path saves a copy's sums only
+    before their first change, and skips it only when that change overwrites them in the
+    copy's first touch of the call (``undo_t``); frames, registers and sums equal the
+    reference's."""
+    done = [data(W[r], 30, s, 1, np.full(C, 3 + r)) for s in range(2) for r in range(3)]
+    batch = [data(W[0], 30, 0, 1, np.full(C, 3), flags=int(Flag.RETX)),
+             data(W[1], 30, 0, 3, np.full(C, 9)),
+             data(W[2], 30, 1, 1 + 2 * lay.ROUND_WINDOW + 2, np.full(C, 5))]
+
+    def run(native: bool) -> tuple:
+        x = _bench()
+        p = x.sw.pipeline
+        p.native = p.fast = native
+        out = []
+        for group in ([done, batch] if native else [[f] for f in done + batch]):
+            out += x.sw.process_frames(group)
+        return sorted(out), _state(x), p.native_batches
+
+    got, state, nat = run(True)
+    want, ref, _ = run(False)
+    assert nat == 1                       # the first batch in C, the second rolled back
+    assert ref[2] == {int(lay.DropReason.AHEAD): 1}
+    resent = [f for _, f in want if f[14 + 20 + 8 + 2] & int(Flag.RESENT)]
+    assert len(resent) == 1 and set(resent[0][PAYLOAD_OFFSET:]) == {(TABLE[3] + TABLE[4]
+                                                                       + TABLE[5]) & 0xFF}
+    assert got == want and state == ref
+
+
 def test_a_peek_mid_batch_falls_back_with_nothing_changed():
     """A status request is not the C path's case: the whole batch goes to the Python path."""
     frames = [data(W[0], 30, 0, 1, np.full(C, 3)), data(W[1], 30, 0, 1, np.full(C, 4)),
