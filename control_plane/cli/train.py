@@ -212,15 +212,17 @@ def network_for(args: argparse.Namespace, thc: THCConfig) -> Iterator[NetworkSpe
     if args.switch == "embedded":
         from control_plane.embedded import EmbeddedNetwork, job_width
 
-        width = args.coords_per_packet or job_width(args.workers, thc.granularity, args.lane_bits)
-        job = {"lane_bits": args.lane_bits} if args.lane_bits else {}
+        lane = getattr(args, "lane_bits", 0)
+        width = (getattr(args, "coords_per_packet", None)
+                 or job_width(args.workers, thc.granularity, lane))
+        job = {"lane_bits": lane} if lane else {}
         with EmbeddedNetwork(args.workers, job_id=args.job_id, num_slots=args.slots,
                              thc={"g": thc.granularity}, job=job, coords_per_packet=width) as emb:
             addrs = [emb.address(r) for r in range(args.workers)]
             yield NetworkSpec(tuple(a.switch for a in addrs), tuple(a.ip for a in addrs),
                               job_id=args.job_id, num_slots=args.slots,
                               granularity=thc.granularity, policy=args.policy,
-                              uplink=args.uplink, lane_bits=args.lane_bits, token=emb.token,
+                              uplink=args.uplink, lane_bits=lane, token=emb.token,
                               coords_per_packet=width)
         return
     switches = []
