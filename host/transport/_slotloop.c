@@ -54,6 +54,9 @@
 /* what each partial result without a late rank takes off the gain, per window slot
  * (slots.GAIN_EASE) */
 #define GAIN_EASE 0.125
+/* a rank no result of the exchange had in yet grows the gain only after this many fast waits
+ * since the exchange began or the gain last doubled (it has not started yet; slots.ABSENT_WAITS) */
+#define ABSENT_WAITS 8.0
 
 /* Header fields the loop writes and reads: byte offset and width (1, 2 or 4), big endian. */
 enum { F_SLOT, F_ROUND, F_SET, F_CNT, F_OFF, F_FLAGS, F_TYPE, F_JOB, F_COUNT, F_BITMAP, F_LANE, F_RANK,
@@ -488,6 +491,8 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
         goto out;
     }
     double now = mono();
+    const double t_start = now;
+    uint64_t seen = 0; /* ranks in some result of this exchange (ABSENT_WAITS) */
     double r0 = cur_rto(L);
     if (!L->have_srtt) {
         double m = L->nbuf / 64.0;
@@ -601,9 +606,13 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
                     if (others != L->dead) L->gain = 1; /* who is dead changed: start over */
                     L->dead = others;
                 } else if (L->partial && L->suspects) {
-                    if (others & ~L->dead) {
+                    const uint64_t late = others & ~L->dead;
+                    if (late) {
+                        const double since = L->gain_t > t_start ? L->gain_t : t_start;
                         if (L->first_sent[s] < L->gain_t) {
                             /* sent before the last doubling: counted already */
+                        } else if (!(late & seen) && now - since < ABSENT_WAITS * fast_deadline(L)) {
+                            /* no result of this exchange had it yet: not started, not late */
                         } else if (L->gain >= GAIN_MAX) { /* late even after the longest wait */
                             L->dead = others;
                             L->gain_t = now;
@@ -617,7 +626,9 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
                     }
                 }
                 L->suspects = miss;
+                seen |= bm;
             } else {
+                seen |= get_be(h + f->off[F_BITMAP], f->width[F_BITMAP]);
                 L->suspects = 0; /* everyone answered: wait the full deadline again */
                 L->dead = 0;
             }
@@ -1007,7 +1018,8 @@ PyMODINIT_FUNC PyInit__slotloop(void) {
     PyObject *m = PyModule_Create(&moddef);
     if (m && (PyModule_AddStringConstant(m, "LAYOUT_HASH", NETCO_LAYOUT_HASH) < 0
               || PyModule_AddObject(m, "GAIN_MAX", PyFloat_FromDouble(GAIN_MAX)) < 0
-              || PyModule_AddObject(m, "GAIN_EASE", PyFloat_FromDouble(GAIN_EASE)) < 0)) {
+              || PyModule_AddObject(m, "GAIN_EASE", PyFloat_FromDouble(GAIN_EASE)) < 0
+              || PyModule_AddObject(m, "ABSENT_WAITS", PyFloat_FromDouble(ABSENT_WAITS)) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

@@ -72,6 +72,12 @@ GAIN_MAX = 16.0
 #: What each partial result without a late rank takes off the gain, per slot of the window
 #: (``gain *= 1 - GAIN_EASE / window``: about x0.88 per round of the window; ``_slotloop.c``'s).
 GAIN_EASE = 0.125
+#: A rank that no result of the current exchange had in yet grows the gain only after this many
+#: fast waits (:meth:`SlotWindow._fast_deadline`) since the exchange began or the gain last
+#: doubled, whichever is later: the workers' exchanges start at different times, and a worker
+#: that has not started yet is not late by a bit; doubling the wait for it each round trip
+#: left the gain at ``GAIN_MAX`` for the rest of the exchange (``_slotloop.c``'s). Issue 16, H4.
+ABSENT_WAITS = 8.0
 
 
 def _field_spec() -> tuple[int, ...]:
@@ -228,8 +234,9 @@ class SlotWindow:
         #: later than the wait), at most once per round trip (only results of packets first
         #: sent after the last doubling, at ``gain_t``, count); every other partial result while
         #: ranks are suspected eases it back by ``GAIN_EASE/window`` (about x0.88 per round of
-        #: the window), never below 1; back to 1 when a slow result changes :attr:`dead`.
-        #: Issue 16, H4.
+        #: the window), never below 1; back to 1 when a slow result changes :attr:`dead`. A
+        #: rank missing from every result of the exchange so far has not started it yet (or is
+        #: dead): it grows the gain only after ``ABSENT_WAITS`` fast waits. Issue 16, H4.
         self.gain = 1.0
         self.gain_t = 0.0
         #: Other ranks missing from the last result that came ``deadline/2`` or more after its
@@ -342,6 +349,7 @@ class SlotWindow:
         partial = cfg.policy == "partial"
         monotonic = time.monotonic
         t_start = monotonic()
+        seen = 0   # ranks in some result of this exchange (the gain's evidence; ABSENT_WAITS)
         size = THC_HEADER_BYTES + len(payloads[0])
         nbuf = min(W, n)
         bufs = [bytearray(size) for _ in range(nbuf)]
@@ -475,11 +483,15 @@ class SlotWindow:
                             self.gain = 1.0     # who is dead changed: start over
                         self.dead = others
                     elif partial and self.suspects:
-                        if others & ~self.dead:
+                        late = others & ~self.dead
+                        if late:
                             # a rank not known dead is missing: a live worker was later
                             # than the wait (counted once per round trip: not for packets
-                            # sent before the last doubling)
-                            if first_sent[s] < self.gain_t:
+                            # sent before the last doubling) -- unless no result of this
+                            # exchange had it yet: then it has not started (ABSENT_WAITS)
+                            absent = not late & seen and (now - max(t_start, self.gain_t)
+                                                          < ABSENT_WAITS * self._fast_deadline())
+                            if first_sent[s] < self.gain_t or absent:
                                 pass
                             elif self.gain >= GAIN_MAX:   # even after the longest wait: dead
                                 self.dead, self.gain_t = others, now
@@ -488,7 +500,9 @@ class SlotWindow:
                         else:
                             self.gain = max(self.gain * (1 - GAIN_EASE / nbuf), 1.0)
                     self.suspects = bits
+                    seen |= bm
                 else:
+                    seen |= h[i_bitmap]
                     self.suspects = self.dead = 0
                 d = sent[s]
                 rep_buf[s, : len(d)] = np.frombuffer(d, dtype=np.uint8)

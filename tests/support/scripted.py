@@ -165,3 +165,30 @@ def deadline_exchange(native: bool, bitmap_of, n: int, W: int = 4) -> tuple:
                        np.full(n, COORDS_PER_PACKET, dtype=np.int64))
     assert win.last_native == native
     return win, cnt, sw.log
+
+
+def deadline_exchanges(native: bool, bitmaps: list, n: int, W: int,
+                       config: SlotConfig) -> tuple[SlotWindow, list[np.ndarray]]:
+    """Consecutive partial-policy exchanges of ``n`` packets each of rank 0 (world 3) in one
+    window, through one :class:`DeadlineSwitch` that answers the k-th exchange with
+    ``bitmaps[k]`` (a ``bitmap_of``); returns (window, each exchange's counts)."""
+    sw = DeadlineSwitch(bitmaps[0])
+    ep = UdpEndpoint(sw.address, bind=("127.0.0.1", 0))
+    win = SlotWindow(ep, job_id=7, rank=0, world=3, num_slots=W, config=config)
+    win.native = native
+    elems = np.full(n, COORDS_PER_PACKET, dtype=np.int64)
+    offsets = np.arange(n, dtype=np.int64) * COORDS_PER_PACKET
+    counts = []
+    try:
+        for bitmap_of in bitmaps:
+            sw.bitmap_of = bitmap_of
+            out = np.zeros(n * COORDS_PER_PACKET, dtype=np.uint32)
+            cnt = np.zeros(n, dtype=np.int32)
+            win.exchange_into("data", MsgType.DATA, 4, np.zeros(n * 128, dtype=np.uint8), elems,
+                              offsets, MsgType.RESULT, out, 2, cnt)
+            assert win.last_native == native
+            counts.append(cnt)
+    finally:
+        ep.close()
+        sw.close()
+    return win, counts

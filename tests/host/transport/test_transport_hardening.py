@@ -22,7 +22,7 @@ from host.transport.faults import FaultyRelay
 from host.transport.job import JobSpec, NetworkAggregator
 from host.transport.ports import UdpEndpoint
 from host.transport.slots import SlotConfig
-from tests.support.scripted import deadline_exchange
+from tests.support.scripted import deadline_exchange, deadline_exchanges
 from tests.support.transport import run_workers, worker_data
 
 NATIVE = [pytest.param(True, id="c-loop"), pytest.param(False, id="python-loop")]
@@ -367,7 +367,6 @@ def test_a_rank_late_at_the_longest_wait_is_taken_for_dead(native):
     win, cnt, log = deadline_exchange(native, _late_from_round_1(W), n, W)
     assert (cnt[W:] == 1).all()
     assert win.dead == 0b110
-    assert 1.0 < win.gain < slotmod.GAIN_MAX
     assert set(_deadline_requests(log).values()) == {1}
 
 
@@ -396,11 +395,48 @@ def test_a_worker_never_takes_itself_for_dead(native):
     assert win.gain == 1.0
 
 
+def _fixed_wait(wait: float) -> SlotConfig:
+    """Partial policy with a fixed fast wait (the gain still moves; the times it is compared
+    with are whole waits: no timing)."""
+    return SlotConfig(policy="partial", deadline=1.0, rto=0.05, max_rto=0.2, suspect_wait=wait)
+
+
+@pytest.mark.parametrize("native", NATIVE)
+def test_a_rank_that_starts_its_exchange_late_does_not_grow_the_wait(native):
+    """H4: rank 1 starts the second exchange two rounds after rank 0 (in none of its first
+    results, in every one after): not late by a bit but not started yet, so the wait's gain
+    stays at 1. Before, its absence doubled the gain once per round trip (to 4 here, to 16 with
+    a start skew of a few milliseconds), and the rest of the exchange waited that long."""
+    _native_or_skip(native)
+    W = 4
+    late_start = [lambda i: 0b011, lambda i: 0b001 if i < 2 * W else 0b011]
+    win, (_, cnt) = deadline_exchanges(native, late_start, 4 * W, W, _fixed_wait(0.05))
+    assert (cnt[: 2 * W] == 1).all() and (cnt[2 * W :] == 2).all()
+    assert win.dead == 0b100
+    assert win.gain == 1.0
+
+
+@pytest.mark.parametrize("native", NATIVE)
+def test_a_rank_absent_from_a_whole_exchange_still_grows_the_wait(native):
+    """H4: rank 1 is in no result of the second exchange (later than the wait from its start,
+    or dead): after ``ABSENT_WAITS`` waits without it its absence counts again, once per
+    ``ABSENT_WAITS`` waits (each round takes at least one wait: 64 rounds are enough for
+    five), so the gain doubles up to ``GAIN_MAX`` and rank 1 is then taken for dead (which
+    only a late rank at ``GAIN_MAX`` is)."""
+    _native_or_skip(native)
+    W = 4
+    win, (_, cnt) = deadline_exchanges(native, [lambda i: 0b011, lambda i: 0b001], 64 * W, W,
+                                       _fixed_wait(0.005))
+    assert (cnt == 1).all()
+    assert win.dead == 0b110
+
+
 def test_the_c_loop_moves_the_gain_as_the_python_loop_does():
     if slotmod._slotloop is None:
         pytest.skip("the C slot loop (host/transport/_slotloop) is not built")
     assert slotmod._slotloop.GAIN_MAX == slotmod.GAIN_MAX
     assert slotmod._slotloop.GAIN_EASE == slotmod.GAIN_EASE
+    assert slotmod._slotloop.ABSENT_WAITS == slotmod.ABSENT_WAITS
 
 
 def _exact_over_contributors(sums: np.ndarray, counts: np.ndarray, vals: list) -> None:
