@@ -156,11 +156,15 @@ class EmbeddedNetwork:
         """Start the switch, wait for its P4Runtime server, apply the controller file."""
         self.grpc_port = free_port(socket.SOCK_STREAM)
         self.ports = [free_port() for _ in range(self.workers)]
-        if self.in_process:
-            self._start_in_process()
+        try:
+            if self.in_process:
+                self._start_in_process()
+            else:
+                self._start_process(timeout)
             return self._configure()
-        self._start_process(timeout)
-        return self._configure()
+        except BaseException:
+            self.stop()   # a bad controller file must not leave the switch running
+            raise
 
     def restart_switch(self, timeout: float = 30.0) -> None:
         """Kill the switch process (SIGKILL: a crash, all aggregation state lost), start a new
