@@ -160,7 +160,7 @@ def _allreduce_worker(addr, world: int, numel: int, num_slots: int, base: int, b
 
     torch.set_num_threads(1)
     codec = THCCodec()
-    x = torch.randn(numel, generator=torch.Generator().manual_seed(100 + addr.rank))
+    x0 = torch.randn(numel, generator=torch.Generator().manual_seed(100 + addr.rank))
     ep = UdpEndpoint(addr.switch, bind=(addr.ip, 0))
     agg = NetworkAggregator(ep, JobSpec(1, addr.rank, world, num_slots=num_slots, round_base=base,
                                         token=token, coords_per_packet=width),
@@ -168,10 +168,12 @@ def _allreduce_worker(addr, world: int, numel: int, num_slots: int, base: int, b
     runs = []
     out = None
     for k in range(repeats):
+        x = x0.clone()   # in place, as gloo's all_reduce below (the copy is not timed there either)
         barrier.wait()
         t0 = time.perf_counter()
-        out = agg.allreduce(x, codec)
+        out = agg.allreduce(x, codec, out=x)
         dt = time.perf_counter() - t0
+        x = x0
         timing = dict(agg.last_timing)
         barrier.wait()
         t1 = time.perf_counter()
@@ -481,7 +483,9 @@ def allreduce_16m(workers: int, numel: int, num_slots: int, repeats: int = 1,
     decode; pipelined unless ``pipeline`` = 0), ``network_s`` its exchanges' own time (on the
     network thread, overlapped with the codec when pipelined), ``codec_s`` the codec's own
     chunk norms + encode + decode of the same tensor in the same processes right after,
-    ``gloo_s`` gloo's fp32 all-reduce. Fields are medians over the repeats;
+    ``gloo_s`` gloo's fp32 all-reduce. Both all-reduces work in place (``allreduce(x, codec,
+    out=x)``, ``dist.all_reduce(x)``) on a fresh copy of the worker's tensor made before the
+    timed call. Fields are medians over the repeats;
     ``thc_over_codec`` = median thc_s ÷ median codec_s (the target: ≤ 1.5).
     """
     ctx = mp.get_context("spawn")

@@ -344,14 +344,22 @@ class NetworkAggregator:
                              f"g={self.spec.granularity}")
 
     def allreduce(self, tensor: torch.Tensor, codec: THCCodec, *,
-                  feedback: ErrorFeedback | None = None, stream: int = 0) -> torch.Tensor:
+                  feedback: ErrorFeedback | None = None, stream: int = 0,
+                  out: torch.Tensor | None = None) -> torch.Tensor:
         """Average ``tensor`` over the job's workers: THC encode → switch → decode.
 
         All workers must call this in the same order with tensors of the same shape.
         ``feedback`` applies and updates this worker's error memory (key ``stream``).
         Tensors of at least two parts (``pipeline_coords``) go through the pipelined path
-        (:meth:`_allreduce_pipelined`), with the same result.
+        (:meth:`_allreduce_pipelined`), with the same result. ``out`` (CPU, float32,
+        contiguous, as many elements) receives the average and is returned; it may be
+        ``tensor`` itself, an in-place all-reduce as ``torch.distributed.all_reduce`` does
+        (the pipelined path then allocates nothing of the tensor's size). None: a new tensor.
         """
+        if out is not None and (out.device.type != "cpu" or out.dtype != torch.float32
+                                or not out.is_contiguous() or out.numel() != tensor.numel()):
+            raise ValueError("out: a contiguous CPU float32 tensor with as many elements as "
+                             "the tensor")
         t0 = time.perf_counter()
         x = feedback.apply(stream, tensor) if feedback else tensor.reshape(-1).to(torch.float32)
         norms = self.max_floats(codec.chunk_norms(x))
@@ -360,10 +368,12 @@ class NetworkAggregator:
         t1 = time.perf_counter()
         parts = self._parts(codec, x.numel()) if x.device.type == "cpu" else [()]
         if len(parts) > 1:
-            out = self._allreduce_pipelined(x, codec, norms, rnd, stream, feedback, parts)
+            avg = self._allreduce_pipelined(x, codec, norms, rnd, stream, feedback, parts, out)
             self.last_timing["norms"] = t1 - t0
             self.last_timing["total"] = time.perf_counter() - t0
-            return out.to(tensor.dtype).reshape(tensor.shape)
+            if out is not None:
+                return out
+            return avg.to(tensor.dtype).reshape(tensor.shape)
         enc = codec.encode(x, norms, worker=self.spec.rank, round=rnd, stream=stream,
                            residual=feedback is not None)
         if feedback is not None:
@@ -371,12 +381,14 @@ class NetworkAggregator:
         t2 = time.perf_counter()
         sums, count = self.sum_encoded(enc, codec)
         t3 = time.perf_counter()
-        out = codec.decode(sums, count, norms, x.numel(), round=rnd, stream=stream,
-                           dtype=tensor.dtype)
+        avg = codec.decode(sums, count, norms, x.numel(), round=rnd, stream=stream,
+                           dtype=tensor.dtype if out is None else torch.float32)
+        if out is not None:
+            out.view(-1).copy_(avg.reshape(-1))
         t4 = time.perf_counter()
         self.last_timing = {"norms": t1 - t0, "encode": t2 - t1, "network": t3 - t2,
                             "decode": t4 - t3, "total": t4 - t0, "parts": 1}
-        return out.reshape(tensor.shape)
+        return out if out is not None else avg.reshape(tensor.shape)
 
     def _parts(self, codec: THCCodec, numel: int) -> list[tuple[Segment, ...]]:
         """The pipeline's parts of a tensor (whole packets each), or one part when off."""
@@ -388,12 +400,13 @@ class NetworkAggregator:
 
     def _allreduce_pipelined(self, x: torch.Tensor, codec: THCCodec, norms: torch.Tensor,
                              rnd: int, stream: int, feedback: ErrorFeedback | None,
-                             parts: list[tuple[Segment, ...]]) -> torch.Tensor:
+                             parts: list[tuple[Segment, ...]],
+                             into: torch.Tensor | None = None) -> torch.Tensor:
         """Encode, exchange and decode ``parts`` overlapped; returns the flat float32 average
-        (:meth:`reduce_into` into a fresh tensor)."""
+        (:meth:`reduce_into` into ``into``, else a fresh tensor)."""
         flat = x.reshape(-1).to(torch.float32).contiguous()
         res = _empty_f32(flat.numel()) if feedback is not None else None
-        out = _empty_f32(flat.numel())
+        out = _empty_f32(flat.numel()) if into is None else into.view(-1)
         self.reduce_into(flat, codec, norms, out, round=rnd, stream=stream, residual=res,
                          parts=parts)
         if feedback is not None:

@@ -185,6 +185,33 @@ def test_one_aggregator_reuses_its_buffers_across_sizes(net2wide):
             assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("pipeline", [0, 8192], ids=["one-shot", "pipelined"])
+def test_an_in_place_allreduce_gives_the_same_average(net2wide, pipeline):
+    """``allreduce(t, codec, out=t)`` (as ``torch.distributed.all_reduce``, in place) returns
+    ``t`` holding what the allocating call returns; a wrong ``out`` is refused."""
+    n = 2
+    codec = THCCodec()
+    xs = worker_data(n, 40_000, 31)
+    want, _ = _allreduce_all(net2wide, xs, pipeline)
+    base = _base()
+    aggs = [NetworkAggregator(UdpEndpoint(net2wide.address(r).switch,
+                                          bind=(net2wide.address(r).ip, 0)),
+                              JobSpec(net2wide.job_id, r, n, num_slots=32, round_base=base,
+                                      token=net2wide.token, coords_per_packet=1024),
+                              pipeline_coords=pipeline) for r in range(n)]
+    ts = [x.clone() for x in xs]
+    try:
+        with pytest.raises(ValueError, match="out: a contiguous CPU float32 tensor"):
+            aggs[0].allreduce(ts[0], codec, out=torch.empty(10))
+        got = run_workers(n, lambda r: aggs[r].allreduce(ts[r], codec, out=ts[r]), timeout=120)
+    finally:
+        for a in aggs:
+            a.ep.close()
+    for r in range(n):
+        assert got[r] is ts[r]
+        assert torch.equal(ts[r], want[r][0])
+
+
 def test_a_worker_of_another_width_is_dropped_and_fails_instead_of_summing(net2):
     """A worker set up for 1024 coordinates against a 256-coordinate switch: its packets are
     dropped as MALFORMED (counted) and the exchange gives up; nothing is summed."""
