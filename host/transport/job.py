@@ -146,6 +146,12 @@ def session_round_base(now_us: int | None = None) -> int:
     return (now_us % (1 << 32)) or 1
 
 
+def _per_coordinate(counts: np.ndarray, coords: int) -> np.ndarray:
+    """Each packet's contribution count repeated for its ``coords`` coordinates (one strided
+    copy: half the time of ``np.repeat``, which the partial policy pays on every exchange)."""
+    return np.broadcast_to(counts[:, None], (counts.size, coords)).reshape(-1)
+
+
 def _empty_f32(n: int) -> torch.Tensor:
     """An uninitialised float32 tensor of ``n`` elements allocated by numpy, which asks the
     kernel for transparent huge pages on large buffers (torch's allocator does not): a 64 MB
@@ -333,7 +339,7 @@ class NetworkAggregator:
         self.last_count = int(cnt.min())
         if bool((cnt == self.spec.world).all()):
             return total, self.spec.world
-        return total, torch.from_numpy(np.repeat(cnt, C)[:P])
+        return total, torch.from_numpy(_per_coordinate(cnt, C)[:P])
 
     def _check_codec(self, codec: THCCodec) -> None:
         """Refuse a codec whose indices or table the job at the switch does not use."""
@@ -497,7 +503,7 @@ class NetworkAggregator:
                 if per_coord[0] is None:
                     per_coord[0] = torch.full((n_pk * C,), world, dtype=torch.int32)
                 pc = per_coord[0]
-                pc[k0 * C : k1 * C] = torch.from_numpy(np.repeat(c, C))
+                pc[k0 * C : k1 * C] = torch.from_numpy(_per_coordinate(c, C))
                 count = pc
             codec.decode_into(sums_t, count, norms, part, out, round=round, stream=stream)
 
