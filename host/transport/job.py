@@ -182,6 +182,9 @@ class NetworkAggregator:
         it off (one encode, one exchange, one decode). The results are bit-identical.
     """
 
+    #: Tensor sizes whose wire buffers :meth:`reduce_into` keeps (see ``_wire``).
+    WIRE_SIZES = 8
+
     #: Default part size of the pipelined all-reduce (coordinates; 4096 packets of 256).
     PIPELINE_COORDS = 1 << 20
 
@@ -206,10 +209,11 @@ class NetworkAggregator:
         #: outcome of :meth:`finish` (None: not run yet)
         self.finished: bool | None = None
         self._pool: ThreadPoolExecutor | None = None
-        #: reduce_into's wire buffers of the last tensor size (payload, lane sums, counts),
-        #: reused by the next call of that size: fresh 100 MB buffers per all-reduce cost
-        #: their page faults and zeroing on every call (~9% of the CPU of a 16M all-reduce)
-        self._wire: tuple | None = None
+        #: reduce_into's wire buffers (payload, lane sums, counts) by tensor size, the last
+        #: WIRE_SIZES sizes (a DDP model's buckets), reused by the next call of that size:
+        #: fresh 100 MB buffers per all-reduce cost their page faults and zeroing on every
+        #: call (~9% of the CPU of a 16M all-reduce)
+        self._wire: dict[tuple[int, int, int], tuple] = {}
 
     # -- leaving the job ------------------------------------------------------------------
     def finish(self) -> bool:
@@ -431,6 +435,8 @@ class NetworkAggregator:
         parts are decoded straight into ``out`` as soon as they are back, between encodes. The
         slot rounds are those of one exchange of all packets split in exchanges per part, so
         every worker must use the same parts (same tensor size and ``pipeline_coords``).
+        Calls on one aggregator must not overlap: they share its slot window and its wire
+        buffers (kept per tensor size between calls).
 
         Parameters
         ----------
@@ -468,12 +474,16 @@ class NetworkAggregator:
         up_bits = VALUE_BITS if values else INDEX_BITS
         size = max(packed_size(P, codec.cfg.bits), n_pk * ib)
         key = (size, n_pk, C)
-        if self._wire is None or self._wire[0] != key:
+        wire = self._wire.pop(key, None)
+        if wire is None:
             # the payload's tail past the packed indices stays zero (index 0 adds 0); every
             # packet's result lanes overwrite its part of ``sums``
-            self._wire = (key, torch.from_numpy(np.zeros(size, dtype=np.uint8)),
-                          np.empty(n_pk * C, dtype=np.uint32), np.empty(n_pk, dtype=np.int32))
-        _, payload, sums, cnt = self._wire
+            wire = (torch.from_numpy(np.zeros(size, dtype=np.uint8)),
+                    np.empty(n_pk * C, dtype=np.uint32), np.empty(n_pk, dtype=np.int32))
+            while len(self._wire) >= self.WIRE_SIZES:
+                self._wire.pop(next(iter(self._wire)))   # the least recently used size
+        self._wire[key] = wire                           # most recently used last
+        payload, sums, cnt = wire
         cnt.fill(world)
         raw = payload.numpy()
         sums_t = torch.from_numpy(sums)

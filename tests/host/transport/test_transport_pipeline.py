@@ -62,22 +62,28 @@ def _base() -> int:
     return _SESSION["next"]
 
 
-def _allreduce_all(net, xs, pipeline, native=True, feedback=False, rounds=1, **faults):
-    n = net.workers
-    codec = THCCodec()
+def _aggregators(net, pipeline, native=True, **faults) -> list[NetworkAggregator]:
+    """One aggregator per worker of ``net``'s job, a fresh session (round base)."""
     base = _base()
     aggs = []
-    for r in range(n):
+    for r in range(net.workers):
         a = net.address(r)
         ep = UdpEndpoint(a.switch, bind=(a.ip, 0))
         if faults:
             ep = FaultyEndpoint(ep, seed=r, **faults)
-        agg = NetworkAggregator(ep, JobSpec(net.job_id, r, n, num_slots=net.num_slots,
+        agg = NetworkAggregator(ep, JobSpec(net.job_id, r, net.workers, num_slots=net.num_slots,
                                             round_base=base, token=net.token,
                                             coords_per_packet=net.coords_per_packet),
                                 pipeline_coords=pipeline)
         agg.window.native = native
         aggs.append(agg)
+    return aggs
+
+
+def _allreduce_all(net, xs, pipeline, native=True, feedback=False, rounds=1, **faults):
+    n = net.workers
+    codec = THCCodec()
+    aggs = _aggregators(net, pipeline, native, **faults)
     fbs = [ErrorFeedback() if feedback else None for _ in range(n)]
 
     def work(r: int) -> list[torch.Tensor]:
@@ -157,21 +163,16 @@ def test_wide_packets_give_the_same_averages(net2, net2wide, native):
 
 
 def test_one_aggregator_reuses_its_buffers_across_sizes(net2wide):
-    """The same aggregators, sizes A, B, A, pipelined (reduce_into's reused wire buffers) give
+    """The same aggregators, sizes A, B, A, B, pipelined (reduce_into's reused wire buffers) give
     what the one-shot path (fresh buffers every call) gives for the same calls: counts
     refilled, the payload's padding still zero, nothing carried over."""
     n = 2
     codec = THCCodec()
-    sizes = [40_000, 3 * 1024 + 1, 40_000]
+    sizes = [20_001, 40_000, 20_001, 40_000]   # both pipelined (> 2 parts of 8192)
     data = [worker_data(n, m, 20 + k) for k, m in enumerate(sizes)]
 
     def calls(pipeline: int) -> list:
-        base = _base()
-        aggs = [NetworkAggregator(UdpEndpoint(net2wide.address(r).switch,
-                                              bind=(net2wide.address(r).ip, 0)),
-                                  JobSpec(net2wide.job_id, r, n, num_slots=32, round_base=base,
-                                          token=net2wide.token, coords_per_packet=1024),
-                                  pipeline_coords=pipeline) for r in range(n)]
+        aggs = _aggregators(net2wide, pipeline)
         try:
             return run_workers(n, lambda r: [aggs[r].allreduce(d[r], codec) for d in data],
                                timeout=120)
@@ -193,12 +194,7 @@ def test_an_in_place_allreduce_gives_the_same_average(net2wide, pipeline):
     codec = THCCodec()
     xs = worker_data(n, 40_000, 31)
     want, _ = _allreduce_all(net2wide, xs, pipeline)
-    base = _base()
-    aggs = [NetworkAggregator(UdpEndpoint(net2wide.address(r).switch,
-                                          bind=(net2wide.address(r).ip, 0)),
-                              JobSpec(net2wide.job_id, r, n, num_slots=32, round_base=base,
-                                      token=net2wide.token, coords_per_packet=1024),
-                              pipeline_coords=pipeline) for r in range(n)]
+    aggs = _aggregators(net2wide, pipeline)
     ts = [x.clone() for x in xs]
     try:
         with pytest.raises(ValueError, match="out: a contiguous CPU float32 tensor"):
