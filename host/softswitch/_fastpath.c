@@ -207,6 +207,14 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
     Py_ssize_t nu = 0;
     int handled = 0;
     undo_t *undo = NULL;
+    /* the job's presence row (absent ranks, misses), saved before its first change */
+    int64_t *const pres = J->presence;
+    int64_t pres_saved[PRESENCE_COLS];
+    int pres_dirty = 0;
+#define PRES_SAVE() \
+    do { \
+        if (!pres_dirty) { memcpy(pres_saved, pres, sizeof(pres_saved)); pres_dirty = 1; } \
+    } while (0)
     int64_t *mark = NULL;
 
     /* 1. stateless checks of every frame (ThcValidate for this case): any miss -> Python.
@@ -320,6 +328,12 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
                 goto rollback; /* far ahead (issue 16, H2): dropped as AHEAD by Python */
             fresh = 1;
         }
+        const int rk = f[OFF_RANK];
+        if ((pres[PRESENCE_ABSENT] & bit) || pres[PRESENCE_MISS + rk]) {
+            PRES_SAVE();   /* heard from: present again */
+            pres[PRESENCE_ABSENT] &= ~bit;
+            pres[PRESENCE_MISS + rk] = 0;
+        }
         int64_t cb, nc, cnt, wb;
         if (fresh) {
             cb = nc = cnt = wb = 0;
@@ -382,9 +396,25 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
             }
             if (fresh) st_round[c] = r;
             z.ncontrib++;
-            release = nc >= expected || (fl & FLAG_DEADLINE);
+            const int64_t ab = pres[PRESENCE_ABSENT];
+            release = nc >= expected || (fl & FLAG_DEADLINE)
+                      || (ab && !(pres[PRESENCE_MASK] & ~(cb | ab)));
         }
         if (release) {
+            if ((fl & FLAG_DEADLINE) && nc < expected) {
+                /* a deadline release without the ranks of missing: counted for each; a rank
+                 * missed absent_after times in a row is held absent (ThcSlot, _missed) */
+                int64_t missing = pres[PRESENCE_MASK] & ~cb;
+                if (missing) PRES_SAVE();
+                while (missing) {
+                    const int q = __builtin_ctzll((unsigned long long)missing);
+                    int64_t m = pres[PRESENCE_MISS + q] + 1;
+                    if (m > 255) m = 255;
+                    pres[PRESENCE_MISS + q] = m;
+                    if (m >= K->absent_after) pres[PRESENCE_ABSENT] |= (int64_t)1 << q;
+                    missing &= missing - 1;
+                }
+            }
             if (has_parent) {
                 st = ST_SENT_UP;
                 e = emit(K, J, f, ports[j], s, OUT_UP, cnt, wb, fl & (FLAG_DEADLINE | FLAG_START),
@@ -407,6 +437,7 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
     handled = 1;
     goto done;
 rollback:
+    if (pres_dirty) memcpy(pres, pres_saved, sizeof(pres_saved));
     for (Py_ssize_t u = nu - 1; u >= 0; u--) {
         int64_t c = undo[u].cell;
         for (int k = 0; k < 6; k++) R[k][c] = undo[u].reg[k];
@@ -418,22 +449,24 @@ not_handled:
 done:
     for (Py_ssize_t u = 0; u < nu; u++) mark[undo[u].cell] = -1;
     return handled;
+#undef PRES_SAVE
 }
 
 /* -- Python-side descriptions ------------------------------------------------------------- */
 
 int fp_parse_consts(PyObject *o, fp_consts_t *k) {
-    return PyArg_ParseTuple(o, "LLLLLLLL", &k->version, &k->t_data, &k->index_bits, &k->t_result,
-                            &k->rank_all, &k->thc_port, &k->max_workers, &k->ttl) ? 0 : -1;
+    return PyArg_ParseTuple(o, "LLLLLLLLL", &k->version, &k->t_data, &k->index_bits, &k->t_result,
+                            &k->rank_all, &k->thc_port, &k->max_workers, &k->ttl,
+                            &k->absent_after) ? 0 : -1;
 }
 
 /* (job_id, jn, (slot_base, num_slots, expected, has_parent, lane_bits, self_addr, index, token),
- *  lut, group ports, member_hit, member_mac, member_addr[, (parent_port, parent_addr, self_id)]);
- *  takes 5 buffers. Without the last item a job with a parent is not the C path's case. */
+ *  lut, group ports, member_hit, member_mac, member_addr, presence[, (parent_port, parent_addr,
+ *  self_id)]); takes 6 buffers. Without the last item a job with a parent is not the C path's case. */
 int fp_parse_job(PyObject *o, fp_job_t *j, buf_t *bufs, int *nb) {
-    PyObject *params, *olut, *og, *oh, *om, *oa, *otree = NULL;
-    if (!PyArg_ParseTuple(o, "iiOOOOOO|O", &j->job_id, &j->jn, &params, &olut, &og, &oh, &om,
-                          &oa, &otree))
+    PyObject *params, *olut, *og, *oh, *om, *oa, *opres, *otree = NULL;
+    if (!PyArg_ParseTuple(o, "iiOOOOOOO|O", &j->job_id, &j->jn, &params, &olut, &og, &oh, &om,
+                          &oa, &opres, &otree))
         return -1;
     if (!PyArg_ParseTuple(params, "LLLLLLLL", &j->slot_base, &j->num_slots, &j->expected,
                           &j->has_parent, &j->lane_bits, &j->self_addr, &j->index, &j->token))
@@ -451,7 +484,9 @@ int fp_parse_job(PyObject *o, fp_job_t *j, buf_t *bufs, int *nb) {
     if (take(oh, &b[2], 0, j->ng, "member_hit") < 0) return (*nb += 3, -1);
     if (take(om, &b[3], 0, 6 * j->ng, "member_mac") < 0) return (*nb += 4, -1);
     if (take(oa, &b[4], 0, 4 * j->ng, "member_addr") < 0) return (*nb += 5, -1);
-    *nb += 5;
+    if (take(opres, &b[5], 1, 8 * PRESENCE_COLS, "presence") < 0) return (*nb += 6, -1);
+    *nb += 6;
+    j->presence = b[5].v.buf;
     j->lut = b[0].v.buf;
     /* every sum of this job's DATA stays below 2^32: at most MAX_WORKERS contributions of the
      * table's largest value (the 64-bit add of fp_batch needs that) */
@@ -510,12 +545,12 @@ out:
 static const char *doc =
     "process(buf, lens, ports, n, order, job, state, consts, out, accepted)\n"
     "  job: (job_id, jn, (slot_base, num_slots, expected, has_parent, lane_bits, self_addr,\n"
-    "        index, token), lut, group ports, member_hit, member_mac, member_addr\n"
+    "        index, token), lut, group ports, member_hit, member_mac, member_addr, presence\n"
     "        [, (parent_port, parent_addr, self_id)])\n"
     "  state: (sender_keys, sender_is_switch, pool_slots, coords, regs (round, state, contrib,\n"
     "          nc, cnt, wb), sums)\n"
     "  consts: (version, T_DATA, index_bits, T_RESULT, rank_all, thc_port, max_workers,\n"
-    "           result_ttl)\n"
+    "           result_ttl, absent_after)\n"
     "  out: (out_buf, out_lens, out_ports); accepted: int64 array of >= n rows\n"
     "-> None (not handled: nothing changed) or (frames out, contributions, results, accepted,\n"
     "   resent, retx_up, release, parent_result, stale, duplicate): the rows accepted are\n"

@@ -36,7 +36,12 @@ int take(PyObject *o, buf_t *b, int writable, Py_ssize_t min_bytes, const char *
 /* The protocol constants Python passes (host/softswitch/controls/native.py, _NATIVE_CONSTS). */
 typedef struct {
     long long version, t_data, index_bits, t_result, rank_all, thc_port, max_workers, ttl;
+    long long absent_after;         /* controls/common.py ABSENT_AFTER */
 } fp_consts_t;
+
+/* columns of a job's presence row (host/softswitch/config.py, Compiled.presence) */
+enum { PRESENCE_MASK = 0, PRESENCE_ABSENT = 1, PRESENCE_MISS = 2 };
+#define PRESENCE_COLS (PRESENCE_MISS + MAX_WORKERS)
 
 /* One job with a THC table (Pipeline's compiled configuration). */
 typedef struct {
@@ -48,6 +53,7 @@ typedef struct {
     const uint8_t *mhit, *mmac;     /* members table per group port */
     const uint32_t *maddr;
     Py_ssize_t ng;
+    int64_t *presence;              /* PRESENCE_COLS: ranks, absent ranks, misses (written) */
     /* the tree (a job with a parent): given (tree = 1) with the job's last tuple item */
     int tree;
     long long parent_port, parent_addr, self_id;

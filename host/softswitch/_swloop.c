@@ -666,7 +666,7 @@ const char *loop_doc =
     "   for the Python pipeline is in rx (several_ports: order it by rx stamps), 3 timeout_ms\n"
     "   passed (Python's signal handlers run between calls).";
 
-#define MAX_JOB_BUFS (5 * (MAX_JOBS + 1))
+#define MAX_JOB_BUFS (6 * (MAX_JOBS + 1))
 
 PyObject *py_loop(PyObject *self, PyObject *args) {
     PyObject *omem, *octl, *ostats, *oports, *orx, *ojobs, *omap, *ostate, *oconst, *olearn,

@@ -86,6 +86,11 @@ F_DEADLINE, F_PEEK = int(lay.Flag.DEADLINE), int(lay.Flag.PEEK)
 F_START = int(lay.Flag.START)
 #: a contribution more rounds ahead of its copy than this, without START, is dropped as AHEAD
 ROUND_WINDOW = int(lay.ROUND_WINDOW)
+#: deadline releases of a job in a row without a rank's contribution after which the software
+#: target holds the rank absent: its slots then release once every other rank has contributed,
+#: without waiting for a DEADLINE, until the rank is heard from again (issue 16, H4;
+#: ``docs/protocol.md``, "Absent contributors")
+ABSENT_AFTER = 4
 
 
 class Pending:

@@ -14,7 +14,15 @@ from host.protocol import generated_dataplane as dp
 from host.protocol import layout as lay
 from host.softswitch.config import Compiled
 from host.softswitch.controls import thc_members
-from host.softswitch.controls.common import NO_PORTS, OFF_JOB, RESULT_TTL, ROW, R, T
+from host.softswitch.controls.common import (
+    ABSENT_AFTER,
+    NO_PORTS,
+    OFF_JOB,
+    RESULT_TTL,
+    ROW,
+    R,
+    T,
+)
 
 try:
     from host.softswitch import _fastpath
@@ -47,7 +55,7 @@ NATIVE = _native_enabled()
 #: The totals the C switch loop keeps (``_fastpath.LOOP_STATS``), by name -> index.
 LOOP_STATS = {name: i for i, name in enumerate(getattr(_fastpath, "LOOP_STATS", ()))}
 _NATIVE_CONSTS = (lay.THC_VERSION, int(T.DATA), lay.INDEX_BITS, int(T.RESULT), lay.RANK_ALL,
-                  int(lay.THC_UDP_PORT), lay.MAX_WORKERS, RESULT_TTL)
+                  int(lay.THC_UDP_PORT), lay.MAX_WORKERS, RESULT_TTL, ABSENT_AFTER)
 
 
 def native_job(cfg: Compiled, jn: int) -> tuple | None:
@@ -76,8 +84,9 @@ def native_job(cfg: Compiled, jn: int) -> tuple | None:
                                                  "index", "token"))
         # a job's place in a tree: where its partials go, its id as a child
         tree = tuple(int(job[p][jn]) for p in ("parent_port", "parent_addr", "self_id"))
+        # the presence row is a view: the C path writes it in place (Compiled.presence)
         per_job = nat[jn] = (int(cfg.job_id[jn]), jn, params, np.ascontiguousarray(cfg.lut[jn]),
-                             gports, hit, mac, addr, tree)
+                             gports, hit, mac, addr, cfg.presence[jn], tree)
     return per_job
 
 

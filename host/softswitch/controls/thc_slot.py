@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from host.softswitch.config import Compiled
+from host.softswitch.config import PRESENCE_ABSENT, PRESENCE_MASK, PRESENCE_MISS, Compiled
 from host.softswitch.controls.common import (
+    ABSENT_AFTER,
     F_DEADLINE,
     F_PEEK,
     F_RESENT,
@@ -27,6 +28,19 @@ from host.softswitch.controls.common import (
     Pending,
     R,
 )
+
+
+def _missed(pr: list[int], missing: int) -> None:
+    """A deadline release without the ranks of ``missing``: count it for each; a rank missed
+    :data:`ABSENT_AFTER` times in a row is held absent (``pr``: a :attr:`Compiled.presence`
+    row)."""
+    while missing:
+        low = missing & -missing
+        rk = low.bit_length() - 1
+        pr[PRESENCE_MISS + rk] = m = min(pr[PRESENCE_MISS + rk] + 1, 255)
+        if m >= ABSENT_AFTER:
+            pr[PRESENCE_ABSENT] |= low
+        missing ^= low
 
 
 class ThcSlot:
@@ -66,6 +80,9 @@ class ThcSlot:
         c_contrib, c_nc = self.st_contrib[uc].tolist(), self.st_nc[uc].tolist()
         c_cnt, c_wb = self.st_cnt[uc].tolist(), self.st_wb[uc].tolist()
 
+        # the jobs' presence rows (Compiled.presence), written back after the batch
+        pres = {jj: cfg.presence[jj].tolist() for jj in set(jn.tolist())}
+        rank_l = v["rank"][acc].tolist()
         pend = Pending()
         touched = pend.touched
         reads = pend.reads
@@ -74,10 +91,10 @@ class ThcSlot:
         adds = pend.adds
         outc = self.outcomes
         emits = pend.emits
-        for row, c, x, r, up, bit, exp, hp, j, a_cnt, a_wb, p_cnt, p_bmp, fl in zip(
+        for row, c, x, r, up, bit, exp, hp, j, a_cnt, a_wb, p_cnt, p_bmp, fl, rk in zip(
                 acc.tolist(), cell_a.tolist(), inv.tolist(), rnd_a.tolist(), up_a.tolist(),
                 bit_a.tolist(), job["expected"][jn].tolist(), job["has_parent"][jn].tolist(),
-                jn.tolist(), acnt, awb, pcnt, pbmp, flags_a.tolist(), strict=True):
+                jn.tolist(), acnt, awb, pcnt, pbmp, flags_a.tolist(), rank_l, strict=True):
             st = c_state[x]
             if up:
                 if fl & F_PEEK:
@@ -98,6 +115,10 @@ class ThcSlot:
                         late.append((row, R.AHEAD))      # far-future round (issue 16, H2)
                         continue
                     fresh = True
+                pr = pres[j]
+                if pr[PRESENCE_ABSENT] & bit or pr[PRESENCE_MISS + rk]:
+                    pr[PRESENCE_ABSENT] &= ~bit       # heard from: present again
+                    pr[PRESENCE_MISS + rk] = 0
                 if fresh:
                     cb = nc = cnt = wb = 0
                     st = ST_COLLECTING
@@ -147,8 +168,12 @@ class ThcSlot:
                     adds.append((row, c, fresh, occ))
                     if fresh:
                         c_round[x] = r
-                    release = nc >= exp or bool(fl & F_DEADLINE)
+                    ab = pr[PRESENCE_ABSENT]
+                    release = (nc >= exp or bool(fl & F_DEADLINE)
+                               or bool(ab and not pr[PRESENCE_MASK] & ~(cb | ab)))
                 if release:
+                    if fl & F_DEADLINE and nc < exp:
+                        _missed(pr, pr[PRESENCE_MASK] & ~cb)
                     if hp:
                         st = ST_SENT_UP
                         emits.append((row, c, OUT_UP, cnt, wb, fl & (F_DEADLINE | F_START), j))
@@ -176,6 +201,8 @@ class ThcSlot:
             else:
                 late.append((row, R.STALE))
         flush(b, v, pend, cfg)
+        for jj, pr in pres.items():
+            cfg.presence[jj] = pr
         self.st_round[uc], self.st_state[uc] = c_round, c_state
         self.st_contrib[uc], self.st_nc[uc] = c_contrib, c_nc
         self.st_cnt[uc], self.st_wb[uc] = c_cnt, c_wb
@@ -194,6 +221,8 @@ class ThcSlot:
         """
         if not up.all() or (flags & (F_PEEK | F_DEADLINE)).any():
             return False
+        if cfg.presence[jn, PRESENCE_ABSENT:].any():
+            return False      # an absent rank or a miss to forget: the packet-by-packet logic
         m = len(acc)
         order = np.argsort(cell, kind="stable")
         cs = cell[order]

@@ -39,7 +39,7 @@ def _state(x: Bench) -> tuple:
     p = x.sw.pipeline
     return ({k: v.tolist() for k, v in p.state().items()}, p.sums.tobytes(), x.drops(),
             x.counter("contributions").tolist(), x.counter("results").tolist(),
-            x.counter("resent").tolist(), dict(p.outcomes))
+            x.counter("resent").tolist(), dict(p.outcomes), p.cfg.presence.tolist())
 
 
 def _run(frames, native: bool, batch: bool, **bench) -> tuple:
