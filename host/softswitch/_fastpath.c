@@ -28,6 +28,8 @@
  */
 #include "_fastpath.h"
 
+#include <time.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -172,6 +174,13 @@ static inline void before_write(undo_t *u, const uint32_t *s, int W, int first, 
     }
     memcpy(u->sums, s, (size_t)W * sizeof(uint32_t));
     u->sums_state = SUMS_SAVED;
+}
+
+/* CLOCK_MONOTONIC in ns (Python's time.monotonic_ns) */
+static inline int64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
 /* the lanes of a PARTIAL or parent RESULT (lb bytes each, network order) as 32-bit values */
@@ -329,7 +338,16 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
             fresh = 1;
         }
         const int rk = f[OFF_RANK];
-        if ((pres[PRESENCE_ABSENT] & bit) || pres[PRESENCE_MISS + rk]) {
+        if ((fl & (FLAG_START | FLAG_RETX)) == FLAG_START) {
+            /* a first transmission opening a copy for a session: the job's presence starts
+             * afresh (ThcSlot, _heard) */
+            int dirty = 0;
+            for (int q = PRESENCE_ABSENT; q < PRESENCE_COLS; q++) dirty |= pres[q] != 0;
+            if (dirty) {
+                PRES_SAVE();
+                memset(pres + PRESENCE_ABSENT, 0, (PRESENCE_COLS - PRESENCE_ABSENT) * sizeof(int64_t));
+            }
+        } else if ((pres[PRESENCE_ABSENT] & bit) || pres[PRESENCE_MISS + rk]) {
             PRES_SAVE();   /* heard from: present again */
             pres[PRESENCE_ABSENT] &= ~bit;
             pres[PRESENCE_MISS + rk] = 0;
@@ -405,13 +423,17 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
                 /* a deadline release without the ranks of missing: counted for each; a rank
                  * missed absent_after times in a row is held absent (ThcSlot, _missed) */
                 int64_t missing = pres[PRESENCE_MASK] & ~cb;
+                const int64_t now = missing ? mono_ns() : 0;
                 if (missing) PRES_SAVE();
                 while (missing) {
                     const int q = __builtin_ctzll((unsigned long long)missing);
-                    int64_t m = pres[PRESENCE_MISS + q] + 1;
-                    if (m > 255) m = 255;
+                    int64_t m = pres[PRESENCE_MISS + q];
+                    if (m == 0) pres[PRESENCE_SINCE + q] = now;
+                    m = m + 1 > 255 ? 255 : m + 1;
                     pres[PRESENCE_MISS + q] = m;
-                    if (m >= K->absent_after) pres[PRESENCE_ABSENT] |= (int64_t)1 << q;
+                    if (m >= K->absent_after
+                        && now - pres[PRESENCE_SINCE + q] >= K->absent_silence_ns)
+                        pres[PRESENCE_ABSENT] |= (int64_t)1 << q;
                     missing &= missing - 1;
                 }
             }
@@ -455,9 +477,9 @@ done:
 /* -- Python-side descriptions ------------------------------------------------------------- */
 
 int fp_parse_consts(PyObject *o, fp_consts_t *k) {
-    return PyArg_ParseTuple(o, "LLLLLLLLL", &k->version, &k->t_data, &k->index_bits, &k->t_result,
-                            &k->rank_all, &k->thc_port, &k->max_workers, &k->ttl,
-                            &k->absent_after) ? 0 : -1;
+    return PyArg_ParseTuple(o, "LLLLLLLLLL", &k->version, &k->t_data, &k->index_bits,
+                            &k->t_result, &k->rank_all, &k->thc_port, &k->max_workers, &k->ttl,
+                            &k->absent_after, &k->absent_silence_ns) ? 0 : -1;
 }
 
 /* (job_id, jn, (slot_base, num_slots, expected, has_parent, lane_bits, self_addr, index, token),
@@ -550,7 +572,7 @@ static const char *doc =
     "  state: (sender_keys, sender_is_switch, pool_slots, coords, regs (round, state, contrib,\n"
     "          nc, cnt, wb), sums)\n"
     "  consts: (version, T_DATA, index_bits, T_RESULT, rank_all, thc_port, max_workers,\n"
-    "           result_ttl, absent_after)\n"
+    "           result_ttl, absent_after, absent_silence_ns)\n"
     "  out: (out_buf, out_lens, out_ports); accepted: int64 array of >= n rows\n"
     "-> None (not handled: nothing changed) or (frames out, contributions, results, accepted,\n"
     "   resent, retx_up, release, parent_result, stale, duplicate): the rows accepted are\n"

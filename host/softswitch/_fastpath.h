@@ -37,11 +37,13 @@ int take(PyObject *o, buf_t *b, int writable, Py_ssize_t min_bytes, const char *
 typedef struct {
     long long version, t_data, index_bits, t_result, rank_all, thc_port, max_workers, ttl;
     long long absent_after;         /* controls/common.py ABSENT_AFTER */
+    long long absent_silence_ns;    /* the pipeline's absent_silence_ns */
 } fp_consts_t;
 
 /* columns of a job's presence row (host/softswitch/config.py, Compiled.presence) */
 enum { PRESENCE_MASK = 0, PRESENCE_ABSENT = 1, PRESENCE_MISS = 2 };
-#define PRESENCE_COLS (PRESENCE_MISS + MAX_WORKERS)
+#define PRESENCE_SINCE (PRESENCE_MISS + MAX_WORKERS)
+#define PRESENCE_COLS (PRESENCE_SINCE + MAX_WORKERS)
 
 /* One job with a THC table (Pipeline's compiled configuration). */
 typedef struct {

@@ -24,6 +24,7 @@ from host.errors import UsageError
 from host.exporter import add_metrics_arguments
 from host.protocol import generated_dataplane as dp
 from host.protocol import layout as lay
+from host.softswitch.controls.common import ABSENT_AFTER, ABSENT_SILENCE
 
 __all__ = ["configure", "run"]
 
@@ -42,6 +43,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slots", type=int, default=dp.THC_SLOTS,
                         help="aggregation slot pool shared by all jobs (default %(default)s, the P4 "
                              "program's THC_SLOTS)")
+    parser.add_argument("--absent-silence", type=float, default=ABSENT_SILENCE, metavar="SECONDS",
+                        help="hold a rank absent (release its jobs' slots without it, no DEADLINE "
+                             f"needed) after {ABSENT_AFTER} deadline releases in a row without it, "
+                             "the first this long ago (default %(default)s; docs/protocol.md, "
+                             "'Absent contributors')")
     parser.add_argument("--coords-per-packet", type=int, default=lay.COORDS_PER_PACKET, metavar="W",
                         help="packet width: coordinates per DATA/RESULT packet, one of "
                              f"{', '.join(map(str, lay.PACKET_WIDTHS))} (default %(default)s, the P4 "
@@ -106,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
             except OSError as exc:
                 raise UsageError(f"--port {n}: cannot open {kind} port {opts}: {exc.strerror}") from None
         sw = SoftSwitch(ports, device_id=args.device_id, pool_slots=args.slots, batch=args.batch,
-                        coords=args.coords_per_packet)
+                        coords=args.coords_per_packet, absent_silence=args.absent_silence)
         sw.send_thread = args.send_thread
         if args.c_loop is not None:
             sw.c_loop = args.c_loop and sw.c_loop_available()

@@ -44,6 +44,8 @@ REQUIRED_COUNTERS = (DROPS, CONTRIBUTIONS, RESULTS, RESENT)
 
 #: columns of :attr:`Compiled.presence`
 PRESENCE_MASK, PRESENCE_ABSENT, PRESENCE_MISS = 0, 1, 2
+PRESENCE_SINCE = PRESENCE_MISS + lay.MAX_WORKERS
+PRESENCE_COLS = PRESENCE_SINCE + lay.MAX_WORKERS
 
 JOB_PARAMS = ("index", "slot_base", "num_slots", "expected", "lane_bits", "mcast_grp",
               "has_parent", "parent_port", "parent_addr", "self_addr", "self_id", "token")
@@ -82,11 +84,12 @@ class Compiled:
     routes: list[tuple[int, int, int, bytes, bytes]] = field(default_factory=list)
     #: per job number (plus the dummy row), int64: column ``PRESENCE_MASK`` the bitmap of the
     #: ranks with a sender entry; ``PRESENCE_ABSENT`` the ranks the data plane has learned to be
-    #: absent and ``PRESENCE_MISS + r`` rank r's deadline releases in a row without it
-    #: (``docs/protocol.md``, "Absent contributors"). The only part the data plane writes; a
+    #: absent, ``PRESENCE_MISS + r`` rank r's deadline releases in a row without it and
+    #: ``PRESENCE_SINCE + r`` when the first of them happened (CLOCK_MONOTONIC, ns;
+    #: ``docs/protocol.md``, "Absent contributors"). The only part the data plane writes; a
     #: controller's Write starts it afresh.
     presence: np.ndarray = field(
-        default_factory=lambda: np.zeros((1, PRESENCE_MISS + lay.MAX_WORKERS), dtype=np.int64))
+        default_factory=lambda: np.zeros((1, PRESENCE_COLS), dtype=np.int64))
 
     def __post_init__(self) -> None:
         for p in JOB_PARAMS:
@@ -149,7 +152,7 @@ def compile_store(store: EntityStore) -> Compiled:
             continue  # no job entry: the packet is dropped as UNKNOWN_JOB before this table
         keys.append(int(sender_key(jn, f["rank"][1], f["ingress_port"][1], f["src_addr"][1])))
         sw.append(_params(store, SENDER, e.params)["is_switch"])
-    c.presence = np.zeros((n + 1, PRESENCE_MISS + lay.MAX_WORKERS), dtype=np.int64)
+    c.presence = np.zeros((n + 1, PRESENCE_COLS), dtype=np.int64)
     for key in keys:
         if (key >> 41) & 0xFF < lay.MAX_WORKERS:    # a larger rank never gets to a slot
             c.presence[key >> 49, PRESENCE_MASK] |= 1 << ((key >> 41) & 0xFF)

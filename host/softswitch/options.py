@@ -68,7 +68,7 @@ def check_switch_options(args: Namespace, error: type[Exception] = OptionError) 
     """Validate ``netco switch`` arguments in place; raise ``error`` with one line.
 
     Checks ``--slots``, ``--coords-per-packet``, ``--batch``, ``--device-id``, ``--grpc``, ``--p4info``,
-    ``--stats-interval`` and the TLS files (stored back as ``args.tls``).
+    ``--absent-silence``, ``--stats-interval`` and the TLS files (stored back as ``args.tls``).
     """
     check_options(_check, args, error)
 
@@ -90,6 +90,9 @@ def _check(args: Namespace) -> None:
     if not 0 <= args.device_id <= MAX_DEVICE_ID:
         raise OptionError(f"--device-id {args.device_id}: P4Runtime device ids are 0..2^64-1")
     parse_hostport(args.grpc, "--grpc")
+    silence = getattr(args, "absent_silence", 0.0)
+    if not math.isfinite(silence) or silence < 0:
+        raise OptionError(f"--absent-silence {silence}: give a number of seconds >= 0")
     interval = getattr(args, "stats_interval", 0.0)
     if not math.isfinite(interval) or interval < 0:
         raise OptionError(f"--stats-interval {interval}: give a number of seconds >= 0")

@@ -41,6 +41,7 @@ from host.protocol import layout as lay
 from host.protocol.jobs import width_problem
 from host.softswitch.config import Compiled
 from host.softswitch.controls.common import (
+    ABSENT_SILENCE,
     PAY_OFF,
     ROW,
     ROW_DTYPE,
@@ -81,12 +82,14 @@ class Pipeline(NativePath, ThcValidate, ThcLoad, ThcSlot, ThcAccumulate, ThcOutp
     """
 
     def __init__(self, pool_slots: int = dp.THC_SLOTS, counters: Counters | None = None,
-                 coords: int = lay.COORDS_PER_PACKET) -> None:
+                 coords: int = lay.COORDS_PER_PACKET, absent_silence: float = ABSENT_SILENCE) -> None:
         why = width_problem(coords)
         if why is not None:
             raise ValueError(f"coords={why}")
         self.pool_slots = pool_slots
         self.coords = coords
+        #: how long a rank's deadline misses must last before it is held absent (ns; tests: 0)
+        self.absent_silence_ns = int(absent_silence * 1e9)
         #: (msg_type, lane_bits) -> payload bytes at this width (-1: undefined)
         self.payload_bytes = payload_tables(coords)[0]
         cells = pool_slots * 4

@@ -36,7 +36,8 @@ from host.protocol import framing as fr
 from host.protocol import generated_dataplane as dp
 from host.protocol import layout as lay
 from host.softswitch import config as cfgmod
-from host.softswitch.controls.native import _NATIVE_CONSTS, LOOP_STATS, native_jobs
+from host.softswitch.controls.common import ABSENT_SILENCE
+from host.softswitch.controls.native import LOOP_STATS, native_jobs
 from host.softswitch.entities import EntityStore
 from host.softswitch.learned import LearnedPorts
 from host.softswitch.netio import GSO_SEGMENTS, SOCKADDR_IN, MsgBatch, Port, UdpPort
@@ -79,15 +80,21 @@ class SoftSwitch:
     coords : int
         Packet width: coordinates per DATA, RESULT and PARTIAL (``layout.PACKET_WIDTHS``;
         docs/protocol.md, "Packet width"). Jobs whose lanes do not fit are refused at Write.
+    absent_silence : float
+        Seconds a rank's deadline misses must last before the switch holds it absent
+        (docs/protocol.md, "Absent contributors"; tests use 0).
     """
 
     def __init__(self, ports: Iterable[Port] = (), device_id: int = 1, pool_slots: int = dp.THC_SLOTS,
-                 batch: int = 1024, coords: int = lay.COORDS_PER_PACKET) -> None:
+                 batch: int = 1024, coords: int = lay.COORDS_PER_PACKET,
+                 absent_silence: float = ABSENT_SILENCE) -> None:
         self.ports: dict[int, Port] = {p.number: p for p in ports}
         self.pool_slots = pool_slots
         self.batch = batch
         self.coords = coords
-        self.pipeline = Pipeline(pool_slots, coords=coords)
+        #: seconds of deadline misses before a rank is held absent (docs/protocol.md)
+        self.absent_silence = absent_silence
+        self.pipeline = Pipeline(pool_slots, coords=coords, absent_silence=absent_silence)
         self.service = P4RuntimeService(device_id, self._on_commit, self._on_write,
                                         cfgmod.job_entry_check(pool_slots, coords))
         self.server: grpc.Server | None = None
@@ -139,7 +146,8 @@ class SoftSwitch:
 
         counters = Counters(arr(cfgmod.DROPS), arr(cfgmod.CONTRIBUTIONS), arr(cfgmod.RESULTS),
                             arr(cfgmod.RESENT))
-        pipe = Pipeline(self.pool_slots, counters, coords=self.coords)
+        pipe = Pipeline(self.pool_slots, counters, coords=self.coords,
+                        absent_silence=self.absent_silence)
         pipe.cfg = cfgmod.compile_store(store)
         self.pipeline = pipe
         self._ctl[1] = 1   # the C loop takes the new pipeline
@@ -386,7 +394,7 @@ class SoftSwitch:
             reason, n, several = _fastpath.loop(
                 self._c_memory, self._ctl, (pl.live, self.cstats), self._c_ports(),
                 (rxb.buf, rxb.names, self.lens, self.inports, self.stamps),
-                native_jobs(cfg), cfg.job_map, pl.native_state(cfg), _NATIVE_CONSTS,
+                native_jobs(cfg), cfg.job_map, pl.native_state(cfg), pl.native_consts(),
                 (self.learned.addr, self.learned.port, self.learned.count),
                 (c.contributions, c.results, c.resent, c.drops),
                 (self.batch, max(1, int(timeout * 1000)), int(self.send_thread),

@@ -91,6 +91,10 @@ ROUND_WINDOW = int(lay.ROUND_WINDOW)
 #: without waiting for a DEADLINE, until the rank is heard from again (issue 16, H4;
 #: ``docs/protocol.md``, "Absent contributors")
 ABSENT_AFTER = 4
+#: ... and only once the first of those releases is this long ago (s): a rank that is merely
+#: late (a slower step, a worker starting after the others) is heard from well within it, and
+#: is never raced past (docs/protocol.md, "Absent contributors")
+ABSENT_SILENCE = 0.2
 
 
 class Pending:

@@ -98,6 +98,11 @@ def native_jobs(cfg: Compiled) -> tuple:
 class NativePath:
     """Mixin of :class:`~host.softswitch.pipeline.Pipeline`: :meth:`_native`."""
 
+    def native_consts(self) -> tuple:
+        """The protocol constants as ``_fastpath`` takes them, with this pipeline's
+        ``absent_silence_ns``."""
+        return (*_NATIVE_CONSTS, self.absent_silence_ns)
+
     def native_state(self, cfg: Compiled) -> tuple:
         """The aggregation state and sender table as ``_fastpath`` takes them."""
         return (np.ascontiguousarray(cfg.sender_keys, dtype=np.uint64),
@@ -126,7 +131,7 @@ class NativePath:
         if acc is None or len(acc) < n:
             acc = self._acc_buf = np.zeros(max(n, 1024), dtype=np.int64)
         res = _fastpath.process(buf, lens64, ports64, n, order, job, self.native_state(cfg),
-                                _NATIVE_CONSTS, (out.buf, out.lens, out.ports), acc)
+                                self.native_consts(), (out.buf, out.lens, out.ports), acc)
         if res is None:
             return False
         nout, ncontrib, nresults, nacc, nresent, nretx_up, nrelease, nparent, nstale, ndup = res

@@ -4,9 +4,17 @@ per slot), packet by packet, and its vectorized form for batches of plain contri
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
-from host.softswitch.config import PRESENCE_ABSENT, PRESENCE_MASK, PRESENCE_MISS, Compiled
+from host.softswitch.config import (
+    PRESENCE_ABSENT,
+    PRESENCE_MASK,
+    PRESENCE_MISS,
+    PRESENCE_SINCE,
+    Compiled,
+)
 from host.softswitch.controls.common import (
     ABSENT_AFTER,
     F_DEADLINE,
@@ -30,17 +38,34 @@ from host.softswitch.controls.common import (
 )
 
 
-def _missed(pr: list[int], missing: int) -> None:
+def _missed(pr: list[int], missing: int, silence_ns: int) -> None:
     """A deadline release without the ranks of ``missing``: count it for each; a rank missed
-    :data:`ABSENT_AFTER` times in a row is held absent (``pr``: a :attr:`Compiled.presence`
-    row)."""
+    :data:`ABSENT_AFTER` times in a row, the first ``silence_ns`` or longer ago, is held absent
+    (``pr``: a :attr:`Compiled.presence` row)."""
+    now = time.monotonic_ns()
     while missing:
         low = missing & -missing
         rk = low.bit_length() - 1
-        pr[PRESENCE_MISS + rk] = m = min(pr[PRESENCE_MISS + rk] + 1, 255)
-        if m >= ABSENT_AFTER:
+        m = pr[PRESENCE_MISS + rk]
+        if m == 0:
+            pr[PRESENCE_SINCE + rk] = now
+        pr[PRESENCE_MISS + rk] = m = min(m + 1, 255)
+        if m >= ABSENT_AFTER and now - pr[PRESENCE_SINCE + rk] >= silence_ns:
             pr[PRESENCE_ABSENT] |= low
         missing ^= low
+
+
+def _heard(pr: list[int], rk: int, bit: int, fl: int) -> None:
+    """A contribution of rank ``rk`` (after the round checks): present again; a first
+    transmission that opens a slot copy for a session (START without RETX: not a retransmission,
+    DEADLINE request or repair) starts the job's presence afresh."""
+    if fl & (F_START | F_RETX) == F_START:
+        mask = pr[PRESENCE_MASK]
+        pr[:] = [0] * len(pr)
+        pr[PRESENCE_MASK] = mask
+    elif pr[PRESENCE_ABSENT] & bit or pr[PRESENCE_MISS + rk]:
+        pr[PRESENCE_ABSENT] &= ~bit
+        pr[PRESENCE_MISS + rk] = 0
 
 
 class ThcSlot:
@@ -116,9 +141,9 @@ class ThcSlot:
                         continue
                     fresh = True
                 pr = pres[j]
-                if pr[PRESENCE_ABSENT] & bit or pr[PRESENCE_MISS + rk]:
-                    pr[PRESENCE_ABSENT] &= ~bit       # heard from: present again
-                    pr[PRESENCE_MISS + rk] = 0
+                if fl & F_START or pr[PRESENCE_ABSENT] & bit or pr[PRESENCE_MISS + rk]:
+                    # (a session's first transmissions reset the row: _heard)
+                    _heard(pr, rk, bit, fl)
                 if fresh:
                     cb = nc = cnt = wb = 0
                     st = ST_COLLECTING
@@ -173,7 +198,7 @@ class ThcSlot:
                                or bool(ab and not pr[PRESENCE_MASK] & ~(cb | ab)))
                 if release:
                     if fl & F_DEADLINE and nc < exp:
-                        _missed(pr, pr[PRESENCE_MASK] & ~cb)
+                        _missed(pr, pr[PRESENCE_MASK] & ~cb, self.absent_silence_ns)
                     if hp:
                         st = ST_SENT_UP
                         emits.append((row, c, OUT_UP, cnt, wb, fl & (F_DEADLINE | F_START), j))

@@ -14,7 +14,7 @@ import pytest
 
 from host.protocol.layout import Flag
 from host.softswitch import pipeline as pl_mod
-from host.softswitch.config import PRESENCE_ABSENT, PRESENCE_MASK, PRESENCE_MISS
+from host.softswitch.config import PRESENCE_ABSENT, PRESENCE_MASK, PRESENCE_MISS, PRESENCE_SINCE
 from host.softswitch.controls.common import ABSENT_AFTER, R
 from tests.support.softswitch import TABLE, Bench, C, Peer, data, worker
 
@@ -27,8 +27,8 @@ PATHS = [pytest.param(False, id="reference"),
              pl_mod._fastpath is None, reason="the C fast path (_fastpath) is not built"))]
 
 
-def _bench(native: bool) -> Bench:
-    x = Bench(pool_slots=8)
+def _bench(native: bool, absent_silence: float = 0.0) -> Bench:
+    x = Bench(pool_slots=8, absent_silence=absent_silence)
     x.job(JOB, W, num_slots=2)
     p = x.sw.pipeline
     p.native = p.fast = native
@@ -36,7 +36,8 @@ def _bench(native: bool) -> Bench:
 
 
 def _presence(x: Bench) -> list[int]:
-    return x.sw.pipeline.cfg.presence[0].tolist()
+    """Job 30's presence row without the clock columns."""
+    return x.sw.pipeline.cfg.presence[0, :PRESENCE_SINCE].tolist()
 
 
 def _fill(rank: int, rnd: int) -> np.ndarray:
@@ -147,3 +148,32 @@ def test_a_controller_write_starts_presence_afresh():
     assert _presence(x)[PRESENCE_ABSENT] == 0b100
     x.job(31, W, num_slots=2, slot_base=2, index=1)
     assert _presence(x)[PRESENCE_ABSENT] == 0
+
+
+@pytest.mark.parametrize("native", PATHS)
+def test_a_rank_is_held_absent_only_after_its_silence(native):
+    """Misses in a quick burst (a worker starting late, a slower step) make no rank absent: the
+    first miss must be ``absent_silence`` old."""
+    x = _bench(native, absent_silence=3600.0)
+    for rnd in range(2 * ABSENT_AFTER):
+        _partial_round(x, rnd)
+    assert _presence(x)[PRESENCE_MISS + 2] == 2 * ABSENT_AFTER
+    assert _presence(x)[PRESENCE_ABSENT] == 0
+    rnd = 2 * ABSENT_AFTER
+    assert x.send(data(W[0], JOB, 0, rnd, _fill(0, rnd)), data(W[1], JOB, 0, rnd, _fill(1, rnd))) == []
+
+
+@pytest.mark.parametrize("native", PATHS)
+def test_a_new_session_starts_presence_afresh(native):
+    """A contribution opening a slot copy for a session (START) forgets who was absent: the
+    rank absent in the last session may just start later than the others in this one."""
+    x = _bench(native)
+    for rnd in range(ABSENT_AFTER):
+        _partial_round(x, rnd)
+    assert _presence(x)[PRESENCE_ABSENT] == 0b100
+    rnd = 1 << 20
+    start = int(Flag.START)
+    assert x.send(data(W[0], JOB, 1, rnd, _fill(0, rnd), flags=start),
+                  data(W[1], JOB, 1, rnd, _fill(1, rnd), flags=start)) == []
+    assert _presence(x)[PRESENCE_ABSENT:] == [0] * (PRESENCE_SINCE - PRESENCE_ABSENT)
+    assert _results(x.send(data(W[2], JOB, 1, rnd, _fill(2, rnd), flags=start))) == [(3, 0)] * 3

@@ -267,11 +267,12 @@ def test_a_switch_restart_during_the_last_round_of_a_job_completes(native):
 
 @pytest.mark.parametrize("native", NATIVE)
 def test_a_dead_rank_costs_one_deadline_not_one_per_packet(native):
-    """H4: rank 3 never shows up. Only the first window waits the full deadline; the switch
-    then holds rank 3 absent (``ABSENT_AFTER`` deadline releases without it) and releases every
-    later slot at ranks 0..2 without a DEADLINE request, and the sums stay exact for the counts
-    they report (a live worker late by more than a fast deadline is left out of that packet's
-    sum: m = 2, still unbiased)."""
+    """H4: rank 3 never shows up. Only the first window waits the full deadline; every later
+    packet is released after about one RTO (a worker's fast DEADLINE request) or, once the
+    switch holds rank 3 absent (``--absent-silence`` after ``ABSENT_AFTER`` deadline releases
+    without it: tests/host/softswitch/test_softswitch_absent.py), without any request, and the
+    sums stay exact for the counts they report (a live worker late by more than that is left
+    out of that packet's sum: m = 2, still unbiased)."""
     n, packets = 4, 400
     codec = THCCodec()
     xs = worker_data(n, packets * 256, 8)
@@ -288,12 +289,9 @@ def test_a_dead_rank_costs_one_deadline_not_one_per_packet(native):
             for a in aggs:
                 a.ep.close()
     live = sum(vals[: n - 1])
-    # The full deadline only in the first window (before the switch or a partial result named
-    # rank 3); after it most packets needed no DEADLINE request at all.
+    # The full deadline only in the first window (before any partial result named rank 3)
     full = [a.window.stats.deadlines - a.window.stats.fast_deadlines for a in aggs]
-    asked = [a.window.stats.deadlines for a in aggs]
     assert all(f <= net.num_slots for f in full), full
-    assert all(k <= packets // 4 for k in asked), (asked, full)
     for a, (sums, count) in zip(aggs, got, strict=True):
         st = a.window.stats
         assert 3 in st.missing_ranks
