@@ -338,18 +338,12 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
             fresh = 1;
         }
         const int rk = f[OFF_RANK];
-        if ((fl & (FLAG_START | FLAG_RETX)) == FLAG_START) {
-            /* a first transmission opening a copy for a session: the job's presence starts
-             * afresh (ThcSlot, _heard) */
-            int dirty = 0;
-            for (int q = PRESENCE_ABSENT; q < PRESENCE_COLS; q++) dirty |= pres[q] != 0;
-            if (dirty) {
-                PRES_SAVE();
-                memset(pres + PRESENCE_ABSENT, 0, (PRESENCE_COLS - PRESENCE_ABSENT) * sizeof(int64_t));
-            }
-        } else if ((pres[PRESENCE_ABSENT] & bit) || pres[PRESENCE_MISS + rk]) {
-            PRES_SAVE();   /* heard from: present again */
-            pres[PRESENCE_ABSENT] &= ~bit;
+        /* heard from: present again; a first transmission opening a copy for a session also
+         * forgets who was absent, not the miss streaks (ThcSlot, _heard) */
+        const int64_t keep = (fl & (FLAG_START | FLAG_RETX)) == FLAG_START ? 0 : ~bit;
+        if ((pres[PRESENCE_ABSENT] & ~keep) || pres[PRESENCE_MISS + rk]) {
+            PRES_SAVE();
+            pres[PRESENCE_ABSENT] &= keep;
             pres[PRESENCE_MISS + rk] = 0;
         }
         int64_t cb, nc, cnt, wb;

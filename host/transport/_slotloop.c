@@ -119,6 +119,10 @@ typedef struct {
     /* issue 16, H4: ranks missing from the last partial result; while any is, a packet asks
      * for its slot's sum (DEADLINE) after fast_deadline() instead of the full deadline */
     uint64_t suspects;
+    /* the last partial result came without a retransmission or DEADLINE request of ours: the
+     * switch releases without the suspects itself (a target that holds them absent,
+     * docs/protocol.md "Absent contributors"); the wait is then an RTO, not one RTT */
+    int self_release;
     double suspect_wait; /* > 0: fixed fast deadline (SlotConfig.suspect_wait) */
     double fast_floor;   /* the shortest fast deadline (slots.FAST_FLOOR) */
     /* the fast deadline's factor on the smoothed RTT: doubled when a result leaves out a rank
@@ -185,8 +189,9 @@ typedef struct {
  * the time from a DEADLINE request to its result is an RTT sample too (results never come
  * without one). */
 static double fast_deadline(const loop_t *L) {
-    double d = L->suspect_wait > 0 ? L->suspect_wait
-                                   : (L->have_srtt ? L->srtt : L->rto_min) * L->gain;
+    const double rtt = !L->have_srtt ? L->rto_min
+                       : L->self_release ? L->srtt + 4 * L->rttvar : L->srtt;
+    double d = L->suspect_wait > 0 ? L->suspect_wait : rtt * L->gain;
     /* one live worker (the lowest rank not suspected) asks; the others wait twice as long, as a
      * backstop, so that the switch gets one DEADLINE per slot, not one per worker */
     int me = (int)get_be(L->hdr_tmpl + L->f.off[F_RANK], L->f.width[F_RANK]), closer = 0;
@@ -626,11 +631,13 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
                     }
                 }
                 L->suspects = miss;
+                L->self_release = !L->retried[s];
                 seen |= bm;
             } else {
                 seen |= get_be(h + f->off[F_BITMAP], f->width[F_BITMAP]);
                 L->suspects = 0; /* everyone answered: wait the full deadline again */
                 L->dead = 0;
+                L->self_release = 0;
             }
             if (L->rep_this && s < (uint32_t)L->rep_rows) {
                 build_packet(L, L->rep_this + (size_t)s * MAX_DATAGRAM, (int)s, i, FLAG_RETX);
@@ -734,10 +741,10 @@ static const char *run_doc =
     "    elem_counts, offsets, base, W, out, lanes, lane_bytes, out_cnt, rtype, job_id, world,\n"
     "    rto, max_rto, give_up, deadline, partial, srtt, rttvar, backoff, suspects,\n"
     "    repair, repair_len, repair_other, repair_other_len, next_repair, suspect_wait,\n"
-    "    fast_floor, gain, gain_t, dead, gso=0)\n"
+    "    fast_floor, gain, gain_t, dead, self_release, gso=0)\n"
     "-> (status, srtt, rttvar, backoff, packets, retransmits, deadlines, stray, partial_results,\n"
     "    min_count, missing_bitmap, gave_up_slot, gave_up_packet, gave_up_round, foreign, bad_lane,\n"
-    "    suspects, next_repair, repairs, fast_deadlines, gain, gain_t, dead)\n\n"
+    "    suspects, next_repair, repairs, fast_deadlines, gain, gain_t, dead, self_release)\n\n"
     "One exchange of SlotWindow (host/transport/slots.py) in C. srtt < 0: none yet.\n"
     "status 0: done; 1: the exact policy gave up on a slot (the caller asks and raises);\n"
     "2: a result carried bad_lane bits per lane, not 8 * lane_bytes (the caller raises).\n"
@@ -752,13 +759,14 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
     double rto, max_rto, give_up, deadline, srtt, rttvar, backoff, next_repair, suspect_wait,
         fast_floor, gain, gain_t;
     unsigned long long suspects, dead;
-    int gso = 0;
-    if (!PyArg_ParseTuple(args, "iiOOOiiOOOnnOOOiOiiOiiiddddpdddKOOOOdddddK|i", &fd, &raw, &odest,
+    int gso = 0, self_release;
+    if (!PyArg_ParseTuple(args, "iiOOOiiOOOnnOOOiOiiOiiiddddpdddKOOOOdddddKp|i", &fd, &raw, &odest,
                           &oprefix, &omyip, &thc_port, &batch, &oheader, &ofields, &opay, &nb, &n,
                           &oelem, &ooff, &obase, &W, &oout, &lanes, &lane_bytes, &ocnt, &rtype,
                           &job_id, &world, &rto, &max_rto, &give_up, &deadline, &partial, &srtt,
                           &rttvar, &backoff, &suspects, &orep, &oreplen, &oother, &ootherlen,
-                          &next_repair, &suspect_wait, &fast_floor, &gain, &gain_t, &dead, &gso))
+                          &next_repair, &suspect_wait, &fast_floor, &gain, &gain_t, &dead,
+                          &self_release, &gso))
         return NULL;
     if (W < 1 || n < 1 || batch < 1 || nb < 0 || world < 1 || world > 64
         || (lane_bytes != 1 && lane_bytes != 2 && lane_bytes != 4) || lanes < 0) {
@@ -867,6 +875,7 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
     L.gain = gain < 1 ? 1 : (gain > GAIN_MAX ? GAIN_MAX : gain);
     L.gain_t = gain_t;
     L.dead = (uint64_t)dead;
+    L.self_release = self_release;
     /* rows hold any datagram: repairs of the other kind may be longer than this kind's */
     L.frame = RAW_HDR + MAX_DATAGRAM;
     L.tx_cap = batch > W ? batch : W;
@@ -959,13 +968,13 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
         }
         goto done;
     }
-    result = Py_BuildValue("(idddLLLLLLKiLkLiKdLLddK)", rc, L.have_srtt ? L.srtt : -1.0, L.rttvar,
+    result = Py_BuildValue("(idddLLLLLLKiLkLiKdLLddKi)", rc, L.have_srtt ? L.srtt : -1.0, L.rttvar,
                            L.backoff, L.packets, L.retransmits, L.deadlines, L.stray,
                            L.partial_results, L.min_count, (unsigned long long)L.missing,
                            L.gave_up, (long long)L.gave_up_pkt, (unsigned long)L.gave_up_round,
                            L.foreign, L.bad_lane, (unsigned long long)L.suspects,
                            L.next_repair, L.repairs, L.fast_deadlines, L.gain, L.gain_t,
-                           (unsigned long long)L.dead);
+                           (unsigned long long)L.dead, L.self_release);
 done:
     free(L.out_pkt);
     free(L.out_round);

@@ -245,6 +245,11 @@ class SlotWindow:
         #: missing from a faster result and not in here was late (``gain`` grows). Never this
         #: worker's own rank.
         self.dead = 0
+        #: The last partial result came without a retransmission or DEADLINE request of this
+        #: worker: the switch releases without the suspects itself (a target that holds them
+        #: absent, docs/protocol.md "Absent contributors"), so the fast wait is an RTO
+        #: (srtt + 4·rttvar), not one smoothed RTT: asking earlier would only cut live ranks out.
+        self.self_release = False
         #: Per kind, each slot's last answered packet as a RETX datagram (rows of
         #: ``MAX_DATAGRAM`` bytes, lengths; 0: none). When a slot has waited two
         #: retransmissions, all of them are sent again (at most once per ``max_rto``): after a
@@ -270,7 +275,9 @@ class SlotWindow:
         if self.cfg.suspect_wait is not None:
             d = self.cfg.suspect_wait
         else:
-            d = (self.cfg.rto if self.srtt is None else self.srtt) * self.gain
+            rtt = (self.cfg.rto if self.srtt is None
+                   else self.srtt + 4 * self.rttvar if self.self_release else self.srtt)
+            d = rtt * self.gain
         # one live worker (the lowest rank not suspected) asks; the others wait twice as long,
         # as a backstop, so that the switch gets one DEADLINE per slot, not one per worker
         closer = 0
@@ -500,10 +507,12 @@ class SlotWindow:
                         else:
                             self.gain = max(self.gain * (1 - GAIN_EASE / nbuf), 1.0)
                     self.suspects = bits
+                    self.self_release = not retried[s]
                     seen |= bm
                 else:
                     seen |= h[i_bitmap]
                     self.suspects = self.dead = 0
+                    self.self_release = False
                 d = sent[s]
                 rep_buf[s, : len(d)] = np.frombuffer(d, dtype=np.uint8)
                 rep_buf[s, flags_at] = _RETX | (d[flags_at] & _START)
@@ -627,13 +636,15 @@ class SlotWindow:
         t0 = time.monotonic()
         (status, srtt, rttvar, backoff, packets, retx, deadlines, stray, partial, min_count,
          missing, g_slot, g_pkt, g_round, foreign, bad_lane, suspects, next_repair,
-         repairs, fast_deadlines, self.gain, self.gain_t, self.dead) = _slotloop.run(
+         repairs, fast_deadlines, self.gain, self.gain_t, self.dead,
+         self.self_release) = _slotloop.run(
             fd, int(raw), dest, prefix, my_ip, thc_port, batch, template, _C_FIELDS, pay, nb, n,
             ec, of, base, W, out, lanes, lane_bytes, counts, int(result_type), self.job_id,
             self.world, cfg.rto, cfg.max_rto, cfg.give_up, cfg.deadline,
             cfg.policy == "partial", -1.0 if self.srtt is None else self.srtt, self.rttvar,
             self.backoff, self.suspects, rep, rep_len, other, other_len, self.next_repair,
-            cfg.suspect_wait or 0.0, FAST_FLOOR, self.gain, self.gain_t, self.dead, gso)
+            cfg.suspect_wait or 0.0, FAST_FLOOR, self.gain, self.gain_t, self.dead,
+            self.self_release, gso)
         self.suspects, self.next_repair = suspects, next_repair
         self.srtt = None if srtt < 0 else srtt
         self.rttvar, self.backoff = rttvar, backoff

@@ -154,10 +154,29 @@ class DeadlineSwitch(ScriptedSwitch):
             self.sock.sendto(self.answer(h, payload, h[_I["round"]], bm.bit_count(), bm), addr)
 
 
-def deadline_exchange(native: bool, bitmap_of, n: int, W: int = 4) -> tuple:
+class AbsentHoldingSwitch(DeadlineSwitch):
+    """A :class:`DeadlineSwitch` that, from packet ``hold_from`` on, answers every first
+    transmission at once, as a switch that holds rank 2 absent does (docs/protocol.md, "Absent
+    contributors")."""
+
+    def __init__(self, bitmap_of, hold_from: int) -> None:
+        self.hold_from = hold_from
+        super().__init__(bitmap_of)
+
+    def respond(self, h: tuple, payload: bytes, addr) -> None:
+        i = h[_I["chunk_offset"]] // COORDS_PER_PACKET
+        if i >= self.hold_from and not h[_I["flags"]] & int(Flag.RETX):
+            bm = self.bitmap_of(i)
+            self.sock.sendto(self.answer(h, payload, h[_I["round"]], bm.bit_count(), bm), addr)
+        else:
+            super().respond(h, payload, addr)
+
+
+def deadline_exchange(native: bool, bitmap_of, n: int, W: int = 4,
+                      sw: DeadlineSwitch | None = None) -> tuple:
     """One partial-policy exchange of ``n`` packets of rank 0 (world 3) through a
-    :class:`DeadlineSwitch`; returns (window, counts, the switch's log)."""
-    sw = DeadlineSwitch(bitmap_of)
+    :class:`DeadlineSwitch` (or ``sw``); returns (window, counts, the switch's log)."""
+    sw = sw or DeadlineSwitch(bitmap_of)
     ep = UdpEndpoint(sw.address, bind=("127.0.0.1", 0))
     win = SlotWindow(ep, job_id=7, rank=0, world=3, num_slots=W,
                      config=SlotConfig(policy="partial", deadline=0.3, rto=0.05, max_rto=0.2))

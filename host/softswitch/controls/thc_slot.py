@@ -56,16 +56,14 @@ def _missed(pr: list[int], missing: int, silence_ns: int) -> None:
 
 
 def _heard(pr: list[int], rk: int, bit: int, fl: int) -> None:
-    """A contribution of rank ``rk`` (after the round checks): present again; a first
+    """A contribution of rank ``rk`` (after the round checks): present again. A first
     transmission that opens a slot copy for a session (START without RETX: not a retransmission,
-    DEADLINE request or repair) starts the job's presence afresh."""
+    DEADLINE request or repair) also forgets who was absent, not the miss streaks: in a new
+    session a rank is held absent again only after a deadline release of that session."""
     if fl & (F_START | F_RETX) == F_START:
-        mask = pr[PRESENCE_MASK]
-        pr[:] = [0] * len(pr)
-        pr[PRESENCE_MASK] = mask
-    elif pr[PRESENCE_ABSENT] & bit or pr[PRESENCE_MISS + rk]:
-        pr[PRESENCE_ABSENT] &= ~bit
-        pr[PRESENCE_MISS + rk] = 0
+        pr[PRESENCE_ABSENT] = 0
+    pr[PRESENCE_ABSENT] &= ~bit
+    pr[PRESENCE_MISS + rk] = 0
 
 
 class ThcSlot:
@@ -142,7 +140,6 @@ class ThcSlot:
                     fresh = True
                 pr = pres[j]
                 if fl & F_START or pr[PRESENCE_ABSENT] & bit or pr[PRESENCE_MISS + rk]:
-                    # (a session's first transmissions reset the row: _heard)
                     _heard(pr, rk, bit, fl)
                 if fresh:
                     cb = nc = cnt = wb = 0

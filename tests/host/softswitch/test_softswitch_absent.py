@@ -164,16 +164,27 @@ def test_a_rank_is_held_absent_only_after_its_silence(native):
 
 
 @pytest.mark.parametrize("native", PATHS)
-def test_a_new_session_starts_presence_afresh(native):
-    """A contribution opening a slot copy for a session (START) forgets who was absent: the
-    rank absent in the last session may just start later than the others in this one."""
+def test_a_new_session_forgets_who_was_absent(native):
+    """A first transmission opening a slot copy for a session (START, not RETX) forgets who was
+    absent, so a rank absent in the last session that just starts later in this one is waited
+    for; its miss streak stays, so one deadline release of the new session without it holds it
+    absent again."""
     x = _bench(native)
     for rnd in range(ABSENT_AFTER):
         _partial_round(x, rnd)
     assert _presence(x)[PRESENCE_ABSENT] == 0b100
-    rnd = 1 << 20
-    start = int(Flag.START)
+    rnd, start = 1 << 20, int(Flag.START)
     assert x.send(data(W[0], JOB, 1, rnd, _fill(0, rnd), flags=start),
                   data(W[1], JOB, 1, rnd, _fill(1, rnd), flags=start)) == []
+    assert _presence(x)[PRESENCE_ABSENT] == 0
+    assert _presence(x)[PRESENCE_MISS + 2] == ABSENT_AFTER
+    # rank 2 is dead in this session too: the round is released by DEADLINE (RETX: no reset)
+    out = x.send(data(W[0], JOB, 1, rnd, _fill(0, rnd), flags=start | LATE))
+    assert _results(out) == [(2, 0)] * 3
+    assert _presence(x)[PRESENCE_ABSENT] == 0b100
+    rnd += 1
+    out = x.send(data(W[0], JOB, 0, rnd, _fill(0, rnd), flags=start),
+                 data(W[1], JOB, 0, rnd, _fill(1, rnd), flags=start))
+    assert out == []                       # START again: waits for rank 2 once more
+    assert _results(x.send(data(W[2], JOB, 0, rnd, _fill(2, rnd), flags=start))) == [(3, 0)] * 3
     assert _presence(x)[PRESENCE_ABSENT:] == [0] * (PRESENCE_SINCE - PRESENCE_ABSENT)
-    assert _results(x.send(data(W[2], JOB, 1, rnd, _fill(2, rnd), flags=start))) == [(3, 0)] * 3

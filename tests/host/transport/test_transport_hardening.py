@@ -21,8 +21,8 @@ from host.transport import slots as slotmod
 from host.transport.faults import FaultyRelay
 from host.transport.job import JobSpec, NetworkAggregator
 from host.transport.ports import UdpEndpoint
-from host.transport.slots import SlotConfig
-from tests.support.scripted import deadline_exchange, deadline_exchanges
+from host.transport.slots import FAST_FLOOR, SlotConfig
+from tests.support.scripted import AbsentHoldingSwitch, deadline_exchange, deadline_exchanges
 from tests.support.transport import run_workers, worker_data
 
 NATIVE = [pytest.param(True, id="c-loop"), pytest.param(False, id="python-loop")]
@@ -335,6 +335,27 @@ def test_a_dead_rank_gets_one_deadline_request_per_slot_round(native):
     assert (cnt == 2).all()
     assert win.dead == 0b100 and win.suspects == 0b100
     assert win.gain == 1.0
+
+
+@pytest.mark.parametrize("native", NATIVE)
+def test_a_switch_that_holds_the_dead_rank_absent_is_not_hurried(native):
+    """H4: rank 2 is dead and, from packet 16 on, the switch releases every slot without it on
+    its own (it holds rank 2 absent). The worker notices (``self_release``: the last partial
+    result came without a request of its own) and waits an RTO before asking, not one RTT,
+    so that its requests do not cut live ranks out of sums the switch is about to release."""
+    _native_or_skip(native)
+    n, W = 48, 4
+    sw = AbsentHoldingSwitch(lambda i: 0b011, hold_from=16)
+    win, cnt, _ = deadline_exchange(native, None, n, W, sw=sw)
+    assert (cnt == 2).all() and win.suspects == 0b100
+    assert win.self_release
+    assert win.stats.deadlines < 16 + W            # none once the switch releases by itself
+    assert win._fast_deadline() == pytest.approx(
+        max(FAST_FLOOR, min((win.srtt + 4 * win.rttvar) * win.gain, win.cfg.deadline)))
+    # a switch that answers only DEADLINE requests: the wait is one smoothed RTT
+    win, _, _ = deadline_exchange(native, lambda i: 0b011, n, W)
+    assert not win.self_release
+    assert win._fast_deadline() == pytest.approx(max(FAST_FLOOR, win.srtt * win.gain))
 
 
 @pytest.mark.parametrize("native", NATIVE)
