@@ -94,7 +94,7 @@ ABSENT_AFTER = 4
 #: ... and only once the first of those releases is this long ago (s): a rank that is merely
 #: late (a slower step, a worker starting after the others) is heard from well within it, and
 #: is never raced past (docs/protocol.md, "Absent contributors")
-ABSENT_SILENCE = 0.1
+ABSENT_SILENCE = 0.05
 
 
 class Pending:
