@@ -53,6 +53,8 @@ def test_slot_pool_defaults_to_the_p4_programs():
     (["--port", "1=udp:127.0.0.1:99999"], "UDP port 99999 is not in 0..65535"),
     (["--port", "1=udp:300.0.0.1:5000"], "'300.0.0.1' is not an IPv4 address"),
     (["--coords-per-packet", "300"], "--coords-per-packet 300: use one of 256, 512, 1024"),
+    (["--absent-silence", "-1"], "--absent-silence -1.0: give a number of seconds >= 0"),
+    (["--absent-silence", "nan"], "--absent-silence nan: give a number of seconds >= 0"),
     (["--slots", "65536", "--coords-per-packet", "1024"],
      "--slots 65536 with --coords-per-packet 1024: the pool would hold 1024 MiB of sums; give at "
      "most 16384 slots"),
