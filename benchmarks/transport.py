@@ -527,7 +527,8 @@ def allreduce_16m(workers: int, numel: int, num_slots: int, repeats: int = 1,
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workers", type=int, nargs="+", default=[2, 4])
+    p.add_argument("--workers", type=int, nargs="+", default=[2, 4],
+                   help="worker counts to measure, one goodput row each (default 2 4)")
     p.add_argument("--coords", type=int, default=1 << 21, help="coordinates per goodput run")
     p.add_argument("--limit-packets", type=int, default=20_000, help="datagrams per echo run")
     p.add_argument("--slots", type=int, default=64, help="window (slots per job)")
