@@ -28,10 +28,9 @@
  */
 #include "_fastpath.h"
 
-#include <time.h>
-
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 int take(PyObject *o, buf_t *b, int writable, Py_ssize_t min_bytes, const char *name) {
     if (PyObject_GetBuffer(o, &b->v, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0) {
@@ -344,7 +343,7 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
         if ((pres[PRESENCE_ABSENT] & ~keep) || pres[PRESENCE_MISS + rk]) {
             PRES_SAVE();
             pres[PRESENCE_ABSENT] &= keep;
-            pres[PRESENCE_MISS + rk] = 0;
+            pres[PRESENCE_MISS + rk] = pres[PRESENCE_SINCE + rk] = 0;
         }
         int64_t cb, nc, cnt, wb;
         if (fresh) {
@@ -415,7 +414,8 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
         if (release) {
             if ((fl & FLAG_DEADLINE) && nc < expected) {
                 /* a deadline release without the ranks of missing: counted for each; a rank
-                 * missed absent_after times in a row is held absent (ThcSlot, _missed) */
+                 * missed absent_after times in a row, the first absent_silence_ns or longer
+                 * ago, is held absent (ThcSlot, _missed) */
                 int64_t missing = pres[PRESENCE_MASK] & ~cb;
                 const int64_t now = missing ? mono_ns() : 0;
                 if (missing) PRES_SAVE();

@@ -33,7 +33,8 @@ typedef struct {
 
 int take(PyObject *o, buf_t *b, int writable, Py_ssize_t min_bytes, const char *name);
 
-/* The protocol constants Python passes (host/softswitch/controls/native.py, _NATIVE_CONSTS). */
+/* The protocol constants Python passes (host/softswitch/controls/native.py, _NATIVE_CONSTS,
+ * with the pipeline's absent_silence_ns: NativePath.native_consts). */
 typedef struct {
     long long version, t_data, index_bits, t_result, rank_all, thc_port, max_workers, ttl;
     long long absent_after;         /* controls/common.py ABSENT_AFTER */

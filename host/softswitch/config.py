@@ -144,18 +144,18 @@ def compile_store(store: EntityStore) -> Compiled:
         c.lut[jn, :, 1] = table[b & 0x0F]
         c.has_table[jn] = True
     keys, sw = [], []
+    c.presence = np.zeros((n + 1, PRESENCE_COLS), dtype=np.int64)
     sender = idx.action(SENDER).id
     for e in store.tables[idx.table(SENDERS).id].entries.values():
         f = _field_values(store, SENDERS, e.key)
         jn = c.job_map[f["job_id"][1]]
         if jn < 0 or e.action_id != sender:
             continue  # no job entry: the packet is dropped as UNKNOWN_JOB before this table
-        keys.append(int(sender_key(jn, f["rank"][1], f["ingress_port"][1], f["src_addr"][1])))
+        rank = f["rank"][1]
+        keys.append(int(sender_key(jn, rank, f["ingress_port"][1], f["src_addr"][1])))
         sw.append(_params(store, SENDER, e.params)["is_switch"])
-    c.presence = np.zeros((n + 1, PRESENCE_COLS), dtype=np.int64)
-    for key in keys:
-        if (key >> 41) & 0xFF < lay.MAX_WORKERS:    # a larger rank never gets to a slot
-            c.presence[key >> 49, PRESENCE_MASK] |= 1 << ((key >> 41) & 0xFF)
+        if rank < lay.MAX_WORKERS:          # a larger rank never gets to a slot
+            c.presence[jn, PRESENCE_MASK] |= 1 << rank
     order = np.argsort(np.array(keys, dtype=np.uint64), kind="stable")
     c.sender_keys = np.array(keys, dtype=np.uint64)[order]
     c.sender_is_switch = np.array(sw, dtype=np.uint8)[order]

@@ -63,7 +63,7 @@ def _heard(pr: list[int], rk: int, bit: int, fl: int) -> None:
     if fl & (F_START | F_RETX) == F_START:
         pr[PRESENCE_ABSENT] = 0
     pr[PRESENCE_ABSENT] &= ~bit
-    pr[PRESENCE_MISS + rk] = 0
+    pr[PRESENCE_MISS + rk] = pr[PRESENCE_SINCE + rk] = 0
 
 
 class ThcSlot:
@@ -243,7 +243,7 @@ class ThcSlot:
         """
         if not up.all() or (flags & (F_PEEK | F_DEADLINE)).any():
             return False
-        if cfg.presence[jn, PRESENCE_ABSENT:].any():
+        if cfg.presence[np.unique(jn), PRESENCE_ABSENT:].any():
             return False      # an absent rank or a miss to forget: the packet-by-packet logic
         m = len(acc)
         order = np.argsort(cell, kind="stable")

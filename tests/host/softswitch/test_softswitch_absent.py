@@ -73,7 +73,9 @@ def test_a_rank_missed_absent_after_times_is_held_absent_until_heard_from(native
                                   table[_fill(0, rnd)] + table[_fill(1, rnd)])
     # rank 2 comes back late for that round: answered with the stored sum, present again
     assert _results(x.send(data(W[2], JOB, 0, rnd, _fill(2, rnd)))) == [(2, int(Flag.RESENT))]
-    assert _presence(x)[PRESENCE_ABSENT] == 0 and _presence(x)[PRESENCE_MISS + 2] == 0
+    # nothing of the streak is left (the clock column too: the numpy path's fast case
+    # needs a row without anything to forget)
+    assert not x.sw.pipeline.cfg.presence[0, PRESENCE_ABSENT:].any()
     # the next round waits for it again, and includes it
     rnd += 1
     assert x.send(data(W[0], JOB, 0, rnd, _fill(0, rnd)), data(W[1], JOB, 0, rnd, _fill(1, rnd))) == []
