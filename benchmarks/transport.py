@@ -48,6 +48,8 @@ import shutil
 import statistics
 import time
 
+import numpy as np
+
 from control_plane.embedded import EmbeddedNetwork
 from host.protocol.framing import THC_OFFSET
 from host.protocol.jobs import widest_width
@@ -58,6 +60,21 @@ from host.transport.ports import UdpEndpoint
 
 #: Ethernet + IPv4 + UDP in front of a THC message on a raw link.
 RAW_HEADERS = THC_OFFSET
+
+
+def send_thread_on(choice: str, workers: int) -> bool:
+    """Whether the switch under test gets its send thread (``--send-thread``): ``on``/``off``
+    as told; ``auto`` only where the machine has a core for every worker, the switch's loop
+    and its sender. On a machine the workers share (2 cores here) the extra thread costs more
+    than it overlaps (docs/transport.md, measured)."""
+    if choice == "auto":
+        return (os.cpu_count() or 1) >= workers + 2
+    return choice == "on"
+
+
+def switch_args(choice: str, workers: int) -> tuple[str, ...]:
+    """The software target's command-line flag for :func:`send_thread_on`."""
+    return ("--send-thread",) if send_thread_on(choice, workers) else ("--no-send-thread",)
 
 
 def width_for(workers: int, asked: int | None) -> int:
@@ -138,10 +155,11 @@ def _thc_worker(addr, world: int, coords: int, num_slots: int, base: int, barrie
     agg = NetworkAggregator(ep, JobSpec(1, addr.rank, world, num_slots=num_slots, round_base=base,
                                         token=token, coords_per_packet=width))
     times = []
+    sums = np.full(agg.sums_size(enc.layout.padded), 0, dtype=np.uint32)  # reused and touched
     for _ in range(repeats):
         barrier.wait()
         t0 = time.perf_counter()
-        agg.sum_encoded(enc, codec)
+        agg.sum_encoded(enc, codec, out=sums)
         times.append(time.perf_counter() - t0)
     q.put(("thc", addr.rank, times, agg.window.stats.retransmits, getattr(agg.window, "last_native", False)))
     ep.close()
@@ -255,10 +273,11 @@ def _raw_worker_main(argv: list[str]) -> int:
     agg = NetworkAggregator(ep, JobSpec(1, rank, world, num_slots=slots, token=token,
                                         coords_per_packet=width))
     times = []
+    sums = np.full(agg.sums_size(enc.layout.padded), 0, dtype=np.uint32)  # reused and touched
     for k in range(repeats):
         time.sleep(max(0.0, start + k * period - time.time()))
         t0 = time.perf_counter()
-        agg.sum_encoded(enc, codec)
+        agg.sum_encoded(enc, codec, out=sums)
         times.append(time.perf_counter() - t0)
     print(json.dumps({"rank": rank, "seconds": times[0], "runs": times,
                       "retransmits": agg.window.stats.retransmits,
@@ -300,7 +319,8 @@ def _summary(workers: int, coords: int, times: list[float], limits: list[float],
 
 
 def veth_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
-                 repeats: int = 1, width: int = COORDS_PER_PACKET) -> dict:
+                 repeats: int = 1, width: int = COORDS_PER_PACKET,
+                 send_thread: str = "auto") -> dict:
     """Goodput through the software target over veth (AF_PACKET; root) and the raw echo limit.
 
     Each worker lives in its own network namespace behind a veth pair whose other end is a
@@ -344,6 +364,7 @@ def veth_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
             grpc = free_port(__import__("socket").SOCK_STREAM)
             cmd = [sys.executable, "-m", "host.softswitch", "--grpc", f"127.0.0.1:{grpc}",
                    "--slots", str(max(256, num_slots)), "--coords-per-packet", str(width)]
+            cmd += switch_args(send_thread, workers)
             for r in range(workers):
                 cmd += ["--port", f"{r + 1}=afpacket:{sw_if[r]}"]
             if echo:
@@ -442,7 +463,8 @@ def _run(procs: list[mp.Process], q, n: int, timeout: float) -> list[tuple]:
 
 
 def udp_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
-                repeats: int = 1, width: int = COORDS_PER_PACKET) -> dict:
+                repeats: int = 1, width: int = COORDS_PER_PACKET,
+                send_thread: str = "auto") -> dict:
     """Goodput of THC through the target and the echo limit, for ``workers`` processes
     (``repeats`` runs of each in the same processes; medians, see :func:`_summary`)."""
     ctx = mp.get_context("spawn")
@@ -454,7 +476,8 @@ def udp_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
                                       width))
                     for r in range(workers)], q, workers, 300 * repeats)
     limits = [min(r[2][k] for r in res) for k in range(repeats)]
-    with EmbeddedNetwork(workers, num_slots=num_slots, coords_per_packet=width) as net:
+    with EmbeddedNetwork(workers, num_slots=num_slots, coords_per_packet=width,
+                         switch_args=switch_args(send_thread, workers)) as net:
         bar = ctx.Barrier(workers)
         pid = net.proc.pid if net.proc is not None else None
         cpu0 = _cpu_s(pid)
@@ -476,7 +499,8 @@ def udp_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
 
 
 def allreduce_16m(workers: int, numel: int, num_slots: int, repeats: int = 1,
-                  pipeline: int | None = None, width: int = COORDS_PER_PACKET) -> dict:
+                  pipeline: int | None = None, width: int = COORDS_PER_PACKET,
+                  send_thread: str = "auto") -> dict:
     """THC all-reduce through the target vs gloo's fp32 all-reduce, same process count.
 
     Per repeat: ``thc_s`` the slowest worker's all-reduce (norm agreement, encode, network,
@@ -490,7 +514,8 @@ def allreduce_16m(workers: int, numel: int, num_slots: int, repeats: int = 1,
     """
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    with EmbeddedNetwork(workers, num_slots=num_slots, coords_per_packet=width) as net:
+    with EmbeddedNetwork(workers, num_slots=num_slots, coords_per_packet=width,
+                         switch_args=switch_args(send_thread, workers)) as net:
         bar = ctx.Barrier(workers)
         res = _run([ctx.Process(target=_allreduce_worker,
                                 args=(net.address(r), workers, numel, num_slots, 1, bar, q,
@@ -529,12 +554,20 @@ def allreduce_16m(workers: int, numel: int, num_slots: int, repeats: int = 1,
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, nargs="+", default=[2, 4],
                    help="worker counts to measure, one goodput row each (default 2 4)")
-    p.add_argument("--coords", type=int, default=1 << 21, help="coordinates per goodput run")
+    p.add_argument("--coords", type=int, default=1 << 24,
+                   help="coordinates per goodput run (default 2^24: 16,384 packets of 1,024, "
+                        "long enough for the window's start to matter little)")
     p.add_argument("--limit-packets", type=int, default=20_000, help="datagrams per echo run")
-    p.add_argument("--slots", type=int, default=64, help="window (slots per job)")
+    p.add_argument("--slots", type=int, default=256,
+                   help="window (slots per job; the kernel limit keeps as many in flight)")
     p.add_argument("--allreduce-elements", type=int, default=1 << 24,
                    help="size of the THC vs gloo comparison (0 skips it)")
-    p.add_argument("--allreduce-workers", type=int, default=2)
+    p.add_argument("--allreduce-workers", type=int, default=2,
+                   help="worker processes of the THC vs gloo comparison (default 2)")
+    p.add_argument("--send-thread", choices=("auto", "on", "off"), default="auto",
+                   help="the software target's send thread (its --send-thread): auto = on only "
+                        "where the machine has a core for every worker, the switch's loop and "
+                        "its sender (default auto)")
     p.add_argument("--pipeline-coords", type=int, default=None,
                    help="part size of the pipelined THC all-reduce in coordinates (default "
                         "NetworkAggregator.PIPELINE_COORDS; 0: one encode, one exchange, one "
@@ -555,17 +588,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> dict:
     r = max(1, args.repeats)
     wd = args.coords_per_packet
+    st = args.send_thread
     out: dict = {"udp": [udp_goodput(w, args.coords, args.slots, args.limit_packets, r,
-                                     width_for(w, wd))
+                                     width_for(w, wd), st)
                          for w in args.workers]}
     if args.veth:
         out["veth"] = [veth_goodput(w, args.coords, args.slots, args.limit_packets, r,
-                                    width_for(w, wd))
+                                    width_for(w, wd), st)
                        for w in args.workers]
+    for key in ("udp", "veth"):
+        for row in out.get(key, []):
+            row["switch_send_thread"] = send_thread_on(st, row["workers"])
     if args.allreduce_elements:
         out["allreduce"] = allreduce_16m(args.allreduce_workers, args.allreduce_elements,
                                          args.slots, r, args.pipeline_coords,
-                                         width_for(args.allreduce_workers, wd))
+                                         width_for(args.allreduce_workers, wd), st)
+        out["allreduce"]["switch_send_thread"] = send_thread_on(st, args.allreduce_workers)
     return out
 
 

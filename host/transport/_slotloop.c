@@ -17,6 +17,9 @@
 #define _GNU_SOURCE /* ppoll */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <errno.h>
 #include <math.h>
 #include <poll.h>
@@ -199,6 +202,43 @@ static double fast_deadline(const loop_t *L) {
     if (me != closer) d *= 2;
     if (d < L->fast_floor) d = L->fast_floor;
     return d < L->deadline ? d : L->deadline;
+}
+
+/* A result's lanes (big endian, 1, 2 or 4 bytes each) into the caller's uint32 sums,
+ * 16 bytes at a time with SSE2 (baseline x86-64): a scalar loop here was the workers' largest
+ * CPU cost at 1024 lanes per result, and the compiler kept it scalar. */
+static void lanes_into(uint32_t *restrict o, const uint8_t *restrict pl, int lanes,
+                       int lane_bytes) {
+    int q = 0;
+#if defined(__SSE2__)
+    const __m128i z = _mm_setzero_si128();
+    if (lane_bytes == 1) {
+        for (; q + 16 <= lanes; q += 16) {
+            const __m128i v = _mm_loadu_si128((const __m128i *)(pl + q));
+            const __m128i lo = _mm_unpacklo_epi8(v, z), hi = _mm_unpackhi_epi8(v, z);
+            _mm_storeu_si128((__m128i *)(o + q), _mm_unpacklo_epi16(lo, z));
+            _mm_storeu_si128((__m128i *)(o + q + 4), _mm_unpackhi_epi16(lo, z));
+            _mm_storeu_si128((__m128i *)(o + q + 8), _mm_unpacklo_epi16(hi, z));
+            _mm_storeu_si128((__m128i *)(o + q + 12), _mm_unpackhi_epi16(hi, z));
+        }
+    } else if (lane_bytes == 2) {
+        for (; q + 8 <= lanes; q += 8) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(pl + 2 * q));
+            v = _mm_or_si128(_mm_slli_epi16(v, 8), _mm_srli_epi16(v, 8)); /* big endian */
+            _mm_storeu_si128((__m128i *)(o + q), _mm_unpacklo_epi16(v, z));
+            _mm_storeu_si128((__m128i *)(o + q + 4), _mm_unpackhi_epi16(v, z));
+        }
+    }
+#endif
+    if (lane_bytes == 1) {
+        for (; q < lanes; q++) o[q] = pl[q];
+    } else if (lane_bytes == 2) {
+        for (; q < lanes; q++) o[q] = ((uint32_t)pl[2 * q] << 8) | pl[2 * q + 1];
+    } else {
+        for (; q < lanes; q++)
+            o[q] = ((uint32_t)pl[4 * q] << 24) | ((uint32_t)pl[4 * q + 1] << 16)
+                   | ((uint32_t)pl[4 * q + 2] << 8) | pl[4 * q + 3];
+    }
 }
 
 static double cur_rto(const loop_t *L) {
@@ -573,14 +613,7 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
                 goto out;
             }
             const uint8_t *pl = h + L->hdr_bytes;
-            uint32_t *o = L->out + (size_t)i * L->lanes;
-            if (L->lane_bytes == 1) {
-                for (int q = 0; q < L->lanes; q++) o[q] = pl[q];
-            } else if (L->lane_bytes == 2) {
-                for (int q = 0; q < L->lanes; q++) o[q] = ((uint32_t)pl[2 * q] << 8) | pl[2 * q + 1];
-            } else {
-                for (int q = 0; q < L->lanes; q++) o[q] = get_be(pl + 4 * q, 4);
-            }
+            lanes_into(L->out + (size_t)i * L->lanes, pl, L->lanes, L->lane_bytes);
             if (L->out_cnt) L->out_cnt[i] = (int32_t)cnt;
             /* Karn: no samples from retransmitted packets, except the DEADLINE request's own
              * round trip while ranks are suspected dead (nothing else answers then) */

@@ -309,11 +309,15 @@ class NetworkAggregator:
         return _done(self.sum_encoded(enc, codec))
 
     # -- THC over the switch -------------------------------------------------------------
-    def sum_encoded(self, enc: Encoded, codec: THCCodec) -> tuple[torch.Tensor, int | torch.Tensor]:
+    def sum_encoded(self, enc: Encoded, codec: THCCodec, *,
+                    out: np.ndarray | None = None) -> tuple[torch.Tensor, int | torch.Tensor]:
         """Ship ``enc.payload`` (4-bit indices) and return (lane sums, contribution count).
 
         The count is an int when every packet's sum holds all workers, else a per-coordinate
-        int32 tensor (partial policy).
+        int32 tensor (partial policy). ``out``: a contiguous uint32 array of
+        :meth:`sums_size` elements that receives the lane sums (the returned tensor is a view
+        of it), so that repeated calls reuse one buffer instead of faulting in a fresh one;
+        None: a new array.
         """
         self._check_codec(codec)
         P = enc.layout.padded
@@ -330,7 +334,14 @@ class NetworkAggregator:
         counts = np.minimum(C, P - np.arange(n_pk) * C)
         offsets = np.arange(n_pk, dtype=np.int64) * C
         lb = self.spec.lane_bits
-        sums = np.zeros(n_pk * C, dtype=np.uint32)
+        if out is None:
+            sums = np.empty(n_pk * C, dtype=np.uint32)
+        elif (not isinstance(out, np.ndarray) or out.dtype != np.uint32 or out.ndim != 1
+              or not out.flags.c_contiguous or out.size != n_pk * C):
+            raise ValueError(f"out: a contiguous 1-D uint32 array of {n_pk * C} elements "
+                             "(sums_size of the layout)")
+        else:
+            sums = out
         cnt = np.full(n_pk, self.spec.world, dtype=np.int32)
         self.window.exchange_into("data", MsgType.DATA, up_bits, raw[: n_pk * nb], counts,
                                   offsets, MsgType.RESULT, sums, lb // 8, cnt)
@@ -344,6 +355,12 @@ class NetworkAggregator:
         if bool((cnt == self.spec.world).all()):
             return total, self.spec.world
         return total, torch.from_numpy(_per_coordinate(cnt, C)[:P])
+
+    def sums_size(self, padded: int) -> int:
+        """Elements of :meth:`sum_encoded`'s lane sums for a layout of ``padded`` coordinates
+        (whole packets of the job's width)."""
+        C = self.spec.coords_per_packet
+        return -(-padded // C) * C
 
     def _check_codec(self, codec: THCCodec) -> None:
         """Refuse a codec whose indices or table the job at the switch does not use."""

@@ -17,6 +17,15 @@ _I = {f.name: i for i, f in enumerate(THC_HEADER)}
 H = wire.HEADER_STRUCT
 
 
+def lane_value(byte: np.ndarray, slot: int, lane_bits: int = 16) -> np.ndarray:
+    """The lanes :class:`ScriptedSwitch` answers a packet's payload bytes with (uint32): every
+    byte of a lane depends on the payload (32-bit lanes spread it over all four)."""
+    b = byte.astype(np.uint64)
+    if lane_bits == 32:
+        return ((b * 0x01000193 + slot * 0x0101) & 0xFFFFFFFF).astype(np.uint32)
+    return ((b * 3 + slot) & ((1 << lane_bits) - 1)).astype(np.uint32)
+
+
 class ScriptedSwitch:
     """A UDP 'switch' for one worker that answers by a fixed script and records every packet.
 
@@ -25,7 +34,8 @@ class ScriptedSwitch:
     before the real one, so that no stray answer trails the exchange's last result (which one
     a loop still reads would depend on timing; C and Python must count the same strays);
     packets with ``offset // 256 % 11 == 4`` get a partial result (count 1, bitmap of rank 0).
-    Result lanes are ``(payload byte * 3 + slot) & 0xFFFF`` as 16-bit lanes. With ``forged``,
+    Result lanes are :func:`lane_value` of each payload byte in ``lane_bits``-bit lanes (16
+    unless told: ``(payload byte * 3 + slot) & 0xFFFF``). With ``forged``,
     every answer is preceded by the same answer with another token and lanes 0xFFFF (what a
     forger who cannot read the token sends): a worker must take only the real one.
     """
@@ -33,8 +43,9 @@ class ScriptedSwitch:
     #: class default, for subclasses with their own ``__init__`` (a UDP-Lite one)
     forged = False
 
-    def __init__(self, forged: bool = False) -> None:
+    def __init__(self, forged: bool = False, lane_bits: int = 16) -> None:
         self.forged = forged
+        self.lane_bits = lane_bits
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(("127.0.0.1", 0))
         self.sock.settimeout(0.05)
@@ -51,15 +62,15 @@ class ScriptedSwitch:
     def answer(self, h: tuple, payload: bytes, rnd: int, count: int, bm: int) -> bytes:
         out = list(h)
         out[_I["msg_type"]] = int(MsgType.RESULT)
-        out[_I["lane_bits"]] = 16   # what the lanes below are (the worker checks it)
+        lb = getattr(self, "lane_bits", 16)
+        out[_I["lane_bits"]] = lb   # what the lanes below are (the worker checks it)
         out[_I["round"]] = rnd & 0xFFFFFFFF
         out[_I["slot_set"]] = rnd & 1
         out[_I["flags"]] = 0
         out[_I["count"]] = count
         out[_I["bitmap"]] = bm
-        lanes = ((np.frombuffer(payload, dtype=np.uint8).astype(np.uint32) * 3 + h[_I["slot"]])
-                 & 0xFFFF)
-        body = np.zeros(COORDS_PER_PACKET, dtype=">u2")
+        lanes = lane_value(np.frombuffer(payload, dtype=np.uint8), h[_I["slot"]], lb)
+        body = np.zeros(COORDS_PER_PACKET, dtype=f">u{lb // 8}")
         body[: lanes.size] = lanes
         return H.pack(*out) + body.tobytes()
 
@@ -103,11 +114,11 @@ class ScriptedSwitch:
 
 def scripted_exchange(native: bool, n: int = 300, W: int = 16, expect: bool | None = None,
                       sw: ScriptedSwitch | None = None, ep: UdpEndpoint | None = None,
-                      token: int = 0) -> tuple:
-    """One exchange of ``n`` packets through a scripted switch (``sw``, or a new one) from ``ep``
-    (or a new UDP endpoint) with the job token ``token``; returns (window, lanes, counts, the
-    switch's log, payload)."""
-    sw = sw or ScriptedSwitch()
+                      token: int = 0, lane_bits: int = 16) -> tuple:
+    """One exchange of ``n`` packets through a scripted switch (``sw``, or a new one answering
+    in ``lane_bits``-bit lanes) from ``ep`` (or a new UDP endpoint) with the job token
+    ``token``; returns (window, lanes, counts, the switch's log, payload)."""
+    sw = sw or ScriptedSwitch(lane_bits=lane_bits)
     ep = ep or UdpEndpoint(sw.address, bind=("127.0.0.1", 0))
     win = SlotWindow(ep, job_id=7, rank=0, world=2, num_slots=W,
                      config=SlotConfig(rto=0.15, max_rto=0.4), round_base=0xFFFFFFF0,
@@ -115,15 +126,17 @@ def scripted_exchange(native: bool, n: int = 300, W: int = 16, expect: bool | No
     payload = np.random.default_rng(5).integers(0, 256, size=n * 128, dtype=np.uint8)
     counts = np.full(n, COORDS_PER_PACKET, dtype=np.int64)
     counts[-1] = 17
-    out, cnt = _exchange(win, native, sw, ep, payload, counts)
+    out, cnt = _exchange(win, native, sw, ep, payload, counts, sw.lane_bits)
     assert win.last_native == (native if expect is None else expect)
     return win, out, cnt, sw.log, payload
 
 
 def _exchange(win: SlotWindow, native: bool, sw: ScriptedSwitch, ep: UdpEndpoint,
-              payload: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+              payload: np.ndarray, counts: np.ndarray,
+              lane_bits: int = 16) -> tuple[np.ndarray, np.ndarray]:
     """``win``'s exchange of DATA packets (4-bit indices, ``counts`` coordinates each) for
-    16-bit RESULT lanes through ``sw``; closes ``ep`` and ``sw``; returns (lanes, counts)."""
+    RESULT lanes of ``lane_bits`` through ``sw``; closes ``ep`` and ``sw``; returns (lanes,
+    counts)."""
     win.native = native
     n = len(counts)
     offsets = np.arange(n, dtype=np.int64) * COORDS_PER_PACKET
@@ -131,7 +144,7 @@ def _exchange(win: SlotWindow, native: bool, sw: ScriptedSwitch, ep: UdpEndpoint
     cnt = np.zeros(n, dtype=np.int32)
     try:
         win.exchange_into("data", MsgType.DATA, 4, payload, counts, offsets, MsgType.RESULT,
-                          out, 2, cnt)
+                          out, lane_bits // 8, cnt)
     finally:
         ep.close()
         sw.close()

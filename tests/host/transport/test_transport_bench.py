@@ -36,7 +36,7 @@ def test_benchmark_rows_carry_kernel_fractions_and_allreduce_split():
         [sys.executable, str(REPO / "benchmarks" / "transport.py"), "--json", "--workers", "2",
          "--coords", "8192", "--limit-packets", "2000", "--slots", "16",
          "--allreduce-elements", "40000", "--repeats", "1", "--no-veth",
-         "--pipeline-coords", "8192"],
+         "--pipeline-coords", "8192", "--send-thread", "off"],
         capture_output=True, text=True, timeout=600, check=False)
     assert p.returncode == 0, p.stderr[-2000:]
     out = json.loads(p.stdout)
@@ -45,6 +45,7 @@ def test_benchmark_rows_carry_kernel_fractions_and_allreduce_split():
     assert row["fraction_of_kernel_limit"] == pytest.approx(
         row["packets_per_s"] / row["kernel_limit_packets_per_s"])
     assert row["fraction_of_limit"] > 0     # the Python echo column stays
+    assert row["switch_send_thread"] is False and out["allreduce"]["switch_send_thread"] is False
     ar = out["allreduce"]
     for key in ("thc_s", "network_s", "codec_s", "gloo_s"):
         assert ar[key] > 0, key

@@ -25,7 +25,7 @@ from host.transport.faults import FaultyRelay
 from host.transport.job import JobSpec, NetworkAggregator
 from host.transport.ports import RawEndpoint, UdpEndpoint
 from host.transport.slots import SlotConfig, SlotTimeoutError, SlotWindow
-from tests.support.scripted import ScriptedSwitch, scripted_exchange
+from tests.support.scripted import ScriptedSwitch, lane_value, scripted_exchange
 from tests.support.transport import (
     FAULT_IDS,
     FAULTS,
@@ -67,6 +67,24 @@ def test_c_loop_sends_and_accepts_exactly_what_the_python_loop_does():
     assert sc.stray_results > 0 and sc.partial_results > 0 and sc.missing_ranks == {1}
     assert (wc.next_round["data"] == wp.next_round["data"]).all()
     assert wc.srtt is not None and wp.srtt is not None
+
+
+@pytest.mark.parametrize("lane_bits", [8, 16, 32])
+def test_both_loops_widen_every_lane_width_exactly(lane_bits):
+    """The C loop's vectorized lane widening (``lanes_into``) against the Python loop and the
+    scripted switch's own lanes, for results in 8-, 16- and 32-bit lanes (big endian): every
+    byte of every lane lands in the caller's uint32 sums."""
+    runs = [scripted_exchange(native, n=120, lane_bits=lane_bits) for native in (True, False)]
+    (_, oc, cc, _, payload), (_, op, cp, _, _) = runs
+    want = np.zeros_like(oc).reshape(-1, COORDS_PER_PACKET)
+    by = payload.reshape(-1, 128)
+    for k in range(len(by)):
+        want[k, :128] = lane_value(by[k], k % 16, lane_bits)
+    np.testing.assert_array_equal(oc, want.reshape(-1))
+    np.testing.assert_array_equal(op, want.reshape(-1))
+    np.testing.assert_array_equal(cc, cp)
+    if lane_bits == 32:
+        assert (want >> 24).any() and ((want >> 8) & 0xFF).any()   # every byte was exercised
 
 
 @pytest.mark.parametrize("native", [True, False], ids=["c", "python"])

@@ -61,6 +61,47 @@ def test_exact_integer_sums(net, numel):
     assert_exact_sums(got, n, want)
 
 
+def test_sums_into_a_reused_buffer_are_exact_every_time(net):
+    """``sum_encoded(out=...)``: the lane sums land in the caller's buffer (the returned tensor
+    is a view of it), exact in every one of repeated exchanges through the same buffer, and the
+    buffer keeps nothing of an earlier exchange (the first has other data)."""
+    n = net.workers
+    codec = THCCodec()
+    base = new_session(net)
+    aggs = [aggregator(net, r, base) for r in range(n)]
+    numel = 5000
+    try:
+        bufs = [np.full(aggs[r].sums_size(codec.layout(numel).padded), 0xDEADBEEF, np.uint32)
+                for r in range(n)]
+        for seed in (3, 4):
+            encs = encode_all(codec, worker_data(n, numel, seed))
+            got = run_workers(n, lambda r, encs=encs: aggs[r].sum_encoded(encs[r], codec,
+                                                                           out=bufs[r]))
+            assert_exact_sums(got, n, packed_sums(codec, encs))
+            for r in range(n):
+                assert got[r][0].data_ptr() == bufs[r].ctypes.data
+    finally:
+        for a in aggs:
+            a.ep.close()
+
+
+@pytest.mark.parametrize("bad", ["dtype", "size", "strided"])
+def test_a_sums_buffer_of_the_wrong_kind_is_refused_before_sending(bad):
+    codec = THCCodec()
+    enc = encode_all(codec, worker_data(1, 3000, 1))[0]
+    agg = NetworkAggregator(UdpEndpoint(("127.0.0.1", 9), bind=("127.0.0.1", 0)),
+                            JobSpec(1, 0, 2, num_slots=4))
+    size = agg.sums_size(enc.layout.padded)
+    out = {"dtype": np.zeros(size, np.int32), "size": np.zeros(size - 1, np.uint32),
+           "strided": np.zeros(2 * size, np.uint32)[::2]}[bad]
+    try:
+        with pytest.raises(ValueError, match="out: a contiguous 1-D uint32 array"):
+            agg.sum_encoded(enc, codec, out=out)
+        assert agg.window.stats.packets == 0
+    finally:
+        agg.ep.close()
+
+
 def test_allreduce_equals_the_in_process_protocol(net):
     n = net.workers
     codec = THCCodec()
