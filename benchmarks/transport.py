@@ -34,7 +34,10 @@ With root, the same is measured over veth pairs into one network namespace per w
 Each goodput and limit measurement is repeated ``--repeats`` times in the same processes and the
 fields are medians; the per-run values are in the ``*_runs`` fields (``_summary``).
 
-    .venv/bin/python benchmarks/transport.py --json --workers 2 4 --coords 2097152 --slots 256
+    .venv/bin/python benchmarks/transport.py --json --workers 2 4
+
+(goodput runs of 2^24 coordinates through a window of 256 by default; ``--send-thread``
+chooses the switch's send thread, off by default where the workers share the machine's cores.)
 """
 
 from __future__ import annotations
@@ -155,7 +158,7 @@ def _thc_worker(addr, world: int, coords: int, num_slots: int, base: int, barrie
     agg = NetworkAggregator(ep, JobSpec(1, addr.rank, world, num_slots=num_slots, round_base=base,
                                         token=token, coords_per_packet=width))
     times = []
-    sums = np.full(agg.sums_size(enc.layout.padded), 0, dtype=np.uint32)  # reused and touched
+    sums = np.full(agg.sums_size(enc.layout.padded), 0, dtype=agg.spec.sums_dtype)  # reused
     for _ in range(repeats):
         barrier.wait()
         t0 = time.perf_counter()
@@ -273,7 +276,7 @@ def _raw_worker_main(argv: list[str]) -> int:
     agg = NetworkAggregator(ep, JobSpec(1, rank, world, num_slots=slots, token=token,
                                         coords_per_packet=width))
     times = []
-    sums = np.full(agg.sums_size(enc.layout.padded), 0, dtype=np.uint32)  # reused and touched
+    sums = np.full(agg.sums_size(enc.layout.padded), 0, dtype=agg.spec.sums_dtype)  # reused
     for k in range(repeats):
         time.sleep(max(0.0, start + k * period - time.time()))
         t0 = time.perf_counter()

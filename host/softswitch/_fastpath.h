@@ -52,6 +52,8 @@ typedef struct {
     long long slot_base, num_slots, expected, has_parent, lane_bits, self_addr, index, token;
     const uint32_t *lut;            /* 256 (high, low nibble) pairs */
     int lut_narrow;                 /* MAX_WORKERS x the largest table value < 2^32 */
+    int lut_nibbles;                /* lut is tab_hi[b >> 4], tab_lo[b & 15], values < 256 */
+    uint8_t tab_hi[16], tab_lo[16]; /* the table per nibble (the vector add, fp_batch) */
     const int64_t *gports;          /* the job's multicast group ports */
     const uint8_t *mhit, *mmac;     /* members table per group port */
     const uint32_t *maddr;

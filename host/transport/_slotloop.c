@@ -112,7 +112,8 @@ typedef struct {
     const int64_t *elem_counts, *offsets, *base;
     int W, nbuf;
     /* results */
-    uint32_t *out;
+    uint8_t *out;      /* out_bytes per lane: the caller's sums (uint8, uint16 or uint32) */
+    int out_bytes;
     int lanes, lane_bytes;
     int32_t *out_cnt;
     int rtype, job_id, world;
@@ -204,12 +205,43 @@ static double fast_deadline(const loop_t *L) {
     return d < L->deadline ? d : L->deadline;
 }
 
-/* A result's lanes (big endian, 1, 2 or 4 bytes each) into the caller's uint32 sums,
- * 16 bytes at a time with SSE2 (baseline x86-64): a scalar loop here was the workers' largest
- * CPU cost at 1024 lanes per result, and the compiler kept it scalar. */
-static void lanes_into(uint32_t *restrict o, const uint8_t *restrict pl, int lanes,
-                       int lane_bytes) {
+/* A result's lanes (big endian, lane_bytes = 1, 2 or 4 each) into the caller's sums of
+ * out_bytes (>= lane_bytes) each, native order: a plain copy where both are bytes, else 16
+ * bytes at a time with SSE2 (baseline x86-64) where it applies, the rest scalar. The widening
+ * to 32 bits was the workers' largest CPU cost at 1024 lanes per result; sums as narrow as
+ * the lanes (JobSpec.sums_dtype) cut the stores by the ratio. */
+static void lanes_into(uint8_t *restrict ob, int out_bytes, const uint8_t *restrict pl,
+                       int lanes, int lane_bytes) {
     int q = 0;
+    if (out_bytes == 1) { /* lane_bytes == 1: the lanes are the sums */
+        memcpy(ob, pl, (size_t)lanes);
+        return;
+    }
+    if (out_bytes == 2) {
+        uint16_t *restrict o = (uint16_t *)ob;
+#if defined(__SSE2__)
+        const __m128i z = _mm_setzero_si128();
+        if (lane_bytes == 1) {
+            for (; q + 16 <= lanes; q += 16) {
+                const __m128i v = _mm_loadu_si128((const __m128i *)(pl + q));
+                _mm_storeu_si128((__m128i *)(o + q), _mm_unpacklo_epi8(v, z));
+                _mm_storeu_si128((__m128i *)(o + q + 8), _mm_unpackhi_epi8(v, z));
+            }
+        } else {
+            for (; q + 8 <= lanes; q += 8) {
+                const __m128i v = _mm_loadu_si128((const __m128i *)(pl + 2 * q));
+                _mm_storeu_si128((__m128i *)(o + q),
+                                 _mm_or_si128(_mm_slli_epi16(v, 8), _mm_srli_epi16(v, 8)));
+            }
+        }
+#endif
+        if (lane_bytes == 1)
+            for (; q < lanes; q++) o[q] = pl[q];
+        else
+            for (; q < lanes; q++) o[q] = (uint16_t)(((uint32_t)pl[2 * q] << 8) | pl[2 * q + 1]);
+        return;
+    }
+    uint32_t *restrict o = (uint32_t *)ob;
 #if defined(__SSE2__)
     const __m128i z = _mm_setzero_si128();
     if (lane_bytes == 1) {
@@ -613,7 +645,8 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
                 goto out;
             }
             const uint8_t *pl = h + L->hdr_bytes;
-            lanes_into(L->out + (size_t)i * L->lanes, pl, L->lanes, L->lane_bytes);
+            lanes_into(L->out + (size_t)i * L->lanes * L->out_bytes, L->out_bytes, pl, L->lanes,
+                       L->lane_bytes);
             if (L->out_cnt) L->out_cnt[i] = (int32_t)cnt;
             /* Karn: no samples from retransmitted packets, except the DEADLINE request's own
              * round trip while ranks are suspected dead (nothing else answers then) */
@@ -774,7 +807,7 @@ static const char *run_doc =
     "    elem_counts, offsets, base, W, out, lanes, lane_bytes, out_cnt, rtype, job_id, world,\n"
     "    rto, max_rto, give_up, deadline, partial, srtt, rttvar, backoff, suspects,\n"
     "    repair, repair_len, repair_other, repair_other_len, next_repair, suspect_wait,\n"
-    "    fast_floor, gain, gain_t, dead, self_release, gso=0)\n"
+    "    fast_floor, gain, gain_t, dead, self_release, gso=0, out_bytes=4)\n"
     "-> (status, srtt, rttvar, backoff, packets, retransmits, deadlines, stray, partial_results,\n"
     "    min_count, missing_bitmap, gave_up_slot, gave_up_packet, gave_up_round, foreign, bad_lane,\n"
     "    suspects, next_repair, repairs, fast_deadlines, gain, gain_t, dead, self_release)\n\n"
@@ -782,7 +815,8 @@ static const char *run_doc =
     "status 0: done; 1: the exact policy gave up on a slot (the caller asks and raises);\n"
     "2: a result carried bad_lane bits per lane, not 8 * lane_bytes (the caller raises).\n"
     "gso > 1 (UDP only): up to gso datagrams per UDP_SEGMENT message, results received as\n"
-    "UDP_GRO trains (the option is set on the socket for the call and cleared after it).";
+    "UDP_GRO trains (the option is set on the socket for the call and cleared after it).\n"
+    "out holds out_bytes (1, 2 or 4, at least lane_bytes) per lane, native order.";
 
 static PyObject *py_run(PyObject *self, PyObject *args) {
     int fd, raw, thc_port, batch, W, lanes, lane_bytes, rtype, job_id, world, partial;
@@ -792,17 +826,18 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
     double rto, max_rto, give_up, deadline, srtt, rttvar, backoff, next_repair, suspect_wait,
         fast_floor, gain, gain_t;
     unsigned long long suspects, dead;
-    int gso = 0, self_release;
-    if (!PyArg_ParseTuple(args, "iiOOOiiOOOnnOOOiOiiOiiiddddpdddKOOOOdddddKp|i", &fd, &raw, &odest,
+    int gso = 0, self_release, out_bytes = 4;
+    if (!PyArg_ParseTuple(args, "iiOOOiiOOOnnOOOiOiiOiiiddddpdddKOOOOdddddKp|ii", &fd, &raw, &odest,
                           &oprefix, &omyip, &thc_port, &batch, &oheader, &ofields, &opay, &nb, &n,
                           &oelem, &ooff, &obase, &W, &oout, &lanes, &lane_bytes, &ocnt, &rtype,
                           &job_id, &world, &rto, &max_rto, &give_up, &deadline, &partial, &srtt,
                           &rttvar, &backoff, &suspects, &orep, &oreplen, &oother, &ootherlen,
                           &next_repair, &suspect_wait, &fast_floor, &gain, &gain_t, &dead,
-                          &self_release, &gso))
+                          &self_release, &gso, &out_bytes))
         return NULL;
     if (W < 1 || n < 1 || batch < 1 || nb < 0 || world < 1 || world > 64
-        || (lane_bytes != 1 && lane_bytes != 2 && lane_bytes != 4) || lanes < 0) {
+        || (lane_bytes != 1 && lane_bytes != 2 && lane_bytes != 4) || lanes < 0
+        || (out_bytes != 1 && out_bytes != 2 && out_bytes != 4) || out_bytes < lane_bytes) {
         PyErr_SetString(PyExc_ValueError, "bad sizes");
         return NULL;
     }
@@ -819,7 +854,7 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
     if (get_buf(oelem, &belem, 0, 8 * n, "elem_counts") < 0) goto done;
     if (get_buf(ooff, &boff, 0, 8 * n, "offsets") < 0) goto done;
     if (get_buf(obase, &bbase, 0, 8 * (Py_ssize_t)W, "base") < 0) goto done;
-    if (get_buf(oout, &bout, 1, 4 * (Py_ssize_t)lanes * n, "out") < 0) goto done;
+    if (get_buf(oout, &bout, 1, (Py_ssize_t)out_bytes * lanes * n, "out") < 0) goto done;
     if (have_cnt && get_buf(ocnt, &bcnt, 1, 4 * n, "out_cnt") < 0) goto done;
     if (orep != Py_None) {
         if (get_buf(oreplen, &breplen, 1, 4, "repair_len") < 0) goto done;
@@ -884,6 +919,7 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
     L.W = W;
     L.nbuf = (int)(n < W ? n : W);
     L.out = bout.buf;
+    L.out_bytes = out_bytes;
     L.lanes = lanes;
     L.lane_bytes = lane_bytes;
     L.out_cnt = have_cnt ? bcnt.buf : NULL;

@@ -113,6 +113,13 @@ class JobSpec:
         if why is not None:
             raise ValueError(f"coords_per_packet={why}")
 
+    @property
+    def sums_dtype(self) -> np.dtype:
+        """The lane sums' type on the host: as wide as a result lane (uint8, uint16 or
+        uint32), so that the lanes land in them by a copy (8-bit lanes) or a byte swap, not
+        widened to 32 bits (the decoder reads every unsigned width; docs/transport.md)."""
+        return np.dtype(f"u{self.lane_bits // 8}")
+
 
 #: What DATA packets may carry (JobSpec.uplink).
 UPLINKS = ("indices", "values")
@@ -314,10 +321,10 @@ class NetworkAggregator:
         """Ship ``enc.payload`` (4-bit indices) and return (lane sums, contribution count).
 
         The count is an int when every packet's sum holds all workers, else a per-coordinate
-        int32 tensor (partial policy). ``out``: a contiguous uint32 array of
-        :meth:`sums_size` elements that receives the lane sums (the returned tensor is a view
-        of it), so that repeated calls reuse one buffer instead of faulting in a fresh one;
-        None: a new array.
+        int32 tensor (partial policy). The sums are of :attr:`JobSpec.sums_dtype` (as wide as
+        the job's lanes). ``out``: a contiguous array of that type and :meth:`sums_size`
+        elements that receives them (the returned tensor is a view of it), so that repeated
+        calls reuse one buffer instead of faulting in a fresh one; None: a new array.
         """
         self._check_codec(codec)
         P = enc.layout.padded
@@ -334,12 +341,13 @@ class NetworkAggregator:
         counts = np.minimum(C, P - np.arange(n_pk) * C)
         offsets = np.arange(n_pk, dtype=np.int64) * C
         lb = self.spec.lane_bits
+        dt = self.spec.sums_dtype
         if out is None:
-            sums = np.empty(n_pk * C, dtype=np.uint32)
-        elif (not isinstance(out, np.ndarray) or out.dtype != np.uint32 or out.ndim != 1
+            sums = np.empty(n_pk * C, dtype=dt)
+        elif (not isinstance(out, np.ndarray) or out.dtype != dt or out.ndim != 1
               or not out.flags.c_contiguous or out.size != n_pk * C):
-            raise ValueError(f"out: a contiguous 1-D uint32 array of {n_pk * C} elements "
-                             "(sums_size of the layout)")
+            raise ValueError(f"out: a contiguous 1-D {dt} array of {n_pk * C} elements "
+                             "(sums_size of the layout, JobSpec.sums_dtype)")
         else:
             sums = out
         cnt = np.full(n_pk, self.spec.world, dtype=np.int32)
@@ -496,7 +504,8 @@ class NetworkAggregator:
             # the payload's tail past the packed indices stays zero (index 0 adds 0); every
             # packet's result lanes overwrite its part of ``sums``
             wire = (torch.from_numpy(np.zeros(size, dtype=np.uint8)),
-                    np.empty(n_pk * C, dtype=np.uint32), np.empty(n_pk, dtype=np.int32))
+                    np.empty(n_pk * C, dtype=self.spec.sums_dtype),
+                    np.empty(n_pk, dtype=np.int32))
             while len(self._wire) >= self.WIRE_SIZES:
                 self._wire.pop(next(iter(self._wire)))   # the least recently used size
         self._wire[key] = wire                           # most recently used last

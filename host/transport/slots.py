@@ -590,8 +590,10 @@ class SlotWindow:
             ``uint8``, C-contiguous: the ``n`` packet bodies back to back (equal sizes).
         elem_counts, offsets : array-like of int, length ``n``
         out : numpy.ndarray
-            ``uint32``, C-contiguous, ``n * lanes``: packet ``i``'s result lanes (big endian
-            ``lane_bytes`` each on the wire) land in ``out[i*lanes:(i+1)*lanes]``.
+            ``uint8``, ``uint16`` or ``uint32`` (at least ``lane_bytes`` each), C-contiguous,
+            ``n * lanes``: packet ``i``'s result lanes (big endian ``lane_bytes`` each on the
+            wire) land in ``out[i*lanes:(i+1)*lanes]`` in native order (with 8-bit lanes and
+            ``uint8`` sums, a plain copy).
         counts : numpy.ndarray, optional
             ``int32``, length ``n``: each result's contribution count.
         """
@@ -600,8 +602,11 @@ class SlotWindow:
             return
         nb = payload.size // n
         lanes = out.size // n
-        if payload.size != n * nb or out.size != n * lanes or out.dtype != np.uint32:
+        if payload.size != n * nb or out.size != n * lanes:
             raise ValueError("payload/out sizes do not match the packet count")
+        if out.dtype not in (np.uint8, np.uint16, np.uint32) or out.itemsize < lane_bytes:
+            raise ValueError(f"out: uint8, uint16 or uint32 of at least {lane_bytes} byte(s) "
+                             f"per lane, not {out.dtype}")
         hook = getattr(self.ep, "native", None) if (self.native and _slotloop is not None) else None
         spec = hook(THC_HEADER_BYTES + nb) if hook is not None else None
         self.last_native = spec is not None
@@ -644,7 +649,7 @@ class SlotWindow:
             cfg.policy == "partial", -1.0 if self.srtt is None else self.srtt, self.rttvar,
             self.backoff, self.suspects, rep, rep_len, other, other_len, self.next_repair,
             cfg.suspect_wait or 0.0, FAST_FLOOR, self.gain, self.gain_t, self.dead,
-            self.self_release, gso)
+            self.self_release, gso, out.itemsize)
         self.suspects, self.next_repair = suspects, next_repair
         self.srtt = None if srtt < 0 else srtt
         self.rttvar, self.backoff = rttvar, backoff

@@ -40,8 +40,9 @@ class ScriptedSwitch:
     forger who cannot read the token sends): a worker must take only the real one.
     """
 
-    #: class default, for subclasses with their own ``__init__`` (a UDP-Lite one)
+    #: class defaults, for subclasses with their own ``__init__`` (a UDP-Lite one)
     forged = False
+    lane_bits = 16
 
     def __init__(self, forged: bool = False, lane_bits: int = 16) -> None:
         self.forged = forged
@@ -62,7 +63,7 @@ class ScriptedSwitch:
     def answer(self, h: tuple, payload: bytes, rnd: int, count: int, bm: int) -> bytes:
         out = list(h)
         out[_I["msg_type"]] = int(MsgType.RESULT)
-        lb = getattr(self, "lane_bits", 16)
+        lb = self.lane_bits
         out[_I["lane_bits"]] = lb   # what the lanes below are (the worker checks it)
         out[_I["round"]] = rnd & 0xFFFFFFFF
         out[_I["slot_set"]] = rnd & 1
@@ -114,10 +115,11 @@ class ScriptedSwitch:
 
 def scripted_exchange(native: bool, n: int = 300, W: int = 16, expect: bool | None = None,
                       sw: ScriptedSwitch | None = None, ep: UdpEndpoint | None = None,
-                      token: int = 0, lane_bits: int = 16) -> tuple:
+                      token: int = 0, lane_bits: int = 16, out_dtype=np.uint32) -> tuple:
     """One exchange of ``n`` packets through a scripted switch (``sw``, or a new one answering
     in ``lane_bits``-bit lanes) from ``ep`` (or a new UDP endpoint) with the job token
-    ``token``; returns (window, lanes, counts, the switch's log, payload)."""
+    ``token`` into sums of ``out_dtype``; returns (window, lanes, counts, the switch's log,
+    payload)."""
     sw = sw or ScriptedSwitch(lane_bits=lane_bits)
     ep = ep or UdpEndpoint(sw.address, bind=("127.0.0.1", 0))
     win = SlotWindow(ep, job_id=7, rank=0, world=2, num_slots=W,
@@ -126,21 +128,21 @@ def scripted_exchange(native: bool, n: int = 300, W: int = 16, expect: bool | No
     payload = np.random.default_rng(5).integers(0, 256, size=n * 128, dtype=np.uint8)
     counts = np.full(n, COORDS_PER_PACKET, dtype=np.int64)
     counts[-1] = 17
-    out, cnt = _exchange(win, native, sw, ep, payload, counts, sw.lane_bits)
+    out, cnt = _exchange(win, native, sw, ep, payload, counts, sw.lane_bits, out_dtype)
     assert win.last_native == (native if expect is None else expect)
     return win, out, cnt, sw.log, payload
 
 
 def _exchange(win: SlotWindow, native: bool, sw: ScriptedSwitch, ep: UdpEndpoint,
               payload: np.ndarray, counts: np.ndarray,
-              lane_bits: int = 16) -> tuple[np.ndarray, np.ndarray]:
+              lane_bits: int = 16, out_dtype=np.uint32) -> tuple[np.ndarray, np.ndarray]:
     """``win``'s exchange of DATA packets (4-bit indices, ``counts`` coordinates each) for
-    RESULT lanes of ``lane_bits`` through ``sw``; closes ``ep`` and ``sw``; returns (lanes,
-    counts)."""
+    RESULT lanes of ``lane_bits`` through ``sw`` into sums of ``out_dtype``; closes ``ep`` and
+    ``sw``; returns (lanes, counts)."""
     win.native = native
     n = len(counts)
     offsets = np.arange(n, dtype=np.int64) * COORDS_PER_PACKET
-    out = np.zeros(n * COORDS_PER_PACKET, dtype=np.uint32)
+    out = np.full(n * COORDS_PER_PACKET, 0xA5, dtype=out_dtype)   # a lane not written shows
     cnt = np.zeros(n, dtype=np.int32)
     try:
         win.exchange_into("data", MsgType.DATA, 4, payload, counts, offsets, MsgType.RESULT,

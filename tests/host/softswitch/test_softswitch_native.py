@@ -341,3 +341,21 @@ def test_process_writes_the_accepted_rows():
     res = pl_mod._fastpath.process(buf, lens, ports, 1, None, job, p.native_state(cfg),
                                    p.native_consts(), (out.buf, out.lens, out.ports), acc)
     assert res is None and acc.tolist() == [-1, -1, -1]
+
+
+def test_the_scalar_add_matches_the_reference_too():
+    """Where the CPU has AVX2 the DATA add runs with vectors; machines without take the 64-bit
+    table add. Both must equal the reference: the comparisons above run again in a process with
+    the vector add switched off (``NETCO_FASTPATH_SIMD=0``, read once per process)."""
+    import os
+    import subprocess
+    import sys
+
+    p = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
+         "-k", "matches_the_packet_by_packet or equal_the_numpy_path or tree_and_deadline"],
+        env={**os.environ, "NETCO_FASTPATH_SIMD": "0"}, capture_output=True, text=True,
+        timeout=600, check=False, cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+            os.path.dirname(os.path.abspath(__file__))))))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    assert " passed" in p.stdout and "skipped" not in p.stdout.splitlines()[-1]

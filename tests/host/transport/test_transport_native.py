@@ -69,14 +69,18 @@ def test_c_loop_sends_and_accepts_exactly_what_the_python_loop_does():
     assert wc.srtt is not None and wp.srtt is not None
 
 
-@pytest.mark.parametrize("lane_bits", [8, 16, 32])
-def test_both_loops_widen_every_lane_width_exactly(lane_bits):
-    """The C loop's vectorized lane widening (``lanes_into``) against the Python loop and the
-    scripted switch's own lanes, for results in 8-, 16- and 32-bit lanes (big endian): every
-    byte of every lane lands in the caller's uint32 sums."""
-    runs = [scripted_exchange(native, n=120, lane_bits=lane_bits) for native in (True, False)]
+@pytest.mark.parametrize(("lane_bits", "out_dtype"), [
+    (8, np.uint8), (8, np.uint16), (8, np.uint32), (16, np.uint16), (16, np.uint32),
+    (32, np.uint32)])
+def test_both_loops_land_every_lane_width_in_every_sums_width(lane_bits, out_dtype):
+    """The C loop's lane copy (``lanes_into``: a copy, SSE2 byte swaps and widenings) against
+    the Python loop and the scripted switch's own lanes, for results in 8-, 16- and 32-bit
+    lanes (big endian) into sums of 8, 16 or 32 bits: every byte of every lane lands."""
+    runs = [scripted_exchange(native, n=120, lane_bits=lane_bits, out_dtype=out_dtype)
+            for native in (True, False)]
     (_, oc, cc, _, payload), (_, op, cp, _, _) = runs
-    want = np.zeros_like(oc).reshape(-1, COORDS_PER_PACKET)
+    assert oc.dtype == out_dtype and op.dtype == out_dtype
+    want = np.zeros(oc.shape, dtype=np.uint32).reshape(-1, COORDS_PER_PACKET)
     by = payload.reshape(-1, 128)
     for k in range(len(by)):
         want[k, :128] = lane_value(by[k], k % 16, lane_bits)
@@ -85,6 +89,12 @@ def test_both_loops_widen_every_lane_width_exactly(lane_bits):
     np.testing.assert_array_equal(cc, cp)
     if lane_bits == 32:
         assert (want >> 24).any() and ((want >> 8) & 0xFF).any()   # every byte was exercised
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
+def test_sums_narrower_than_the_lanes_are_refused(native):
+    with pytest.raises(ValueError, match="at least 2 byte"):
+        scripted_exchange(native, n=4, lane_bits=16, out_dtype=np.uint8)
 
 
 @pytest.mark.parametrize("native", [True, False], ids=["c", "python"])

@@ -71,7 +71,7 @@ def test_sums_into_a_reused_buffer_are_exact_every_time(net):
     aggs = [aggregator(net, r, base) for r in range(n)]
     numel = 5000
     try:
-        bufs = [np.full(aggs[r].sums_size(codec.layout(numel).padded), 0xDEADBEEF, np.uint32)
+        bufs = [np.full(aggs[r].sums_size(codec.layout(numel).padded), 0xEF, aggs[r].spec.sums_dtype)
                 for r in range(n)]
         for seed in (3, 4):
             encs = encode_all(codec, worker_data(n, numel, seed))
@@ -92,10 +92,11 @@ def test_a_sums_buffer_of_the_wrong_kind_is_refused_before_sending(bad):
     agg = NetworkAggregator(UdpEndpoint(("127.0.0.1", 9), bind=("127.0.0.1", 0)),
                             JobSpec(1, 0, 2, num_slots=4))
     size = agg.sums_size(enc.layout.padded)
-    out = {"dtype": np.zeros(size, np.int32), "size": np.zeros(size - 1, np.uint32),
-           "strided": np.zeros(2 * size, np.uint32)[::2]}[bad]
+    dt = agg.spec.sums_dtype
+    out = {"dtype": np.zeros(size, np.uint32), "size": np.zeros(size - 1, dt),
+           "strided": np.zeros(2 * size, dt)[::2]}[bad]
     try:
-        with pytest.raises(ValueError, match="out: a contiguous 1-D uint32 array"):
+        with pytest.raises(ValueError, match=f"out: a contiguous 1-D {dt} array"):
             agg.sum_encoded(enc, codec, out=out)
         assert agg.window.stats.packets == 0
     finally:
