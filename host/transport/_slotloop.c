@@ -206,10 +206,11 @@ static double fast_deadline(const loop_t *L) {
 }
 
 /* A result's lanes (big endian, lane_bytes = 1, 2 or 4 each) into the caller's sums of
- * out_bytes (>= lane_bytes) each, native order: a plain copy where both are bytes, else 16
- * bytes at a time with SSE2 (baseline x86-64) where it applies, the rest scalar. The widening
- * to 32 bits was the workers' largest CPU cost at 1024 lanes per result; sums as narrow as
- * the lanes (JobSpec.sums_dtype) cut the stores by the ratio. */
+ * out_bytes (>= lane_bytes) each, native order. The data path's sums are as wide as the lanes
+ * (JobSpec.sums_dtype): 8-bit lanes are a plain copy, 16-bit ones byte-swapped 8 at a time
+ * with SSE2 (baseline x86-64). Widening into wider sums (a caller's choice) and 32-bit lanes
+ * go lane by lane. Widening 1024 8-bit lanes to 32 bits lane by lane was the workers' largest
+ * CPU cost. */
 static void lanes_into(uint8_t *restrict ob, int out_bytes, const uint8_t *restrict pl,
                        int lanes, int lane_bytes) {
     int q = 0;
@@ -217,59 +218,24 @@ static void lanes_into(uint8_t *restrict ob, int out_bytes, const uint8_t *restr
         memcpy(ob, pl, (size_t)lanes);
         return;
     }
-    if (out_bytes == 2) {
+    if (out_bytes == 2 && lane_bytes == 2) {
         uint16_t *restrict o = (uint16_t *)ob;
 #if defined(__SSE2__)
-        const __m128i z = _mm_setzero_si128();
-        if (lane_bytes == 1) {
-            for (; q + 16 <= lanes; q += 16) {
-                const __m128i v = _mm_loadu_si128((const __m128i *)(pl + q));
-                _mm_storeu_si128((__m128i *)(o + q), _mm_unpacklo_epi8(v, z));
-                _mm_storeu_si128((__m128i *)(o + q + 8), _mm_unpackhi_epi8(v, z));
-            }
-        } else {
-            for (; q + 8 <= lanes; q += 8) {
-                const __m128i v = _mm_loadu_si128((const __m128i *)(pl + 2 * q));
-                _mm_storeu_si128((__m128i *)(o + q),
-                                 _mm_or_si128(_mm_slli_epi16(v, 8), _mm_srli_epi16(v, 8)));
-            }
+        for (; q + 8 <= lanes; q += 8) {
+            const __m128i v = _mm_loadu_si128((const __m128i *)(pl + 2 * q));
+            _mm_storeu_si128((__m128i *)(o + q),
+                             _mm_or_si128(_mm_slli_epi16(v, 8), _mm_srli_epi16(v, 8)));
         }
 #endif
-        if (lane_bytes == 1)
-            for (; q < lanes; q++) o[q] = pl[q];
-        else
-            for (; q < lanes; q++) o[q] = (uint16_t)(((uint32_t)pl[2 * q] << 8) | pl[2 * q + 1]);
+        for (; q < lanes; q++) o[q] = (uint16_t)get_be(pl + 2 * q, 2);
         return;
     }
-    uint32_t *restrict o = (uint32_t *)ob;
-#if defined(__SSE2__)
-    const __m128i z = _mm_setzero_si128();
-    if (lane_bytes == 1) {
-        for (; q + 16 <= lanes; q += 16) {
-            const __m128i v = _mm_loadu_si128((const __m128i *)(pl + q));
-            const __m128i lo = _mm_unpacklo_epi8(v, z), hi = _mm_unpackhi_epi8(v, z);
-            _mm_storeu_si128((__m128i *)(o + q), _mm_unpacklo_epi16(lo, z));
-            _mm_storeu_si128((__m128i *)(o + q + 4), _mm_unpackhi_epi16(lo, z));
-            _mm_storeu_si128((__m128i *)(o + q + 8), _mm_unpacklo_epi16(hi, z));
-            _mm_storeu_si128((__m128i *)(o + q + 12), _mm_unpackhi_epi16(hi, z));
-        }
-    } else if (lane_bytes == 2) {
-        for (; q + 8 <= lanes; q += 8) {
-            __m128i v = _mm_loadu_si128((const __m128i *)(pl + 2 * q));
-            v = _mm_or_si128(_mm_slli_epi16(v, 8), _mm_srli_epi16(v, 8)); /* big endian */
-            _mm_storeu_si128((__m128i *)(o + q), _mm_unpacklo_epi16(v, z));
-            _mm_storeu_si128((__m128i *)(o + q + 4), _mm_unpackhi_epi16(v, z));
-        }
-    }
-#endif
-    if (lane_bytes == 1) {
-        for (; q < lanes; q++) o[q] = pl[q];
-    } else if (lane_bytes == 2) {
-        for (; q < lanes; q++) o[q] = ((uint32_t)pl[2 * q] << 8) | pl[2 * q + 1];
-    } else {
-        for (; q < lanes; q++)
-            o[q] = ((uint32_t)pl[4 * q] << 24) | ((uint32_t)pl[4 * q + 1] << 16)
-                   | ((uint32_t)pl[4 * q + 2] << 8) | pl[4 * q + 3];
+    for (; q < lanes; q++) {
+        const uint32_t v = get_be(pl + (size_t)lane_bytes * q, lane_bytes);
+        if (out_bytes == 2)
+            ((uint16_t *)ob)[q] = (uint16_t)v;
+        else
+            ((uint32_t *)ob)[q] = v;
     }
 }
 

@@ -341,12 +341,12 @@ class NetworkAggregator:
         counts = np.minimum(C, P - np.arange(n_pk) * C)
         offsets = np.arange(n_pk, dtype=np.int64) * C
         lb = self.spec.lane_bits
-        dt = self.spec.sums_dtype
+        dt, size = self.spec.sums_dtype, self.sums_size(P)
         if out is None:
-            sums = np.empty(n_pk * C, dtype=dt)
+            sums = np.empty(size, dtype=dt)
         elif (not isinstance(out, np.ndarray) or out.dtype != dt or out.ndim != 1
-              or not out.flags.c_contiguous or out.size != n_pk * C):
-            raise ValueError(f"out: a contiguous 1-D {dt} array of {n_pk * C} elements "
+              or not out.flags.c_contiguous or out.size != size):
+            raise ValueError(f"out: a contiguous 1-D {dt} array of {size} elements "
                              "(sums_size of the layout, JobSpec.sums_dtype)")
         else:
             sums = out
