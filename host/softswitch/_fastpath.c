@@ -14,9 +14,11 @@
  * contributor of a round overwrites), a release on DEADLINE with or without adding, the
  * result multicast or the partial sent up at completion, the stored result answered to a
  * retransmission (RESENT), a partial re-sent up (RETX), a parent's result stored and fanned
- * out, STALE and DUPLICATE drops (counted by the caller, as the reference counts them). Should
- * an output not fit, the registers and sums this call changed are restored first (undo log),
- * so that the fallback starts from the same state. A batch taken is accepted whole:
+ * out, STALE and DUPLICATE drops (counted by the caller, as the reference counts them). The
+ * decisions are taken first on the registers alone; only a batch taken whole then changes the
+ * sums and writes its frames. Should a case turn up that is not this path's, or an output not
+ * fit, the registers this call changed are restored first (undo log), so that the fallback
+ * starts from the same state. A batch taken is accepted whole:
  * process() reports the rows it accepted (all of them), from which the switch learns reply
  * addresses.
  *
@@ -54,16 +56,22 @@ void release_all(buf_t *bufs, int nb) {
         }
 }
 
-/* sums: the copy's sums before this call's first change of them, kept only where a rollback
- * needs them (SUMS_SAVED): a copy whose first touch in the call overwrites every sum (the first
- * contributor of a round, a parent's result) needs none, since the Python path that takes the
- * batch after a rollback replays that overwrite before anything reads the sums (SUMS_DEAD). */
-enum { SUMS_UNTOUCHED = 0, SUMS_SAVED = 1, SUMS_DEAD = 2 };
+/* The registers of a copy before this call's first change of them. The sums need no undo:
+ * every decision (and so every rollback) is taken in the first pass over the batch, which
+ * reads and writes registers only; the sums change in the second pass, which cannot fail. */
 typedef struct {
     int64_t cell, reg[6];
-    int sums_state;
-    uint32_t sums[MAX_COORDS_PER_PACKET];
 } undo_t;
+
+/* What the second pass does for one row of the first: a change of the copy's sums, then an
+ * emission (action OUT_NONE, from the layout: none). */
+enum { SUMS_NONE = 0, SUMS_ADD_DATA, SUMS_ADD_LANES, SUMS_STORE_LANES };
+typedef struct {
+    int64_t cell, cnt, wb;
+    int32_t row;
+    int8_t sums_op, fresh, action;
+    uint8_t flags;
+} op_t;
 
 /* 64-bit views of the sums and of the byte -> (L[high], L[low]) table: one add per payload
  * byte (two 32-bit lanes that cannot carry into each other, see fp_batch). */
@@ -72,6 +80,7 @@ typedef uint64_t __attribute__((may_alias)) u64a;
 void fp_scratch_free(fp_scratch_t *s) {
     free(s->mark);
     free(s->undo);
+    free(s->ops);
     memset(s, 0, sizeof(*s));
 }
 
@@ -89,6 +98,9 @@ static int scratch_grow(fp_scratch_t *s, size_t cells, size_t n) {
         void *u = realloc(s->undo, n * sizeof(undo_t));
         if (!u) return -1;
         s->undo = u;
+        void *o = realloc(s->ops, n * sizeof(op_t));
+        if (!o) return -1;
+        s->ops = o;
         s->undo_n = n;
     }
     return 0;
@@ -160,19 +172,6 @@ static Py_ssize_t emit(const fp_consts_t *K, const fp_job_t *J, const uint8_t *f
         out->ports[nout + g] = eport;
     }
     return k;
-}
-
-/* Before copy u's sums s change: save them for a rollback unless the change overwrites all of
- * them (overwrite) in the copy's first touch of the call (first), or they were saved or
- * overwritten already in this call. */
-static inline void before_write(undo_t *u, const uint32_t *s, int W, int first, int overwrite) {
-    if (u->sums_state != SUMS_UNTOUCHED) return;
-    if (first && overwrite) {
-        u->sums_state = SUMS_DEAD;
-        return;
-    }
-    memcpy(u->sums, s, (size_t)W * sizeof(uint32_t));
-    u->sums_state = SUMS_SAVED;
 }
 
 /* CLOCK_MONOTONIC in ns (Python's time.monotonic_ns) */
@@ -323,15 +322,29 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
         if (lo >= nsk || skeys[lo] != key || sw[lo] != (t == MSG_PARTIAL)) goto not_handled;
     }
 
-    /* 2. the slot logic (ThcSlot._aggregate), packet by packet in arrival order (undo log for
-     *    the fallback); every decision of the reference: contribution, release (DEADLINE),
-     *    answer with the stored result (RESENT), partial re-sent up (RETX), parent result,
-     *    STALE and DUPLICATE drops (counted by the caller). */
+    /* 2. the slot logic (ThcSlot._aggregate), packet by packet in arrival order, on the
+     *    registers only (undo log for the fallback); every decision of the reference:
+     *    contribution, release (DEADLINE), answer with the stored result (RESENT), partial
+     *    re-sent up (RETX), parent result, STALE and DUPLICATE drops (counted by the caller).
+     *    What each row does to the sums and which frames it emits is written down (ops) and
+     *    done in step 3, in the same order: nothing reads the sums to decide, so the outcome is
+     *    the reference's, and a rollback never has sums to restore. */
     if (scratch_grow(scratch, (size_t)pool_slots * 4, (size_t)(n ? n : 1)) < 0) return -1;
     undo = scratch->undo;
     mark = scratch->mark;
+    op_t *const ops = scratch->ops;
+    Py_ssize_t nops = 0;
     fp_result_t z;
     memset(&z, 0, sizeof(z));
+#define OP(cell_, sop_, fresh_, act_, cnt_, wb_, fl_) \
+    do { \
+        const Py_ssize_t k_ = (act_) == OUT_MULTICAST ? J->ng : (act_) == OUT_NONE ? 0 : 1; \
+        if (z.nout + k_ > out->cap) goto rollback; \
+        z.nout += k_; \
+        ops[nops++] = (op_t){.cell = (cell_), .cnt = (cnt_), .wb = (wb_), .row = (int32_t)j, \
+                             .sums_op = (int8_t)(sop_), .fresh = (int8_t)(fresh_), \
+                             .action = (int8_t)(act_), .flags = (uint8_t)(fl_)}; \
+    } while (0)
     for (Py_ssize_t q = 0; q < n; q++) {
         Py_ssize_t j = order ? order[q] : q;
         if (j < 0 || j >= n) goto rollback;
@@ -339,22 +352,14 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
         const int t = f[OFF_MSG_TYPE], fl = f[OFF_FLAGS];
         int64_t c = ((slot_base + be16(f + OFF_SLOT)) << 2) | f[OFF_SLOT_SET];
         int64_t r = be32(f + OFF_ROUND);
-        uint32_t *s = sums + (size_t)c * W;
-        const uint8_t *p = f + PAYLOAD_OFFSET;
-        /* remember the copy's registers before its first change in this call; its sums are
-         * saved just before they first change, unless that change overwrites all of them
-         * and nothing earlier in the call looked at them (see undo_t) */
-        const int first = mark[c] < 0;
-        if (first) {
+        /* remember the copy's registers before its first change in this call */
+        if (mark[c] < 0) {
             mark[c] = nu;
             undo[nu].cell = c;
             for (int k = 0; k < 6; k++) undo[nu].reg[k] = R[k][c];
-            undo[nu].sums_state = SUMS_UNTOUCHED;
             nu++;
         }
-        undo_t *const uc = undo + mark[c];
         int64_t st = st_state[c];
-        Py_ssize_t e;
         if (t == MSG_RESULT) {
             /* a result from our parent: store it and fan it out */
             if (st_round[c] != r || (st != ST_SENT_UP && st != ST_FINAL)) {
@@ -362,15 +367,11 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
                 continue;
             }
             int64_t pc = f[OFF_COUNT], pb = be32(f + OFF_BITMAP);
-            before_write(uc, s, W, first, 1);
-            for (int k = 0; k < W; k++) s[k] = lane_at(p, lb, k);
             st_state[c] = ST_FINAL;
             st_cnt[c] = pc;
             st_wb[c] = pb;
             z.nparent++;
-            e = emit(K, J, f, ports[j], s, OUT_MULTICAST, pc, pb, 0, out, z.nout, W);
-            if (e < 0) goto rollback;
-            z.nout += e;
+            OP(c, SUMS_STORE_LANES, 1, OUT_MULTICAST, pc, pb, 0);
             z.nresults++;
             continue;
         }
@@ -405,20 +406,16 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
         } else {
             cb = st_contrib[c]; nc = st_nc[c]; cnt = st_cnt[c]; wb = st_wb[c];
         }
-        int release = 0;
+        int release = 0, sop = SUMS_NONE;
         if (cb & bit) {
             /* retransmission of a counted contribution: never counted twice */
             if (st == ST_FINAL) {
-                e = emit(K, J, f, ports[j], s, OUT_ANSWER, cnt, wb, FLAG_RESENT, out, z.nout, W);
-                if (e < 0) goto rollback;
-                z.nout += e;
+                OP(c, SUMS_NONE, 0, OUT_ANSWER, cnt, wb, FLAG_RESENT);
                 z.nresent++;
                 continue;
             } else if (st == ST_SENT_UP) {
-                e = emit(K, J, f, ports[j], s, OUT_UP, cnt, wb, FLAG_RETX | (fl & (FLAG_DEADLINE | FLAG_START)),
-                         out, z.nout, W);
-                if (e < 0) goto rollback;
-                z.nout += e;
+                OP(c, SUMS_NONE, 0, OUT_UP, cnt, wb,
+                   FLAG_RETX | (fl & (FLAG_DEADLINE | FLAG_START)));
                 z.nresults++;
                 z.nretx_up++;
                 continue;
@@ -431,9 +428,7 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
             }
         } else if (st == ST_FINAL) {
             /* released early (deadline) without this contributor: send it the result */
-            e = emit(K, J, f, ports[j], s, OUT_ANSWER, cnt, wb, FLAG_RESENT, out, z.nout, W);
-            if (e < 0) goto rollback;
-            z.nout += e;
+            OP(c, SUMS_NONE, 0, OUT_ANSWER, cnt, wb, FLAG_RESENT);
             z.nresent++;
             continue;
         } else if (st != ST_COLLECTING) {
@@ -444,28 +439,14 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
             wb |= a_wb;
             cb |= bit;
             nc += 1;
-            before_write(uc, s, W, first, fresh);
-            if (t == t_data && J->lut_nibbles && simd_ok()) {
-                add_indices_simd(s, p, ibytes, J->tab_hi, J->tab_lo, fresh);
-            } else if (t == t_data && fresh) {
-                u64a *s2 = (u64a *)s;
-                for (int k = 0; k < ibytes; k++) s2[k] = lut2[p[k]];
-            } else if (t == t_data) {
-                /* both lanes of a byte in one 64-bit add: every sum of this job stays below
-                 * 2^32 (J->lut_narrow), so the low lane never carries into the high one */
-                u64a *s2 = (u64a *)s;
-                for (int k = 0; k < ibytes; k++) s2[k] += lut2[p[k]];
-            } else if (fresh) {
-                for (int k = 0; k < W; k++) s[k] = lane_at(p, lb, k);
-            } else {
-                for (int k = 0; k < W; k++) s[k] += lane_at(p, lb, k);
-            }
+            sop = t == t_data ? SUMS_ADD_DATA : SUMS_ADD_LANES;
             if (fresh) st_round[c] = r;
             z.ncontrib++;
             const int64_t ab = pres[PRESENCE_ABSENT];
             release = nc >= expected || (fl & FLAG_DEADLINE)
                       || (ab && !(pres[PRESENCE_MASK] & ~(cb | ab)));
         }
+        int act = OUT_NONE, ofl = 0;
         if (release) {
             if ((fl & FLAG_DEADLINE) && nc < expected) {
                 /* a deadline release without the ranks of missing: counted for each; a rank
@@ -488,21 +469,60 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
             }
             if (has_parent) {
                 st = ST_SENT_UP;
-                e = emit(K, J, f, ports[j], s, OUT_UP, cnt, wb, fl & (FLAG_DEADLINE | FLAG_START),
-                         out, z.nout, W);
+                act = OUT_UP;
+                ofl = fl & (FLAG_DEADLINE | FLAG_START);
             } else {
                 st = ST_FINAL;
-                e = emit(K, J, f, ports[j], s, OUT_MULTICAST, cnt, wb, 0, out, z.nout, W);
+                act = OUT_MULTICAST;
             }
-            if (e < 0) goto rollback;
-            z.nout += e;
             z.nresults++;
         }
+        if (sop != SUMS_NONE || act != OUT_NONE) OP(c, sop, fresh, act, cnt, wb, ofl);
         st_state[c] = st;
         st_contrib[c] = cb;
         st_nc[c] = nc;
         st_cnt[c] = cnt;
         st_wb[c] = wb;
+    }
+#undef OP
+
+    /* 3. the sums and the frames, in the order decided (room for the frames was counted) */
+    Py_ssize_t nout = 0;
+    const int vec = J->lut_nibbles && simd_ok();
+    for (Py_ssize_t o = 0; o < nops; o++) {
+        const op_t *op = ops + o;
+        const uint8_t *f = buf + (size_t)op->row * ROW_BYTES;
+        const uint8_t *p = f + PAYLOAD_OFFSET;
+        uint32_t *s = sums + (size_t)op->cell * W;
+        switch (op->sums_op) {
+        case SUMS_ADD_DATA:
+            if (vec) {
+                add_indices_simd(s, p, ibytes, J->tab_hi, J->tab_lo, op->fresh);
+            } else if (op->fresh) {
+                u64a *s2 = (u64a *)s;
+                for (int k = 0; k < ibytes; k++) s2[k] = lut2[p[k]];
+            } else {
+                /* both lanes of a byte in one 64-bit add: every sum of this job stays below
+                 * 2^32 (J->lut_narrow), so the low lane never carries into the high one */
+                u64a *s2 = (u64a *)s;
+                for (int k = 0; k < ibytes; k++) s2[k] += lut2[p[k]];
+            }
+            break;
+        case SUMS_ADD_LANES:
+            if (op->fresh)
+                for (int k = 0; k < W; k++) s[k] = lane_at(p, lb, k);
+            else
+                for (int k = 0; k < W; k++) s[k] += lane_at(p, lb, k);
+            break;
+        case SUMS_STORE_LANES:
+            for (int k = 0; k < W; k++) s[k] = lane_at(p, lb, k);
+            break;
+        default:
+            break;
+        }
+        if (op->action != OUT_NONE)
+            nout += emit(K, J, f, ports[op->row], s, op->action, op->cnt, op->wb, op->flags,
+                         out, nout, W);
     }
     *res = z;
     handled = 1;
@@ -512,8 +532,6 @@ rollback:
     for (Py_ssize_t u = nu - 1; u >= 0; u--) {
         int64_t c = undo[u].cell;
         for (int k = 0; k < 6; k++) R[k][c] = undo[u].reg[k];
-        if (undo[u].sums_state == SUMS_SAVED)
-            memcpy(sums + (size_t)c * W, undo[u].sums, (size_t)W * sizeof(uint32_t));
     }
 not_handled:
     handled = 0;

@@ -81,6 +81,7 @@ typedef struct {
     int64_t *mark;
     size_t mark_n;
     void *undo;
+    void *ops;          /* the second pass's work, one entry per row (undo_n of both) */
     size_t undo_n;
 } fp_scratch_t;
 

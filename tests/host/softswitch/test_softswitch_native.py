@@ -127,10 +127,9 @@ def test_a_rollback_restores_sums_an_earlier_frame_of_the_batch_read():
     """Slot 0 holds round 1's result. One batch: a retransmission of round 1 (answered from
     the stored sums), round 3's first contribution (overwrites them), then a far-ahead round
     that the C path cannot take (AHEAD): it rolls back and the Python path replays the batch,
-    whose first frame must still see round 1's sums. The C path saves a copy's sums only
-    before their first change, and skips it only when that change overwrites them in the
-    copy's first touch of the call (``undo_t``); frames, registers and sums equal the
-    reference's."""
+    whose first frame must still see round 1's sums. The C path decides on the registers
+    alone and changes the sums only once the whole batch is taken (``op_t``); frames,
+    registers and sums equal the reference's."""
     done = [data(W[r], 30, s, 1, np.full(C, 3 + r)) for s in range(2) for r in range(3)]
     batch = [data(W[0], 30, 0, 1, np.full(C, 3), flags=int(Flag.RETX)),
              data(W[1], 30, 0, 3, np.full(C, 9)),
@@ -152,6 +151,35 @@ def test_a_rollback_restores_sums_an_earlier_frame_of_the_batch_read():
     resent = [f for _, f in want if f[14 + 20 + 8 + 2] & int(Flag.RESENT)]
     assert len(resent) == 1 and set(resent[0][PAYLOAD_OFFSET:]) == {(TABLE[3] + TABLE[4]
                                                                        + TABLE[5]) & 0xFF}
+    assert got == want and state == ref
+
+
+def test_a_rollback_after_an_add_leaves_the_sums_unadded():
+    """Rank 0 opened round 1 of slots 0 and 1 in an earlier batch. One batch: rank 1 adds to it (a
+    copy not yet touched in the call, so nothing overwrites its sums), then a far-ahead round
+    the C path cannot take: the Python path replays the batch, and rank 1 must be counted once.
+    A C path that had already added rank 1 before rolling back would count it twice; the
+    result rank 2 completes is the sum of the three, byte for byte the reference's."""
+    first = [data(W[0], 30, 0, 1, np.full(C, 3)), data(W[0], 30, 1, 1, np.full(C, 3))]
+    batch = [data(W[1], 30, 0, 1, np.full(C, 4)),
+             data(W[2], 30, 1, 1 + 2 * lay.ROUND_WINDOW + 2, np.full(C, 5))]
+    last = [data(W[2], 30, 0, 1, np.full(C, 6))]
+
+    def run(native: bool) -> tuple:
+        x = _bench()
+        p = x.sw.pipeline
+        p.native = p.fast = native
+        out = []
+        for group in ([first, batch, last] if native else [[f] for f in first + batch + last]):
+            out += x.sw.process_frames(group)
+        return sorted(out), _state(x), p.native_batches
+
+    got, state, nat = run(True)
+    want, ref, _ = run(False)
+    assert nat == 2                       # the first and last batches in C
+    assert ref[2] == {int(lay.DropReason.AHEAD): 1}
+    assert len(want) == 3 and all(set(f[PAYLOAD_OFFSET:]) == {(TABLE[3] + TABLE[4] + TABLE[6])
+                                                             & 0xFF} for _, f in want)
     assert got == want and state == ref
 
 
