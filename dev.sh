@@ -27,7 +27,17 @@ changed() {
 }
 if [ ! -f "$stamp" ] || [ -n "$(changed)" ]; then
   say "installing netco + test extras into $VENV (pip install -e '.[dev]'; builds the C extensions)"
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[dev]"
+  # A C source that no longer compiles must not leave its previous build importable: remove the
+  # built extensions first, build them strictly, and only if that fails install without the
+  # ones that failed (their Python fallbacks run), saying so.
+  find host -name '_*.cpython-*.so' -delete
+  log="$VENV/.netco-build.log"
+  if ! NETCO_C_REQUIRED=1 "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
+      -e ".[dev]" >"$log" 2>&1; then
+    say "a C extension did not build ($(grep -m1 -oE '[^ ]+\.[ch]:[0-9]+:[0-9]+: (fatal )?error: .*' "$log" || echo "see $log"))"
+    say "installing without it: its Python fallback runs, slower (full output: $log)"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[dev]"
+  fi
   touch "$stamp"
 fi
 # Mininet comes from Debian (apt-get install mininet); let the venv import it, also when it was
