@@ -55,8 +55,15 @@ import numpy as np
 
 from control_plane.embedded import EmbeddedNetwork
 from host.protocol.framing import THC_OFFSET
-from host.protocol.jobs import widest_width
-from host.protocol.layout import COORDS_PER_PACKET, INDEX_BITS, THC_HEADER_BYTES, lane_bits_for
+from host.protocol.generated_dataplane import THC_SLOTS
+from host.protocol.jobs import widest_width, width_problem
+from host.protocol.layout import (
+    COORDS_PER_PACKET,
+    INDEX_BITS,
+    MAX_WORKERS,
+    THC_HEADER_BYTES,
+    lane_bits_for,
+)
 from host.softswitch.launch import free_port
 from host.transport import kecho
 from host.transport.ports import UdpEndpoint
@@ -562,7 +569,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "long enough for the window's start to matter little)")
     p.add_argument("--limit-packets", type=int, default=20_000, help="datagrams per echo run")
     p.add_argument("--slots", type=int, default=256,
-                   help="window (slots per job; the kernel limit keeps as many in flight)")
+                   help=f"window (slots per job, 1..{THC_SLOTS}: the P4 program's pool; the "
+                        "kernel limit keeps as many in flight; default 256)")
     p.add_argument("--allreduce-elements", type=int, default=1 << 24,
                    help="size of the THC vs gloo comparison (0 skips it)")
     p.add_argument("--allreduce-workers", type=int, default=2,
@@ -586,6 +594,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "default: the widest the job's lanes allow, 1024 for 8-bit lanes; 256 is "
                         "what BMv2 and Tofino take; docs/protocol.md, 'Packet width')")
     p.add_argument("--json", action="store_true", help="(always JSON)")
+
+
+def check_args(args: argparse.Namespace) -> str | None:
+    """One line naming the flag and the fix for the first option this run cannot use, else
+    None."""
+    for w in [*args.workers, args.allreduce_workers]:
+        if not 1 <= w <= MAX_WORKERS:
+            flag = "--allreduce-workers" if w == args.allreduce_workers else "--workers"
+            return f"{flag} {w}: give 1..{MAX_WORKERS} workers (the switch's bitmap)"
+    for flag, value, least in (("--coords", args.coords, 1),
+                               ("--limit-packets", args.limit_packets, 1),
+                               ("--repeats", args.repeats, 1),
+                               ("--allreduce-elements", args.allreduce_elements, 0),
+                               ("--pipeline-coords", args.pipeline_coords or 0, 0)):
+        if value < least:
+            return f"{flag} {value}: give at least {least}"
+    if not 1 <= args.slots <= THC_SLOTS:
+        return (f"--slots {args.slots}: give 1..{THC_SLOTS} (the controller places jobs in the "
+                f"P4 program's pool of {THC_SLOTS} slots)")
+    if args.coords_per_packet is not None:
+        for w in [*args.workers, *([args.allreduce_workers] if args.allreduce_elements else [])]:
+            why = width_problem(args.coords_per_packet, lane_bits_for(w, 30))
+            if why is not None:
+                return f"--coords-per-packet {why} (with {w} workers)"
+    return None
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -618,7 +651,11 @@ def main(argv: list[str] | None = None) -> int:
         return _raw_worker_main(argv[1:])
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p)
-    print(json.dumps(run(p.parse_args(argv)), indent=1))
+    args = p.parse_args(argv)
+    problem = check_args(args)
+    if problem is not None:
+        p.error(problem)
+    print(json.dumps(run(args), indent=1))
     return 0
 
 

@@ -51,3 +51,19 @@ def test_benchmark_rows_carry_kernel_fractions_and_allreduce_split():
         assert ar[key] > 0, key
     assert ar["parts"] > 1                   # the pipelined path ran
     assert ar["nmse_first_1000"] < 0.1       # THC's error, not garbage
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--slots", "1024"], "--slots 1024"),
+    (["--slots", "0"], "--slots 0"),
+    (["--workers", "2", "0"], "--workers 0"),
+    (["--coords-per-packet", "300"], "--coords-per-packet 300"),
+    (["--coords-per-packet", "1024", "--workers", "16"], "--coords-per-packet 1024"),
+    (["--repeats", "0"], "--repeats 0"),
+    (["--coords", "-5"], "--coords -5"),
+])
+def test_bad_flags_get_one_line_naming_the_flag(flags, named):
+    p = subprocess.run([sys.executable, str(REPO / "benchmarks" / "transport.py"), *flags],
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert p.returncode == 2 and p.stdout == ""
+    assert "Traceback" not in p.stderr and f"error: {named}" in p.stderr
