@@ -34,8 +34,9 @@ if [ ! -f "$stamp" ] || [ -n "$(changed)" ]; then
   log="$VENV/.netco-build.log"
   if ! NETCO_C_REQUIRED=1 "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
       -e ".[dev]" >"$log" 2>&1; then
-    say "a C extension did not build ($(grep -m1 -oE '[^ ]+\.[ch]:[0-9]+:[0-9]+: (fatal )?error: .*' "$log" || echo "see $log"))"
-    say "installing without it: its Python fallback runs, slower (full output: $log)"
+    why=$(grep -m1 -oE '[^ ]+\.[ch]:[0-9]+:[0-9]+: (fatal )?error: .*' "$log" || true)
+    say "the install with every C extension failed (${why:-no compiler error; see $log})"
+    say "installing again without the ones that fail: their Python fallbacks run, slower"
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[dev]"
   fi
   touch "$stamp"
