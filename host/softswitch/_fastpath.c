@@ -107,7 +107,8 @@ static int scratch_grow(fp_scratch_t *s, size_t cells, size_t n) {
 }
 
 /* One emission (ThcEmit + ThcOutput, as Pipeline._emit builds it): the frame f rewritten,
- * its payload the copy's sums s truncated to the job's lanes, once per replica -- multicast:
+ * its payload the copy's sums s (as wide as the job's lanes, see Pipeline.sums_for) in network
+ * order, once per replica -- multicast:
  * the job's group, each copy rewritten by the members table; answer: back to the ingress port;
  * up: the partial to the parent. Returns the frames written, -1 when out of room. */
 static Py_ssize_t emit(const fp_consts_t *K, const fp_job_t *J, const uint8_t *f, int64_t inport,
@@ -161,9 +162,10 @@ static Py_ssize_t emit(const fp_consts_t *K, const fp_job_t *J, const uint8_t *f
         if (first) {
             memcpy(d, first, (size_t)plen);   /* the same payload for every replica */
         } else if (lb == 1) {
-            for (int q = 0; q < W; q++) d[q] = (uint8_t)s[q];
+            memcpy(d, s, (size_t)W);
         } else if (lb == 2) {
-            for (int q = 0; q < W; q++) put16(d + 2 * q, s[q] & 0xFFFF);
+            const uint16_t *s16 = (const uint16_t *)s;
+            for (int q = 0; q < W; q++) put16(d + 2 * q, s16[q]);
         } else {
             for (int q = 0; q < W; q++) put32(d + 4 * q, s[q]);
         }
@@ -226,8 +228,52 @@ __attribute__((target("avx2"))) static void add_indices_simd(uint32_t *s, const 
         s[2 * k + 1] = fresh ? lo : s[2 * k + 1] + lo;
     }
 }
+
+/* The same add into sums as narrow as the job's lanes (lb bytes: 1 or 2), wrapping as the
+ * lanes do (Pipeline.sums_for). */
+__attribute__((target("avx2"))) static void add_indices_narrow_simd(void *sv, const uint8_t *p,
+                                                                    int ibytes, int lb,
+                                                                    const uint8_t *th,
+                                                                    const uint8_t *tl, int fresh) {
+    const __m128i TH = _mm_loadu_si128((const __m128i *)th);
+    const __m128i TL = _mm_loadu_si128((const __m128i *)tl);
+    const __m128i M = _mm_set1_epi8(0x0F);
+    uint8_t *s8 = sv;
+    uint16_t *s16 = sv;
+    int k = 0;
+    for (; k + 16 <= ibytes; k += 16) {
+        const __m128i x = _mm_loadu_si128((const __m128i *)(p + k));
+        const __m128i vh = _mm_shuffle_epi8(TH, _mm_and_si128(_mm_srli_epi16(x, 4), M));
+        const __m128i vl = _mm_shuffle_epi8(TL, _mm_and_si128(x, M));
+        const __m128i c0 = _mm_unpacklo_epi8(vh, vl), c1 = _mm_unpackhi_epi8(vh, vl);
+        if (lb == 1) {
+            __m128i *d = (__m128i *)(s8 + 2 * k);
+            _mm_storeu_si128(d, fresh ? c0 : _mm_add_epi8(c0, _mm_loadu_si128(d)));
+            _mm_storeu_si128(d + 1, fresh ? c1 : _mm_add_epi8(c1, _mm_loadu_si128(d + 1)));
+        } else {
+            __m256i *d = (__m256i *)(s16 + 2 * k);
+            const __m256i a0 = _mm256_cvtepu8_epi16(c0), a1 = _mm256_cvtepu8_epi16(c1);
+            _mm256_storeu_si256(d, fresh ? a0 : _mm256_add_epi16(a0, _mm256_loadu_si256(d)));
+            _mm256_storeu_si256(d + 1, fresh ? a1 : _mm256_add_epi16(a1, _mm256_loadu_si256(d + 1)));
+        }
+    }
+    for (; k < ibytes; k++) {
+        const unsigned hi = th[p[k] >> 4], lo = tl[p[k] & 15];
+        if (lb == 1) {
+            s8[2 * k] = (uint8_t)(fresh ? hi : s8[2 * k] + hi);
+            s8[2 * k + 1] = (uint8_t)(fresh ? lo : s8[2 * k + 1] + lo);
+        } else {
+            s16[2 * k] = (uint16_t)(fresh ? hi : s16[2 * k] + hi);
+            s16[2 * k + 1] = (uint16_t)(fresh ? lo : s16[2 * k + 1] + lo);
+        }
+    }
+}
 #else
 static int simd_ok(void) { return 0; }
+static void add_indices_narrow_simd(void *sv, const uint8_t *p, int ibytes, int lb,
+                                    const uint8_t *th, const uint8_t *tl, int fresh) {
+    (void)sv; (void)p; (void)ibytes; (void)lb; (void)th; (void)tl; (void)fresh;
+}
 static void add_indices_simd(uint32_t *s, const uint8_t *p, int ibytes, const uint8_t *th,
                              const uint8_t *tl, int fresh) {
     (void)s; (void)p; (void)ibytes; (void)th; (void)tl; (void)fresh;
@@ -494,7 +540,43 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
         const uint8_t *f = buf + (size_t)op->row * ROW_BYTES;
         const uint8_t *p = f + PAYLOAD_OFFSET;
         uint32_t *s = sums + (size_t)op->cell * W;
-        switch (op->sums_op) {
+        uint8_t *s8 = (uint8_t *)s;
+        uint16_t *s16 = (uint16_t *)s;
+        if (lb < 4) {
+            /* sums as narrow as the lanes (lb bytes each, wrapping as the lanes do) */
+            switch (op->sums_op) {
+            case SUMS_ADD_DATA:
+                if (vec) {
+                    add_indices_narrow_simd(s, p, ibytes, lb, J->tab_hi, J->tab_lo, op->fresh);
+                } else {
+                    for (int k = 0; k < ibytes; k++) {
+                        const uint32_t hi = J->lut[2 * p[k]], lo = J->lut[2 * p[k] + 1];
+                        if (lb == 1) {
+                            s8[2 * k] = (uint8_t)(op->fresh ? hi : s8[2 * k] + hi);
+                            s8[2 * k + 1] = (uint8_t)(op->fresh ? lo : s8[2 * k + 1] + lo);
+                        } else {
+                            s16[2 * k] = (uint16_t)(op->fresh ? hi : s16[2 * k] + hi);
+                            s16[2 * k + 1] = (uint16_t)(op->fresh ? lo : s16[2 * k + 1] + lo);
+                        }
+                    }
+                }
+                break;
+            case SUMS_ADD_LANES:
+            case SUMS_STORE_LANES: {
+                const int over = op->sums_op == SUMS_STORE_LANES || op->fresh;
+                if (lb == 1) {
+                    if (over) memcpy(s8, p, (size_t)W);
+                    else for (int k = 0; k < W; k++) s8[k] = (uint8_t)(s8[k] + p[k]);
+                } else {
+                    for (int k = 0; k < W; k++)
+                        s16[k] = (uint16_t)((over ? 0 : s16[k]) + be16(p + 2 * k));
+                }
+                break;
+            }
+            default:
+                break;
+            }
+        } else switch (op->sums_op) {
         case SUMS_ADD_DATA:
             if (vec) {
                 add_indices_simd(s, p, ibytes, J->tab_hi, J->tab_lo, op->fresh);

@@ -72,7 +72,7 @@ typedef struct {
     long long pool_slots;
     long long coords;               /* the switch's packet width (--coords-per-packet) */
     int64_t *R[6];                  /* round, state, contrib, nc, cnt, wb per copy */
-    uint32_t *sums;
+    uint32_t *sums;                 /* rows of coords; data copies as wide as their lanes */
 } fp_state_t;
 
 /* Scratch of one caller (the undo log of the fallback); zero-initialize, free with

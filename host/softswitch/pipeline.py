@@ -73,7 +73,8 @@ class Pipeline(NativePath, ThcValidate, ThcLoad, ThcSlot, ThcAccumulate, ThcOutp
     ----------
     pool_slots : int
         Slots shared by all jobs (``THC_SLOTS`` of ``p4/v1model/include/size.p4``); each has
-        two copies for data and two for norms, ``coords`` 32-bit sums each.
+        two copies for data and two for norms, a row of ``coords`` 32-bit sums each (data
+        copies keep their sums as wide as their job's lanes in it: :meth:`sums_for`).
     counters : Counters
         Counter arrays to add to (bound to the P4Runtime store by the switch).
     coords : int
@@ -94,6 +95,10 @@ class Pipeline(NativePath, ThcValidate, ThcLoad, ThcSlot, ThcAccumulate, ThcOutp
         self.payload_bytes = payload_tables(coords)[0]
         cells = pool_slots * 4
         self.sums = np.zeros((cells, coords), dtype=np.uint32)
+        # a copy's data sums are as wide as its job's lanes, packed at the start of its row
+        # (see sums_for); norms and 32-bit lanes use the rows as they are
+        self._sums_by_lane = {8: self.sums.view(np.uint8)[:, :coords],
+                              16: self.sums.view(np.uint16)[:, :coords], 32: self.sums}
         # per-cell registers of thc_slot.p4: round, state, contributor bitmap, distinct
         # contributors, worker count and worker bitmap (int64 so bit 31 never overflows)
         self.st_round = np.zeros(cells, dtype=np.int64)
@@ -124,6 +129,18 @@ class Pipeline(NativePath, ThcValidate, ThcLoad, ThcSlot, ThcAccumulate, ThcOutp
         #: what happened to every frame that was not dropped (software-only): contribution,
         #: resent, peek, retx_up, release (deadline without adding), parent_result, routed
         self.outcomes: Counter[str] = Counter()
+
+    def sums_for(self, lane_bits: int) -> np.ndarray:
+        """The sums of data copies whose job has ``lane_bits``-bit lanes: a ``(cells,
+        coords)`` view of :attr:`sums` as wide as the lanes (uint8, uint16 or uint32), each
+        copy's sums packed at the start of its row, in this machine's byte order.
+
+        A result carries its sums truncated to the lanes (THC step 10), and truncation commutes
+        with addition, so sums kept modulo 2^lane_bits give the same bytes on the wire while the
+        additions touch a half or a quarter of the memory. The C fast path keeps them the same
+        way (``_fastpath.c``); norms copies keep their 32-bit rows.
+        """
+        return self._sums_by_lane[lane_bits]
 
     def _live(self, name: str) -> int:
         k = LOOP_STATS.get(name)

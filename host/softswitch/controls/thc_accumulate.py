@@ -24,11 +24,18 @@ class ThcAccumulate:
         if (pc != pc[0]).any():
             return False
         cls = int(pc[0])
+        if cls == PC_NORMS:
+            sums = self.sums
+        else:   # data sums as wide as the job's lanes (Pipeline.sums_for)
+            lanes = cfg.job["lane_bits"][jn]
+            if (lanes != lanes[0]).any():
+                return False
+            sums = self.sums_for(int(lanes[0]))
         vals = self._values(b, rows, jn, cls, cfg)
         g, w = len(ucell), vals.shape[1]
         grouped = vals.reshape(g, c, w)
-        red = grouped.max(axis=1) if cls == PC_NORMS else grouped.sum(axis=1, dtype=np.uint32)
-        sums = self.sums
+        red = (grouped.max(axis=1) if cls == PC_NORMS
+               else grouped.sum(axis=1, dtype=np.uint32).astype(sums.dtype))
         if fresh.all():
             sums[ucell, :w] = red
             if w < sums.shape[1]:
@@ -46,16 +53,20 @@ class ThcAccumulate:
     def _apply_adds(self, b, v, a_rows, a_cells, over, occ, cfg: Compiled) -> None:
         """ThcAccumulate's ACC_ADD for rows (``occ``: how many earlier rows of this group add
         to the same cell; ``over``: the first contributor of a fresh round overwrites)."""
-        sums = self.sums
-        if over.any():
-            sums[a_cells[over]] = 0          # the first contributor overwrites
         jn = cfg.job_map[v["job_id"][a_rows].astype(np.int64)]
         count(self.counters.contributions, cfg.job["index"][jn])
         self.outcomes["contribution"] += len(a_rows)
         pc = PAYLOAD_CLASS[v["msg_type"][a_rows], v["lane_bits"][a_rows]]
-        classes = [int(pc[0])] if (pc == pc[0]).all() else np.unique(pc).tolist()
-        for cls in classes:
-            sel = None if len(classes) == 1 else pc == cls
+        # norms in 32-bit rows, data sums as wide as the job's lanes (Pipeline.sums_for)
+        lane = np.where(pc == PC_NORMS, 32, cfg.job["lane_bits"][jn])
+        if over.any():                       # the first contributor overwrites
+            for w in np.unique(lane[over]).tolist():
+                self.sums_for(w)[a_cells[over & (lane == w)]] = 0
+        key = pc.astype(np.int64) * 64 + lane
+        classes = [int(key[0])] if (key == key[0]).all() else np.unique(key).tolist()
+        for k in classes:
+            cls, sums = k // 64, self.sums_for(k % 64)
+            sel = None if len(classes) == 1 else key == k
             rows = a_rows if sel is None else a_rows[sel]
             cs = a_cells if sel is None else a_cells[sel]
             oc = occ if sel is None else occ[sel]
@@ -65,6 +76,7 @@ class ThcAccumulate:
                 for i, c in enumerate(cs.tolist()):
                     np.maximum(sums[c, :w], vals[i], out=sums[c, :w])
                 continue
+            vals = vals.astype(sums.dtype)   # wrapping as the lanes do
             # one pass per occurrence: the cells of a pass are distinct
             for p in range(int(oc.max()) + 1):
                 if p == 0 and oc.max() == 0:
@@ -76,7 +88,6 @@ class ThcAccumulate:
 
     def _flush(self, b, v, pend: Pending, cfg: Compiled) -> None:
         """Apply pending adds/stores to the sums, then emit the pending outputs."""
-        sums = self.sums
         if pend.adds:
             a = np.array(pend.adds, dtype=np.int64)
             self._apply_adds(b, v, a[:, 0], a[:, 1], a[:, 2].astype(bool), a[:, 3], cfg)
@@ -87,7 +98,8 @@ class ThcAccumulate:
             pc = PAYLOAD_CLASS[v["msg_type"][s_rows], v["lane_bits"][s_rows]]
             for i, (_row, c) in enumerate(pend.stores):
                 vals = self._values(b, s_rows[i: i + 1], jn[i: i + 1], int(pc[i]), cfg)[0]
-                sums[c, : vals.size] = vals
+                sums = self.sums_for(32 if pc[i] == PC_NORMS else int(cfg.job["lane_bits"][jn[i]]))
+                sums[c, : vals.size] = vals.astype(sums.dtype)
             pend.stores.clear()
         if pend.emits:
             self._emit(b, v, pend.emits, cfg)

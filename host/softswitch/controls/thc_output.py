@@ -75,7 +75,15 @@ class ThcOutput:
             a = np.flatnonzero(is_ans_e)
             dmac, smac = H[a, DST_MAC].copy(), H[a, SRC_MAC].copy()
             H[a, DST_MAC], H[a, SRC_MAC] = smac, dmac
-        pay = self.sums[e_cell]
+        # each emission's sums (norms: 32-bit rows; data: as wide as the job's lanes,
+        # Pipeline.sums_for), as uint32 below
+        if (lane == lane[0]).all():
+            pay = self.sums_for(int(lane[0]))[e_cell].astype(np.uint32)
+        else:
+            pay = np.empty((m, self.coords), dtype=np.uint32)
+            for w in np.unique(lane).tolist():
+                sel = lane == w
+                pay[sel] = self.sums_for(w)[e_cell[sel]]
         for i in np.flatnonzero(e_cell < 0).tolist():
             # status answer: the payload is what the packet itself loaded (not meaningful)
             row = e_row[i: i + 1]

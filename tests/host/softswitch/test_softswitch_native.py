@@ -387,3 +387,40 @@ def test_the_scalar_add_matches_the_reference_too():
             os.path.dirname(os.path.abspath(__file__))))))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
     assert " passed" in p.stdout and "skipped" not in p.stdout.splitlines()[-1]
+
+
+@pytest.mark.parametrize("lane_bits", [8, 16])
+def test_partials_wrap_as_their_lanes_in_c_and_in_the_reference(lane_bits):
+    """Sums kept as wide as the lanes (``Pipeline.sums_for``): two child switches' partials
+    whose lanes overflow the width give the sums modulo 2^lane_bits, as 32-bit sums
+    truncated on output would; the C path (one batch) and the reference (frame by frame)
+    agree on frames, registers and the packed sums, and nothing behind a copy's packed sums
+    is written."""
+    kids = [Peer(0, 5, "10.0.2.254", "02:00:00:00:02:fe", True),
+            Peer(1, 6, "10.0.3.254", "02:00:00:00:03:fe", True)]
+    top = (1 << lane_bits) - 1
+    a, c = np.full(C, top), (np.arange(C) * 97) % (top + 1)
+    frames = [data(kids[0], 12, 1, 3, a, msg_type=MsgType.PARTIAL, lane_bits=lane_bits,
+                   count=2, bitmap=0b0011),
+              data(kids[1], 12, 1, 3, c, msg_type=MsgType.PARTIAL, lane_bits=lane_bits,
+                   count=3, bitmap=0b1100)]
+
+    def run(native: bool) -> tuple:
+        x = Bench(pool_slots=8)
+        x.job(12, kids, num_slots=2, lane_bits=lane_bits)
+        p = x.sw.pipeline
+        p.native = p.fast = native
+        out = [o for g in ([frames] if native else [[f] for f in frames])
+               for o in x.sw.process_frames(g)]
+        return out, _state(x), p.native_batches, p
+
+    got, state, nat, p = run(True)
+    want, ref, _, _ = run(False)
+    assert nat == 1 and got == want and state == ref and len(got) == 2
+    dt = {8: np.uint8, 16: ">u2"}[lane_bits]
+    for _, f in got:
+        lanes = np.frombuffer(f[PAYLOAD_OFFSET:], dtype=dt)
+        np.testing.assert_array_equal(lanes, (a + c) % (top + 1))
+    cell = (1 << 2) | 1                   # slot 1, the copy of odd rounds
+    np.testing.assert_array_equal(p.sums_for(lane_bits)[cell], (a + c) % (top + 1))
+    assert not p.sums.view(np.uint8)[cell, C * lane_bits // 8:].any()

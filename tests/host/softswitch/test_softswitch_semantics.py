@@ -128,13 +128,19 @@ def test_norm_maximum_separate_from_data_slots():
 
 
 def test_lanes_truncate_to_the_jobs_width():
-    # A controller error (4 x 255 needs more than 8 bits): the switch keeps 32-bit sums and
-    # truncates on output, as the P4 program's emit does; it never crashes or widens.
+    # A controller error (4 x 255 needs more than 8 bits): the result carries the sums
+    # truncated to the lanes, as the P4 program's emit does; it never crashes or widens. The
+    # software target keeps the sums as wide as the lanes (Pipeline.sums_for): modulo 2^8,
+    # the same bytes, packed at the start of the copy's row, the rest of the row untouched.
     b = Bench()
     b.job(9, W[:4], lane_bits=8, table=[*range(0, 240, 16), 255])
     out = b.send(*(data(W[r], 9, 0, 0, np.full(C, 15)) for r in range(4)))
     assert out[0][1][3].values[0] == (4 * 255) & 0xFF
-    assert b.sw.pipeline.sums.max() == 4 * 255
+    p = b.sw.pipeline
+    touched = np.flatnonzero(p.sums.any(axis=1))
+    assert len(touched) == 1
+    assert (p.sums_for(8)[touched[0]] == (4 * 255) & 0xFF).all()
+    assert not p.sums.view(np.uint8)[touched[0], C:].any()
 
 
 def test_child_switch_partial_up_parent_result_down():
