@@ -183,6 +183,14 @@ static inline int64_t mono_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+/* Sums element k of width lb bytes (1, 2 or 4; wrapping as the lanes do, Pipeline.sums_for):
+ * set to v (over) or v added. */
+static inline void put_sum(void *s, int lb, int k, uint32_t v, int over) {
+    if (lb == 1) ((uint8_t *)s)[k] = (uint8_t)(over ? v : ((uint8_t *)s)[k] + v);
+    else if (lb == 2) ((uint16_t *)s)[k] = (uint16_t)(over ? v : ((uint16_t *)s)[k] + v);
+    else ((uint32_t *)s)[k] = over ? v : ((uint32_t *)s)[k] + v;
+}
+
 /* -- the DATA add with vectors (x86-64 with AVX2, checked at run time) --------------------
  * 16 payload bytes (32 coordinates) at a time: the nibbles looked up in the 16-entry tables
  * with a byte shuffle, interleaved back into coordinate order (high nibble first), widened to
@@ -202,8 +210,10 @@ static int simd_ok(void) {
     return ok;
 }
 
-__attribute__((target("avx2"))) static void add_indices_simd(uint32_t *s, const uint8_t *p,
-                                                             int ibytes, const uint8_t *th,
+/* sums s of lb bytes each (1, 2 or 4: as wide as the job's lanes) */
+__attribute__((target("avx2"))) static void add_indices_simd(void *s, const uint8_t *p,
+                                                             int ibytes, int lb,
+                                                             const uint8_t *th,
                                                              const uint8_t *tl, int fresh) {
     const __m128i TH = _mm_loadu_si128((const __m128i *)th);
     const __m128i TL = _mm_loadu_si128((const __m128i *)tl);
@@ -214,69 +224,35 @@ __attribute__((target("avx2"))) static void add_indices_simd(uint32_t *s, const 
         const __m128i vh = _mm_shuffle_epi8(TH, _mm_and_si128(_mm_srli_epi16(x, 4), M));
         const __m128i vl = _mm_shuffle_epi8(TL, _mm_and_si128(x, M));
         const __m128i c0 = _mm_unpacklo_epi8(vh, vl), c1 = _mm_unpackhi_epi8(vh, vl);
-        __m256i a[4] = {_mm256_cvtepu8_epi32(c0), _mm256_cvtepu8_epi32(_mm_srli_si128(c0, 8)),
-                        _mm256_cvtepu8_epi32(c1), _mm256_cvtepu8_epi32(_mm_srli_si128(c1, 8))};
-        __m256i *d = (__m256i *)(s + 2 * k);
-        for (int q = 0; q < 4; q++) {
-            if (!fresh) a[q] = _mm256_add_epi32(a[q], _mm256_loadu_si256(d + q));
-            _mm256_storeu_si256(d + q, a[q]);
-        }
-    }
-    for (; k < ibytes; k++) {
-        const uint32_t hi = th[p[k] >> 4], lo = tl[p[k] & 15];
-        s[2 * k] = fresh ? hi : s[2 * k] + hi;
-        s[2 * k + 1] = fresh ? lo : s[2 * k + 1] + lo;
-    }
-}
-
-/* The same add into sums as narrow as the job's lanes (lb bytes: 1 or 2), wrapping as the
- * lanes do (Pipeline.sums_for). */
-__attribute__((target("avx2"))) static void add_indices_narrow_simd(void *sv, const uint8_t *p,
-                                                                    int ibytes, int lb,
-                                                                    const uint8_t *th,
-                                                                    const uint8_t *tl, int fresh) {
-    const __m128i TH = _mm_loadu_si128((const __m128i *)th);
-    const __m128i TL = _mm_loadu_si128((const __m128i *)tl);
-    const __m128i M = _mm_set1_epi8(0x0F);
-    uint8_t *s8 = sv;
-    uint16_t *s16 = sv;
-    int k = 0;
-    for (; k + 16 <= ibytes; k += 16) {
-        const __m128i x = _mm_loadu_si128((const __m128i *)(p + k));
-        const __m128i vh = _mm_shuffle_epi8(TH, _mm_and_si128(_mm_srli_epi16(x, 4), M));
-        const __m128i vl = _mm_shuffle_epi8(TL, _mm_and_si128(x, M));
-        const __m128i c0 = _mm_unpacklo_epi8(vh, vl), c1 = _mm_unpackhi_epi8(vh, vl);
         if (lb == 1) {
-            __m128i *d = (__m128i *)(s8 + 2 * k);
+            __m128i *d = (__m128i *)((uint8_t *)s + 2 * k);
             _mm_storeu_si128(d, fresh ? c0 : _mm_add_epi8(c0, _mm_loadu_si128(d)));
             _mm_storeu_si128(d + 1, fresh ? c1 : _mm_add_epi8(c1, _mm_loadu_si128(d + 1)));
-        } else {
-            __m256i *d = (__m256i *)(s16 + 2 * k);
+        } else if (lb == 2) {
+            __m256i *d = (__m256i *)((uint16_t *)s + 2 * k);
             const __m256i a0 = _mm256_cvtepu8_epi16(c0), a1 = _mm256_cvtepu8_epi16(c1);
             _mm256_storeu_si256(d, fresh ? a0 : _mm256_add_epi16(a0, _mm256_loadu_si256(d)));
             _mm256_storeu_si256(d + 1, fresh ? a1 : _mm256_add_epi16(a1, _mm256_loadu_si256(d + 1)));
+        } else {
+            __m256i a[4] = {_mm256_cvtepu8_epi32(c0), _mm256_cvtepu8_epi32(_mm_srli_si128(c0, 8)),
+                            _mm256_cvtepu8_epi32(c1), _mm256_cvtepu8_epi32(_mm_srli_si128(c1, 8))};
+            __m256i *d = (__m256i *)((uint32_t *)s + 2 * k);
+            for (int q = 0; q < 4; q++) {
+                if (!fresh) a[q] = _mm256_add_epi32(a[q], _mm256_loadu_si256(d + q));
+                _mm256_storeu_si256(d + q, a[q]);
+            }
         }
     }
     for (; k < ibytes; k++) {
-        const unsigned hi = th[p[k] >> 4], lo = tl[p[k] & 15];
-        if (lb == 1) {
-            s8[2 * k] = (uint8_t)(fresh ? hi : s8[2 * k] + hi);
-            s8[2 * k + 1] = (uint8_t)(fresh ? lo : s8[2 * k + 1] + lo);
-        } else {
-            s16[2 * k] = (uint16_t)(fresh ? hi : s16[2 * k] + hi);
-            s16[2 * k + 1] = (uint16_t)(fresh ? lo : s16[2 * k + 1] + lo);
-        }
+        put_sum(s, lb, 2 * k, th[p[k] >> 4], fresh);
+        put_sum(s, lb, 2 * k + 1, tl[p[k] & 15], fresh);
     }
 }
 #else
 static int simd_ok(void) { return 0; }
-static void add_indices_narrow_simd(void *sv, const uint8_t *p, int ibytes, int lb,
-                                    const uint8_t *th, const uint8_t *tl, int fresh) {
-    (void)sv; (void)p; (void)ibytes; (void)lb; (void)th; (void)tl; (void)fresh;
-}
-static void add_indices_simd(uint32_t *s, const uint8_t *p, int ibytes, const uint8_t *th,
+static void add_indices_simd(void *s, const uint8_t *p, int ibytes, int lb, const uint8_t *th,
                              const uint8_t *tl, int fresh) {
-    (void)s; (void)p; (void)ibytes; (void)th; (void)tl; (void)fresh;
+    (void)s; (void)p; (void)ibytes; (void)lb; (void)th; (void)tl; (void)fresh;
 }
 #endif
 
@@ -540,65 +516,31 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
         const uint8_t *f = buf + (size_t)op->row * ROW_BYTES;
         const uint8_t *p = f + PAYLOAD_OFFSET;
         uint32_t *s = sums + (size_t)op->cell * W;
-        uint8_t *s8 = (uint8_t *)s;
-        uint16_t *s16 = (uint16_t *)s;
-        if (lb < 4) {
-            /* sums as narrow as the lanes (lb bytes each, wrapping as the lanes do) */
-            switch (op->sums_op) {
-            case SUMS_ADD_DATA:
-                if (vec) {
-                    add_indices_narrow_simd(s, p, ibytes, lb, J->tab_hi, J->tab_lo, op->fresh);
-                } else {
-                    for (int k = 0; k < ibytes; k++) {
-                        const uint32_t hi = J->lut[2 * p[k]], lo = J->lut[2 * p[k] + 1];
-                        if (lb == 1) {
-                            s8[2 * k] = (uint8_t)(op->fresh ? hi : s8[2 * k] + hi);
-                            s8[2 * k + 1] = (uint8_t)(op->fresh ? lo : s8[2 * k + 1] + lo);
-                        } else {
-                            s16[2 * k] = (uint16_t)(op->fresh ? hi : s16[2 * k] + hi);
-                            s16[2 * k + 1] = (uint16_t)(op->fresh ? lo : s16[2 * k + 1] + lo);
-                        }
-                    }
-                }
-                break;
-            case SUMS_ADD_LANES:
-            case SUMS_STORE_LANES: {
-                const int over = op->sums_op == SUMS_STORE_LANES || op->fresh;
-                if (lb == 1) {
-                    if (over) memcpy(s8, p, (size_t)W);
-                    else for (int k = 0; k < W; k++) s8[k] = (uint8_t)(s8[k] + p[k]);
-                } else {
-                    for (int k = 0; k < W; k++)
-                        s16[k] = (uint16_t)((over ? 0 : s16[k]) + be16(p + 2 * k));
-                }
-                break;
-            }
-            default:
-                break;
-            }
-        } else switch (op->sums_op) {
+        /* the sums as wide as the job's lanes (lb bytes each, Pipeline.sums_for) */
+        switch (op->sums_op) {
         case SUMS_ADD_DATA:
             if (vec) {
-                add_indices_simd(s, p, ibytes, J->tab_hi, J->tab_lo, op->fresh);
-            } else if (op->fresh) {
-                u64a *s2 = (u64a *)s;
-                for (int k = 0; k < ibytes; k++) s2[k] = lut2[p[k]];
-            } else {
+                add_indices_simd(s, p, ibytes, lb, J->tab_hi, J->tab_lo, op->fresh);
+            } else if (lb == 4) {
                 /* both lanes of a byte in one 64-bit add: every sum of this job stays below
                  * 2^32 (J->lut_narrow), so the low lane never carries into the high one */
                 u64a *s2 = (u64a *)s;
-                for (int k = 0; k < ibytes; k++) s2[k] += lut2[p[k]];
+                if (op->fresh) for (int k = 0; k < ibytes; k++) s2[k] = lut2[p[k]];
+                else for (int k = 0; k < ibytes; k++) s2[k] += lut2[p[k]];
+            } else {
+                for (int k = 0; k < ibytes; k++) {
+                    put_sum(s, lb, 2 * k, J->lut[2 * p[k]], op->fresh);
+                    put_sum(s, lb, 2 * k + 1, J->lut[2 * p[k] + 1], op->fresh);
+                }
             }
             break;
         case SUMS_ADD_LANES:
-            if (op->fresh)
-                for (int k = 0; k < W; k++) s[k] = lane_at(p, lb, k);
-            else
-                for (int k = 0; k < W; k++) s[k] += lane_at(p, lb, k);
+        case SUMS_STORE_LANES: {
+            const int over = op->sums_op == SUMS_STORE_LANES || op->fresh;
+            if (lb == 1 && over) memcpy(s, p, (size_t)W);
+            else for (int k = 0; k < W; k++) put_sum(s, lb, k, lane_at(p, lb, k), over);
             break;
-        case SUMS_STORE_LANES:
-            for (int k = 0; k < W; k++) s[k] = lane_at(p, lb, k);
-            break;
+        }
         default:
             break;
         }

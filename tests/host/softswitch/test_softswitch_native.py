@@ -424,3 +424,32 @@ def test_partials_wrap_as_their_lanes_in_c_and_in_the_reference(lane_bits):
     cell = (1 << 2) | 1                   # slot 1, the copy of odd rounds
     np.testing.assert_array_equal(p.sums_for(lane_bits)[cell], (a + c) % (top + 1))
     assert not p.sums.view(np.uint8)[cell, C * lane_bits // 8:].any()
+
+
+@pytest.mark.parametrize("lane_bits", [8, 16, 32])
+def test_data_adds_at_every_lane_width_run_in_c(lane_bits):
+    """DATA of three workers into sums as wide as the lanes, in C: the first contributor
+    overwrites, the second adds in the same batch, the third adds in a later batch (its copy
+    untouched in that call); the result is the THC sum, and frames, registers and sums equal
+    the reference's."""
+    rng = np.random.default_rng(lane_bits)
+    idx = [rng.integers(0, 16, C) for _ in range(3)]
+    batches = [[data(W[0], 30, 1, 7, idx[0]), data(W[1], 30, 1, 7, idx[1])],
+               [data(W[2], 30, 1, 7, idx[2])]]
+
+    def run(native: bool) -> tuple:
+        x = _bench(lane_bits=lane_bits)
+        p = x.sw.pipeline
+        p.native = p.fast = native
+        groups = batches if native else [[f] for b in batches for f in b]
+        out = [o for g in groups for o in x.sw.process_frames(g)]
+        return out, _state(x), p.native_batches
+
+    got, state, nat = run(True)
+    want, ref, _ = run(False)
+    assert nat == 2 and got == want and state == ref and len(got) == 3
+    dt = {8: np.uint8, 16: ">u2", 32: ">u4"}[lane_bits]
+    t = np.asarray(TABLE)
+    for _, f in got:
+        np.testing.assert_array_equal(np.frombuffer(f[PAYLOAD_OFFSET:], dtype=dt),
+                                      sum(t[i] for i in idx))
