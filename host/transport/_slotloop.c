@@ -142,6 +142,10 @@ typedef struct {
      * that workers stuck on an older round after a switch restart can complete it */
     uint8_t *rep_this;
     int32_t *rep_this_len;
+    /* the packet each rep_this row is to hold (-1: the row is up to date): built when a repair
+     * is sent and when the exchange ends, not once per result (it was a second build per
+     * round trip) */
+    int64_t *rep_pending;
     const uint8_t *rep_other;
     const int32_t *rep_other_len;
     int rep_rows, rep_other_rows;
@@ -151,7 +155,7 @@ typedef struct {
     int have_srtt;
     double srtt, rttvar, backoff;
     /* per slot */
-    int64_t *out_pkt;
+    int64_t *out_pkt, *out_round_full;
     uint32_t *out_round;
     double *first_sent, *rto, *due, *dl_sent;
     char *retried, *asked_deadline;
@@ -378,9 +382,8 @@ static int recv_gro(loop_t *L, const uint8_t **dg, int *dl, int *msgs) {
     return kept;
 }
 
-/* Write packet i of slot s with flags (header and payload) at h. */
-static void build_packet(const loop_t *L, uint8_t *h, int s, int64_t i, uint32_t flags) {
-    int64_t r = L->base[s] + i / L->W;
+/* Write packet i of slot s, round r (base[s] + i / W), with flags (header and payload) at h. */
+static void build_packet(const loop_t *L, uint8_t *h, int s, int64_t i, int64_t r, uint32_t flags) {
     memcpy(h, L->hdr_tmpl, L->hdr_bytes);
     const fields_t *f = &L->f;
     /* issue 16, H2: the first use of each slot copy in a session (rounds round_base and
@@ -409,16 +412,30 @@ static uint8_t *tx_row(loop_t *L, size_t len) {
     return fr;
 }
 
-/* Append packet i on slot s with flags to the tx ring. */
-static int add_packet(loop_t *L, int s, int64_t i, uint32_t flags) {
+/* Append slot s's outstanding packet (out_pkt, out_round) with flags to the tx ring. */
+static int add_packet(loop_t *L, int s, uint32_t flags) {
     uint8_t *h = tx_row(L, (size_t)L->hdr_bytes + (size_t)L->nb);
     if (!h) return -1;
-    build_packet(L, h, s, i, flags);
+    build_packet(L, h, s, L->out_pkt[s], L->out_round_full[s], flags);
     return 0;
+}
+
+/* Build the repair rows whose last answered packet changed since they were last built. */
+static void build_repairs(loop_t *L) {
+    if (!L->rep_pending) return;
+    for (int s = 0; s < L->rep_rows; s++) {
+        const int64_t i = L->rep_pending[s];
+        if (i < 0) continue;
+        build_packet(L, L->rep_this + (size_t)s * MAX_DATAGRAM, s, i, L->base[s] + i / L->W,
+                     FLAG_RETX);
+        L->rep_this_len[s] = L->hdr_bytes + (int32_t)L->nb;
+        L->rep_pending[s] = -1;
+    }
 }
 
 /* Queue every stored last-answered packet of both kinds (H3's repair). */
 static int add_repairs(loop_t *L) {
+    build_repairs(L);
     for (int pass = 0; pass < 2; pass++) {
         const uint8_t *buf = pass ? L->rep_other : L->rep_this;
         const int32_t *len = pass ? L->rep_other_len : L->rep_this_len;
@@ -438,7 +455,8 @@ static int add_repairs(loop_t *L) {
 /* Make packet i the outstanding one of slot s (sent at now, timeout r) and queue it. */
 static int launch(loop_t *L, int s, int64_t i, double now, double r) {
     L->out_pkt[s] = i;
-    L->out_round[s] = (uint32_t)((L->base[s] + i / L->W) & 0xFFFFFFFF);
+    L->out_round_full[s] = L->base[s] + i / L->W;
+    L->out_round[s] = (uint32_t)(L->out_round_full[s] & 0xFFFFFFFF);
     L->first_sent[s] = now;
     L->rto[s] = r;
     L->retried[s] = 0;
@@ -446,7 +464,7 @@ static int launch(loop_t *L, int s, int64_t i, double now, double r) {
     L->dl_sent[s] = 0;
     L->asked_deadline[s] = 0;
     L->due[s] = now + ((L->partial && L->suspects) ? fast_deadline(L) : r);
-    return add_packet(L, s, i, 0);
+    return add_packet(L, s, 0);
 }
 
 /* Receive what waits (no blocking); returns datagrams kept, their starts/lengths in dg/dl. */
@@ -671,10 +689,7 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
                 L->dead = 0;
                 L->self_release = 0;
             }
-            if (L->rep_this && s < (uint32_t)L->rep_rows) {
-                build_packet(L, L->rep_this + (size_t)s * MAX_DATAGRAM, (int)s, i, FLAG_RETX);
-                L->rep_this_len[s] = L->hdr_bytes + (int32_t)L->nb;
-            }
+            if (L->rep_pending && s < (uint32_t)L->rep_rows) L->rep_pending[s] = i;
             if (L->min_count < 0 || (long long)cnt < L->min_count) L->min_count = cnt;
             done++;
             int64_t nxt = i + W;
@@ -728,7 +743,7 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
                 rc = 1;
                 goto out;
             }
-            if (add_packet(L, s, i, flags) < 0) { rc = -1; goto out; }
+            if (add_packet(L, s, flags) < 0) { rc = -1; goto out; }
             if (++L->retries[s] >= 2 && now >= L->next_repair) {
                 if (add_repairs(L) < 0) { rc = -1; goto out; }
                 L->next_repair = now + L->max_rto;
@@ -921,6 +936,15 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
     L.dg_cap = L.gso > 1 ? GRO_MSGS * 2 * GSO_MAX_SEGS : batch;
     L.out_pkt = malloc(sizeof(int64_t) * (size_t)W);
     L.out_round = calloc((size_t)W, sizeof(uint32_t));
+    L.out_round_full = calloc((size_t)W, sizeof(int64_t));
+    if (L.rep_this) {
+        L.rep_pending = malloc(sizeof(int64_t) * (size_t)(L.rep_rows > 0 ? L.rep_rows : 1));
+        if (!L.rep_pending) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (int j = 0; j < L.rep_rows; j++) L.rep_pending[j] = -1;
+    }
     L.first_sent = calloc((size_t)W, sizeof(double));
     L.rto = calloc((size_t)W, sizeof(double));
     L.due = calloc((size_t)W, sizeof(double));
@@ -945,7 +969,7 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
             goto done;
         }
     }
-    if (!L.rxsrc || !L.out_pkt || !L.out_round || !L.first_sent || !L.rto || !L.due || !L.dl_sent
+    if (!L.rxsrc || !L.out_pkt || !L.out_round || !L.out_round_full || !L.first_sent || !L.rto || !L.due || !L.dl_sent
         || !L.retried || !L.asked_deadline || !L.retries || !L.txbuf || !L.txh || !L.txv || !L.rxbuf
         || !L.rxh || !L.rxv) {
         PyErr_NoMemory();
@@ -986,6 +1010,7 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
 #endif
         PyThreadState *ts = PyEval_SaveThread();
         rc = run_loop(&L, &ts);
+        build_repairs(&L);
         PyEval_RestoreThread(ts);
 #ifdef PR_SET_TIMERSLACK
         if (L.partial && slack > 1000) prctl(PR_SET_TIMERSLACK, (unsigned long)slack, 0, 0, 0);
@@ -1013,6 +1038,8 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
 done:
     free(L.out_pkt);
     free(L.out_round);
+    free(L.out_round_full);
+    free(L.rep_pending);
     free(L.first_sent);
     free(L.rto);
     free(L.due);

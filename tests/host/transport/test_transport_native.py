@@ -67,6 +67,11 @@ def test_c_loop_sends_and_accepts_exactly_what_the_python_loop_does():
     assert sc.stray_results > 0 and sc.partial_results > 0 and sc.missing_ranks == {1}
     assert (wc.next_round["data"] == wp.next_round["data"]).all()
     assert wc.srtt is not None and wp.srtt is not None
+    # the same repair store (issue 16, H3: each slot's last answered packet, as a RETX)
+    (rc, rlc), (rp, rlp) = wc.repair["data"], wp.repair["data"]
+    np.testing.assert_array_equal(rlc, rlp)
+    assert (rlc > 0).all()
+    np.testing.assert_array_equal(rc, rp)
 
 
 @pytest.mark.parametrize(("lane_bits", "out_dtype"), [
