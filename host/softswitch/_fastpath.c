@@ -159,8 +159,10 @@ static Py_ssize_t emit(const fp_consts_t *K, const fp_job_t *J, const uint8_t *f
         cs = (cs & 0xFFFF) + (cs >> 16);
         put16(o + OFF_IP_CSUM, ~cs & 0xFFFF);
         uint8_t *d = o + PAYLOAD_OFFSET;
+        if (out->alias) out->alias[nout + g] = first ? nout : -1;
         if (first) {
-            memcpy(d, first, (size_t)plen);   /* the same payload for every replica */
+            /* the same payload for every replica: the sender's to point at (alias) */
+            if (!out->alias) memcpy(d, first, (size_t)plen);
         } else if (lb == 1) {
             memcpy(d, s, (size_t)W);
         } else if (lb == 2) {

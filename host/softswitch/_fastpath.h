@@ -87,10 +87,14 @@ typedef struct {
 
 void fp_scratch_free(fp_scratch_t *s);
 
-/* Where fp_batch writes its frames: rows of ROW_BYTES, lengths, egress ports. */
+/* Where fp_batch writes its frames: rows of ROW_BYTES, lengths, egress ports. With alias
+ * (the C loop's sender), a multicast replica after the first gets its headers only: alias[i]
+ * is the row whose payload it carries (the first replica's; -1: its own), and the sender
+ * points its UDP datagram there instead of copying the lanes once per member. NULL (Python's
+ * process()): every row is a whole frame. */
 typedef struct {
     uint8_t *buf;
-    int64_t *lens, *ports;
+    int64_t *lens, *ports, *alias;
     Py_ssize_t cap;
 } fp_out_t;
 

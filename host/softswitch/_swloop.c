@@ -220,6 +220,7 @@ static int tx_alloc(tx_t *tx, Py_ssize_t cap) {
     tx->out.buf = malloc((size_t)cap * ROW_BYTES);
     tx->out.lens = malloc((size_t)cap * sizeof(int64_t));
     tx->out.ports = malloc((size_t)cap * sizeof(int64_t));
+    tx->out.alias = malloc((size_t)cap * sizeof(int64_t));
     tx->msg = calloc((size_t)cap, sizeof(struct mmsghdr));
     tx->iov = calloc((size_t)cap, sizeof(struct iovec));
     tx->name = calloc((size_t)cap, sizeof(struct sockaddr_in));
@@ -228,12 +229,13 @@ static int tx_alloc(tx_t *tx, Py_ssize_t cap) {
     tx->run_port = calloc((size_t)cap, sizeof(int));
     tx->run_m0 = calloc((size_t)cap, sizeof(int));
     tx->run_m = calloc((size_t)cap, sizeof(int));
-    return (tx->out.buf && tx->out.lens && tx->out.ports && tx->msg && tx->iov && tx->name
+    return (tx->out.buf && tx->out.lens && tx->out.ports && tx->out.alias && tx->msg && tx->iov && tx->name
             && tx->ctrl && tx->count && tx->run_port && tx->run_m0 && tx->run_m) ? 0 : -1;
 }
 
 static void tx_free(tx_t *tx) {
-    free(tx->out.buf); free(tx->out.lens); free(tx->out.ports); free(tx->msg); free(tx->iov);
+    free(tx->out.buf); free(tx->out.lens); free(tx->out.ports); free(tx->out.alias);
+    free(tx->msg); free(tx->iov);
     free(tx->name); free(tx->ctrl); free(tx->count); free(tx->run_port); free(tx->run_m0);
     free(tx->run_m);
 }
@@ -302,6 +304,18 @@ static void build_tx(loop_t *L, tx_t *tx, Py_ssize_t nout, const learned_t *lt, 
             const int len = (int)(tx->out.lens[i] - p->offset);
             struct iovec *v = &tx->iov[nv++];
             v->iov_base = row + p->offset;
+            const int64_t a = tx->out.alias[i];
+            if (a >= 0) {
+                /* a multicast replica: its payload is the first replica's (fp_out_t). Over
+                 * UDP the whole datagram is (the replicas differ in Ethernet and IPv4 headers
+                 * only, which a UDP port does not send); a frame gets the lanes copied. */
+                const uint8_t *first = tx->out.buf + (size_t)a * ROW_BYTES;
+                if (p->udp && p->offset >= THC_OFFSET)
+                    v->iov_base = (uint8_t *)first + p->offset;
+                else if (tx->out.lens[i] > PAYLOAD_OFFSET)
+                    memcpy(row + PAYLOAD_OFFSET, first + PAYLOAD_OFFSET,
+                           (size_t)(tx->out.lens[i] - PAYLOAD_OFFSET));
+            }
             v->iov_len = (size_t)(len > 0 ? len : 0);
             uint32_t daddr = 0;
             uint16_t dport = 0;
