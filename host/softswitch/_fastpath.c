@@ -744,6 +744,7 @@ static PyMethodDef methods[] = {
     {"process", py_process, METH_VARARGS, NULL},
     {"loop", py_loop, METH_VARARGS, NULL},
     {"new_memory", py_new_memory, METH_NOARGS, NULL},
+    {"arrival_order", py_arrival_order, METH_O, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -755,6 +756,7 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
     methods[0].ml_doc = doc;
     methods[1].ml_doc = loop_doc;
     methods[2].ml_doc = new_memory_doc;
+    methods[3].ml_doc = arrival_order_doc;
     PyObject *m = PyModule_Create(&moddef);
     if (!m) return NULL;
     PyObject *names = PyTuple_New(loop_stat_count);

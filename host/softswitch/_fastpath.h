@@ -125,6 +125,8 @@ PyObject *py_loop(PyObject *self, PyObject *args);
 extern const char *loop_doc;
 PyObject *py_new_memory(PyObject *self, PyObject *args);
 extern const char *new_memory_doc;
+PyObject *py_arrival_order(PyObject *self, PyObject *arg);
+extern const char *arrival_order_doc;
 /* the names of the loop's totals (the module's LOOP_STATS, in order) */
 extern const char *const loop_stat_names[];
 extern const int loop_stat_count;

@@ -11,6 +11,8 @@ import time
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from control_plane.embedded import EmbeddedNetwork
 from host.softswitch.learned import LearnedPorts
@@ -67,6 +69,28 @@ def test_c_loop_and_python_loop_give_the_reference_sums(c_loop, monkeypatch):
         assert st["c_loop"]["batches"] > 0 and st["c_loop"]["handoffs"] >= 1
     else:
         assert st["c_loop"]["batches"] == 0
+
+
+_runs = st.lists(st.lists(st.integers(0, 40), max_size=30), min_size=1, max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(runs=_runs, shuffled=st.booleans())
+def test_a_batch_of_several_ports_is_processed_in_arrival_order(runs, shuffled):
+    """The C loop merges the ports' runs of rows (each in arrival order) instead of sorting
+    the batch; the order must be the one sorting by (receive stamp, row) gives, ties to the
+    earlier row: with up to 8 runs (the merge), more (a sort) and any order (a sort)."""
+    _fastpath = pytest.importorskip("host.softswitch._fastpath",
+                                    reason="the C data path (host/softswitch/_fastpath) is not built")
+    stamps = np.concatenate([np.sort(np.array(r, dtype=np.int64)) for r in runs])
+    if shuffled:
+        stamps = np.random.default_rng(len(stamps)).permutation(stamps)
+    want = np.argsort(stamps, kind="stable")
+    got = _fastpath.arrival_order(stamps)
+    if got is None:
+        assert (want == np.arange(len(stamps))).all()
+    else:
+        assert got == want.tolist()
 
 
 def test_learned_ports_table():
