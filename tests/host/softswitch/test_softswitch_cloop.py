@@ -163,3 +163,74 @@ def test_a_batch_with_junk_leaves_only_the_junk_to_python(monkeypatch):
     assert junk_drops == sent_junk
     assert st["c_loop"]["handoff_frames"] == sent_junk       # Python saw the junk, nothing else
     assert st["c_loop"]["split_batches"] >= 1
+
+
+def test_trains_of_changing_datagram_sizes_land_whole_in_their_rows(monkeypatch):
+    """The C loop receives a UDP train straight into its rows, cut at the size of the port's
+    last train; a train of another size is gathered and split again. Here a train of 3-byte
+    junk makes the next train of DATA (60 datagrams, 128 rows of 3 bytes cannot hold it: most
+    of it spills) take that path: every contribution must be summed whole, so all 60 results
+    (the same indices in every slot) carry the same lanes, and the junk is counted."""
+    monkeypatch.setenv("NETCO_SOFTSWITCH_CLOOP", "1")
+    if not SoftSwitch.c_loop_available():
+        pytest.skip("the C loop (host/softswitch/_fastpath) is not built")
+    from host.protocol import codec as wire
+    from host.protocol.layout import COORDS_PER_PACKET, INDEX_BITS, THC_HEADER_BYTES, DropReason, MsgType
+    from host.softswitch.netio import SOL_UDP, UDP_SEGMENT, gro_enabled_default
+
+    if not gro_enabled_default():
+        pytest.skip("kernel without UDP GSO/GRO")
+    slots = 60
+    idx = np.random.default_rng(8).integers(0, 16, size=COORDS_PER_PACKET)
+    with EmbeddedNetwork(2, num_slots=64, in_process=True) as net:
+        sw = net.switch
+        assert sw.c_loop
+        socks = []
+        for r in range(2):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.bind((net.address(r).ip, 0))
+            s.settimeout(5)
+            socks.append(s)
+
+        def train(r: int, datagrams: list[bytes]) -> None:
+            socks[r].setsockopt(SOL_UDP, UDP_SEGMENT, len(datagrams[0]))
+            socks[r].sendto(b"".join(datagrams), net.address(r).switch)
+
+        def data(r: int, slot: int) -> bytes:
+            return wire.encode(wire.Header(msg_type=MsgType.DATA, job_id=net.job_id, slot=slot,
+                                           round=4, rank=r, lane_bits=INDEX_BITS,
+                                           chunk_offset=slot * COORDS_PER_PACKET,
+                                           token=net.token), idx)
+
+        try:
+            for r in range(2):
+                train(r, [b"\x01\x02\x03"] * 40)                       # SHORT: 40 each
+                train(r, [data(r, slot) for slot in range(slots)])
+                train(r, [b"\x01\x02\x03"] * 7)                        # and back
+            lanes = {r: [] for r in range(2)}
+            for r in range(2):
+                while len(lanes[r]) < slots:
+                    try:
+                        d = socks[r].recv(65536)
+                    except TimeoutError:
+                        raise AssertionError(str(sw.stats())) from None
+                    h = wire.unpack_header(d)
+                    assert h.msg_type == MsgType.RESULT and h.count == 2
+                    lanes[r].append(d[THC_HEADER_BYTES:])
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:    # every frame counted (summed or dropped)
+                st = sw.stats()
+                if st["contributions"] + sum(st["drops"].values()) >= 2 * (slots + 47):
+                    break
+                time.sleep(0.01)
+            st = sw.stats()
+        finally:
+            for s in socks:
+                s.close()
+    assert st["contributions"] == 2 * slots
+    assert st["drops"].get(int(DropReason.SHORT), 0) == 2 * 47
+    assert st["gro_trains"] >= 4
+    want = lanes[0][0]
+    assert any(want)
+    for r in range(2):
+        assert all(lane == want for lane in lanes[r])
