@@ -74,7 +74,6 @@ static int64_t now_ns(void) {
 
 typedef struct {
     int fd, number, offset, named, udp, gro, gso;
-    int seg_guess;         /* GRO: the datagram size of the port's last train (rx_port) */
     uint32_t bind;         /* host order */
     int peer;
     uint32_t peer_addr;    /* host order */
@@ -388,9 +387,11 @@ typedef struct {
     struct iovec *iov;
     uint8_t *ctrl;                 /* RX_CTRL per row */
     /* UDP GRO trains */
-    int tmsgs;                     /* trains per port and batch at most */
-    uint8_t *tbuf;                 /* two trains: a spill and a gather buffer */
-    struct iovec *siov;            /* TRAIN_MAX_SEGS + 1: a train's rows and its spill */
+    int tmsgs;
+    uint8_t *tbuf, *tctrl;
+    struct mmsghdr *tmsg;
+    struct iovec *tiov;
+    struct sockaddr_in *tname;
     int64_t *stats;
 } rx_t;
 
@@ -412,69 +413,35 @@ static void cmsgs(struct msghdr *h, int *seg, int64_t *stamp) {
 }
 
 /* Receive from port p into rows start..; returns rows written, 0 nothing, -errno failure. */
-static Py_ssize_t rx_port(rx_t *X, port_t *p, Py_ssize_t start) {
+static Py_ssize_t rx_port(rx_t *X, const port_t *p, Py_ssize_t start) {
     const Py_ssize_t room = X->batch - start;
     const int width = ROW_BYTES - p->offset;
     if (p->gro) {
-        /* Each train straight into rows: one iovec per row (at the port's offset, seg_guess
-         * bytes: the last train's datagram size) and the rest of a train's 64 KB in tbuf.
-         * When the guess was right -- a train of datagrams of that size, or one datagram
-         * that fits -- every datagram is in its row as received; otherwise the pieces are
-         * gathered into one train and split as before, and the guess becomes the train's
-         * datagram size. (Before, every datagram was copied from a train buffer into its row.) */
+        int m = (int)(room / TRAIN_MAX_SEGS);
+        if (m > X->tmsgs) m = X->tmsgs;
+        if (m <= 0) return 0;
+        for (int j = 0; j < m; j++) {
+            X->tmsg[j].msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
+            X->tmsg[j].msg_hdr.msg_controllen = RX_CTRL;
+        }
+        int k = recvmmsg(p->fd, X->tmsg, (unsigned)m, MSG_DONTWAIT, NULL);
+        if (k < 0) return (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? 0 : -errno;
         Py_ssize_t row = start;
-        uint8_t *spill = X->tbuf, *gather = X->tbuf + TRAIN_BYTES;
-        for (int t = 0; t < X->tmsgs && X->batch - row >= TRAIN_MAX_SEGS; t++) {
-            const int guess = p->seg_guess > 0 && p->seg_guess <= width ? p->seg_guess : width;
-            int nio = 0;
-            for (; nio < TRAIN_MAX_SEGS && (size_t)nio * (size_t)guess < TRAIN_BYTES; nio++) {
-                X->siov[nio].iov_base = X->buf + (size_t)(row + nio) * ROW_BYTES + p->offset;
-                X->siov[nio].iov_len = (size_t)guess;
-            }
-            X->siov[nio].iov_base = spill;
-            X->siov[nio].iov_len = TRAIN_BYTES;
-            struct msghdr h = {0};
-            struct sockaddr_in name;
-            uint8_t ctrl[RX_CTRL];
-            h.msg_name = &name;
-            h.msg_namelen = sizeof(name);
-            h.msg_iov = X->siov;
-            h.msg_iovlen = (size_t)nio + 1;
-            h.msg_control = ctrl;
-            h.msg_controllen = RX_CTRL;
-            const ssize_t got = recvmsg(p->fd, &h, MSG_DONTWAIT);
-            if (got < 0) {
-                if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
-                return row > start ? row - start : -errno;
-            }
+        for (int j = 0; j < k; j++) {
             int seg;
             int64_t stamp;
-            cmsgs(&h, &seg, &stamp);
-            const int total = (int)got;
+            cmsgs(&X->tmsg[j].msg_hdr, &seg, &stamp);
+            const int total = (int)X->tmsg[j].msg_len;
             if (seg <= 0) seg = total ? total : 1;
             if (total > seg) add(X->stats, S_GRO_TRAINS, 1);
-            const int in_place = (seg == guess || (seg >= total && total <= guess))
-                                 && (size_t)total <= (size_t)nio * (size_t)guess;
-            const uint8_t *src = NULL;
-            if (!in_place) {
-                /* gather the pieces (rows, then the spill) into one train */
-                int at = 0;
-                for (int q = 0; q < nio && at < total; q++) {
-                    const int piece = total - at < guess ? total - at : guess;
-                    memcpy(gather + at, X->siov[q].iov_base, (size_t)piece);
-                    at += piece;
-                }
-                if (at < total) memcpy(gather + at, spill, (size_t)(total - at));
-                src = gather;
-                p->seg_guess = seg <= width ? seg : 0;
-            }
+            const uint8_t *src = X->tbuf + (size_t)j * TRAIN_BYTES;
             int at = 0;
             do {
                 int piece = total - at < seg ? total - at : seg;
                 int cut = piece < width ? piece : width;
-                if (src) memcpy(X->buf + (size_t)row * ROW_BYTES + p->offset, src + at, (size_t)cut);
+                memcpy(X->buf + (size_t)row * ROW_BYTES + p->offset, src + at, (size_t)cut);
                 X->lens[row] = cut;
-                X->names[row] = name;
+                X->names[row] = X->tname[j];
                 X->stamps[row] = stamp;
                 X->inports[row] = p->number;
                 row++;
@@ -639,8 +606,10 @@ typedef struct {
     tx_t tx[2];
     struct mmsghdr *msg;
     struct iovec *iov;
-    uint8_t *ctrl, *tbuf;
-    struct iovec *siov;
+    uint8_t *ctrl, *tbuf, *tctrl;
+    struct mmsghdr *tmsg;
+    struct iovec *tiov;
+    struct sockaddr_in *tname;
     struct pollfd *pfd;
     ord_t *ord;
     int64_t *order;
@@ -654,8 +623,8 @@ typedef struct {
 static void mem_release(mem_t *m) {
     tx_free(&m->tx[0]);
     tx_free(&m->tx[1]);
-    free(m->msg); free(m->iov); free(m->ctrl); free(m->tbuf); free(m->siov);
-    free(m->pfd); free(m->ord); free(m->order);
+    free(m->msg); free(m->iov); free(m->ctrl); free(m->tbuf); free(m->tctrl); free(m->tmsg);
+    free(m->tiov); free(m->tname); free(m->pfd); free(m->ord); free(m->order);
     free(m->pbuf); free(m->pnames); free(m->pvals);
     fp_scratch_free(&m->scratch);
     memset(m, 0, sizeof(*m));
@@ -676,21 +645,31 @@ static int mem_ensure(mem_t *m, Py_ssize_t batch, Py_ssize_t cap, int np, int tm
     m->msg = calloc((size_t)batch, sizeof(struct mmsghdr));
     m->iov = calloc((size_t)batch, sizeof(struct iovec));
     m->ctrl = calloc((size_t)batch, RX_CTRL);
-    /* trains: a spill and a gather buffer (rx_port) */
-    m->tbuf = malloc(2 * TRAIN_BYTES);
-    m->siov = calloc(TRAIN_MAX_SEGS + 1, sizeof(struct iovec));
+    m->tbuf = malloc((size_t)tmsgs * TRAIN_BYTES);
+    m->tctrl = calloc((size_t)tmsgs, RX_CTRL);
+    m->tmsg = calloc((size_t)tmsgs, sizeof(struct mmsghdr));
+    m->tiov = calloc((size_t)tmsgs, sizeof(struct iovec));
+    m->tname = calloc((size_t)tmsgs, sizeof(struct sockaddr_in));
     m->pfd = calloc((size_t)(np ? np : 1), sizeof(struct pollfd));
     m->ord = malloc((size_t)batch * sizeof(ord_t));
     m->order = malloc((size_t)batch * sizeof(int64_t));
     m->pbuf = malloc((size_t)batch * ROW_BYTES);
     m->pnames = malloc((size_t)batch * sizeof(struct sockaddr_in));
     m->pvals = malloc((size_t)batch * 3 * sizeof(int64_t));
-    if (!m->msg || !m->iov || !m->ctrl || !m->tbuf || !m->siov || !m->pfd || !m->ord
-        || !m->order || !m->pbuf || !m->pnames || !m->pvals
+    if (!m->msg || !m->iov || !m->ctrl || !m->tbuf || !m->tctrl || !m->tmsg || !m->tiov
+        || !m->tname || !m->pfd || !m->ord || !m->order || !m->pbuf || !m->pnames || !m->pvals
         || tx_alloc(&m->tx[0], cap) < 0
         || tx_alloc(&m->tx[1], cap) < 0) {
         mem_release(m);
         return -1;
+    }
+    for (int j = 0; j < tmsgs; j++) {
+        m->tiov[j].iov_base = m->tbuf + (size_t)j * TRAIN_BYTES;
+        m->tiov[j].iov_len = TRAIN_BYTES;
+        m->tmsg[j].msg_hdr.msg_iov = &m->tiov[j];
+        m->tmsg[j].msg_hdr.msg_iovlen = 1;
+        m->tmsg[j].msg_hdr.msg_name = &m->tname[j];
+        m->tmsg[j].msg_hdr.msg_control = m->tctrl + (size_t)j * RX_CTRL;
     }
     return 0;
 }
@@ -917,7 +896,10 @@ PyObject *py_loop(PyObject *self, PyObject *args) {
     X.ctrl = mem->ctrl;
     X.tmsgs = mem->tmsgs;
     X.tbuf = mem->tbuf;
-    X.siov = mem->siov;
+    X.tctrl = mem->tctrl;
+    X.tmsg = mem->tmsg;
+    X.tiov = mem->tiov;
+    X.tname = mem->tname;
     struct pollfd *pfd = mem->pfd;
     ord_t *ord = mem->ord;
     int64_t *order = mem->order;
@@ -957,7 +939,7 @@ PyObject *py_loop(PyObject *self, PyObject *args) {
         int nports = 0;
         for (Py_ssize_t k = 0; k < np_ && n < batch; k++) {
             if (!(pfd[k].revents & (POLLIN | POLLERR))) continue;
-            port_t *p = &L.ports[k];
+            const port_t *p = &L.ports[k];
             Py_ssize_t got = rx_port(&X, p, n);
             if (got < 0) { err = (int)-got; break; }
             if (got == 0) continue;
