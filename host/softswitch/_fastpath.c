@@ -159,10 +159,18 @@ static Py_ssize_t emit(const fp_consts_t *K, const fp_job_t *J, const uint8_t *f
         cs = (cs & 0xFFFF) + (cs >> 16);
         put16(o + OFF_IP_CSUM, ~cs & 0xFFFF);
         uint8_t *d = o + PAYLOAD_OFFSET;
-        if (out->alias) out->alias[nout + g] = first ? nout : -1;
+        if (out->arena) {
+            /* one THC message per emission in the arena (fp_out_t); this row's own header
+             * carries the THC header too, for the frames of AF_PACKET ports */
+            if (!first) {
+                uint8_t *a = out->arena + out->arena_at;
+                memcpy(a, o + THC_OFFSET, PAYLOAD_OFFSET - THC_OFFSET);
+                d = a + (PAYLOAD_OFFSET - THC_OFFSET);
+            }
+            out->aoff[nout + g] = (int64_t)out->arena_at;
+        }
         if (first) {
-            /* the same payload for every replica: the sender's to point at (alias) */
-            if (!out->alias) memcpy(d, first, (size_t)plen);
+            if (!out->arena) memcpy(d, first, (size_t)plen);   /* the same payload for every replica */
         } else if (lb == 1) {
             memcpy(d, s, (size_t)W);
         } else if (lb == 2) {
@@ -175,6 +183,7 @@ static Py_ssize_t emit(const fp_consts_t *K, const fp_job_t *J, const uint8_t *f
         out->lens[nout + g] = PAYLOAD_OFFSET + plen;
         out->ports[nout + g] = eport;
     }
+    if (out->arena) out->arena_at += (size_t)(PAYLOAD_OFFSET - THC_OFFSET + plen);
     return k;
 }
 
@@ -512,6 +521,7 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
 
     /* 3. the sums and the frames, in the order decided (room for the frames was counted) */
     Py_ssize_t nout = 0;
+    out->arena_at = 0;
     const int vec = J->lut_nibbles && simd_ok();
     for (Py_ssize_t o = 0; o < nops; o++) {
         const op_t *op = ops + o;

@@ -87,14 +87,20 @@ typedef struct {
 
 void fp_scratch_free(fp_scratch_t *s);
 
-/* Where fp_batch writes its frames: rows of ROW_BYTES, lengths, egress ports. With alias
- * (the C loop's sender), a multicast replica after the first gets its headers only: alias[i]
- * is the row whose payload it carries (the first replica's; -1: its own), and the sender
- * points its UDP datagram there instead of copying the lanes once per member. NULL (Python's
- * process()): every row is a whole frame. */
+/* Where fp_batch writes its frames: rows of ROW_BYTES, lengths, egress ports. With an arena
+ * (the C loop's sender), every emission's THC message (header and lanes) is written once,
+ * packed after the last one in the arena, at aoff[i] for each of its frames (the replicas of
+ * a multicast share it: they differ in their Ethernet and IPv4 headers only), and the rows get
+ * those headers, not the lanes: a UDP port sends the arena's bytes (consecutive results to one
+ * address are one iovec per UDP_SEGMENT message, not one per datagram and a copy per member),
+ * an AF_PACKET port gets the lanes copied into the row. Without (Python's process()), every
+ * row is a whole frame. */
 typedef struct {
     uint8_t *buf;
-    int64_t *lens, *ports, *alias;
+    int64_t *lens, *ports;
+    uint8_t *arena;         /* cap * ROW_BYTES bytes, or NULL */
+    int64_t *aoff;
+    size_t arena_at;        /* bytes used (fp_batch starts it at 0) */
     Py_ssize_t cap;
 } fp_out_t;
 

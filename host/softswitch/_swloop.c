@@ -131,9 +131,18 @@ static void send_singles(loop_t *L, const port_t *p, tx_t *tx, int m0, int m1) {
         h.msg_control = NULL;
         h.msg_controllen = 0;
         h.msg_iovlen = 1;
-        struct iovec *v = tx->msg[m].msg_hdr.msg_iov;
+        /* the message's datagrams are of one length; an iovec may hold several (build_tx) */
+        const struct iovec *v = tx->msg[m].msg_hdr.msg_iov;
+        size_t total = 0;
+        for (size_t q = 0; q < tx->msg[m].msg_hdr.msg_iovlen; q++) total += v[q].iov_len;
+        const size_t seg = tx->count[m] > 0 ? total / (size_t)tx->count[m] : total;
+        size_t q = 0, at = 0;
         for (int d = 0; d < tx->count[m]; d++) {
-            h.msg_iov = v + d;
+            while (q < tx->msg[m].msg_hdr.msg_iovlen && at >= v[q].iov_len) { q++; at = 0; }
+            if (q == tx->msg[m].msg_hdr.msg_iovlen) break;
+            struct iovec one = {(uint8_t *)v[q].iov_base + at, seg};
+            at += seg;
+            h.msg_iov = &one;
             for (;;) {
                 if (sendmsg(p->fd, &h, 0) >= 0) break;
                 if (errno == EINTR) continue;
@@ -220,7 +229,8 @@ static int tx_alloc(tx_t *tx, Py_ssize_t cap) {
     tx->out.buf = malloc((size_t)cap * ROW_BYTES);
     tx->out.lens = malloc((size_t)cap * sizeof(int64_t));
     tx->out.ports = malloc((size_t)cap * sizeof(int64_t));
-    tx->out.alias = malloc((size_t)cap * sizeof(int64_t));
+    tx->out.arena = malloc((size_t)cap * ROW_BYTES);
+    tx->out.aoff = malloc((size_t)cap * sizeof(int64_t));
     tx->msg = calloc((size_t)cap, sizeof(struct mmsghdr));
     tx->iov = calloc((size_t)cap, sizeof(struct iovec));
     tx->name = calloc((size_t)cap, sizeof(struct sockaddr_in));
@@ -229,12 +239,13 @@ static int tx_alloc(tx_t *tx, Py_ssize_t cap) {
     tx->run_port = calloc((size_t)cap, sizeof(int));
     tx->run_m0 = calloc((size_t)cap, sizeof(int));
     tx->run_m = calloc((size_t)cap, sizeof(int));
-    return (tx->out.buf && tx->out.lens && tx->out.ports && tx->out.alias && tx->msg && tx->iov && tx->name
+    return (tx->out.buf && tx->out.lens && tx->out.ports && tx->out.arena && tx->out.aoff
+            && tx->msg && tx->iov && tx->name
             && tx->ctrl && tx->count && tx->run_port && tx->run_m0 && tx->run_m) ? 0 : -1;
 }
 
 static void tx_free(tx_t *tx) {
-    free(tx->out.buf); free(tx->out.lens); free(tx->out.ports); free(tx->out.alias);
+    free(tx->out.buf); free(tx->out.lens); free(tx->out.ports); free(tx->out.arena); free(tx->out.aoff);
     free(tx->msg); free(tx->iov);
     free(tx->name); free(tx->ctrl); free(tx->count); free(tx->run_port); free(tx->run_m0);
     free(tx->run_m);
@@ -302,21 +313,15 @@ static void build_tx(loop_t *L, tx_t *tx, Py_ssize_t nout, const learned_t *lt, 
             if (tx->out.ports[i] != pn) continue;
             uint8_t *row = tx->out.buf + (size_t)i * ROW_BYTES;
             const int len = (int)(tx->out.lens[i] - p->offset);
-            struct iovec *v = &tx->iov[nv++];
-            v->iov_base = row + p->offset;
-            const int64_t a = tx->out.alias[i];
-            if (a >= 0) {
-                /* a multicast replica: its payload is the first replica's (fp_out_t). Over
-                 * UDP the whole datagram is (the replicas differ in Ethernet and IPv4 headers
-                 * only, which a UDP port does not send); a frame gets the lanes copied. */
-                const uint8_t *first = tx->out.buf + (size_t)a * ROW_BYTES;
-                if (p->udp && p->offset >= THC_OFFSET)
-                    v->iov_base = (uint8_t *)first + p->offset;
-                else if (tx->out.lens[i] > PAYLOAD_OFFSET)
-                    memcpy(row + PAYLOAD_OFFSET, first + PAYLOAD_OFFSET,
-                           (size_t)(tx->out.lens[i] - PAYLOAD_OFFSET));
-            }
-            v->iov_len = (size_t)(len > 0 ? len : 0);
+            /* the THC message is in the arena (fp_out_t): a UDP datagram is those bytes, a
+             * frame gets them after its own headers */
+            const uint8_t *msg = tx->out.arena + tx->out.aoff[i];
+            const int from_arena = p->udp && p->offset == THC_OFFSET;
+            if (!from_arena && tx->out.lens[i] > PAYLOAD_OFFSET)
+                memcpy(row + PAYLOAD_OFFSET, msg + THC_HEADER_BYTES,
+                       (size_t)(tx->out.lens[i] - PAYLOAD_OFFSET));
+            uint8_t *base = from_arena ? (uint8_t *)msg : row + p->offset;
+            const size_t blen = (size_t)(len > 0 ? len : 0);
             uint32_t daddr = 0;
             uint16_t dport = 0;
             if (p->udp) {
@@ -332,12 +337,21 @@ static void build_tx(loop_t *L, tx_t *tx, Py_ssize_t nout, const learned_t *lt, 
                     dport = (uint16_t)last_port;
                 }
             }
-            /* join the open message: same length and destination, room left */
+            /* join the open message: same length and destination, room left; a datagram
+             * that follows the last one in memory extends its iovec */
             if (gso && cur && cur_len == len && tx->count[nm - 1] < L->gso_segments
                 && (tx->count[nm - 1] + 1) * len <= GSO_MAX_BYTES
                 && (!p->udp || (tx->name[nm - 1].sin_addr.s_addr == htonl(daddr)
                                 && tx->name[nm - 1].sin_port == htons(dport)))) {
-                cur->msg_hdr.msg_iovlen++;
+                struct iovec *last = &tx->iov[nv - 1];
+                if ((uint8_t *)last->iov_base + last->iov_len == base) {
+                    last->iov_len += blen;
+                } else {
+                    struct iovec *v = &tx->iov[nv++];
+                    v->iov_base = base;
+                    v->iov_len = blen;
+                    cur->msg_hdr.msg_iovlen++;
+                }
                 tx->count[nm - 1]++;
                 if (tx->count[nm - 1] == 2) {
                     uint8_t *c = tx->ctrl + (size_t)(nm - 1) * TX_CTRL;
@@ -352,6 +366,9 @@ static void build_tx(loop_t *L, tx_t *tx, Py_ssize_t nout, const learned_t *lt, 
                 }
                 continue;
             }
+            struct iovec *v = &tx->iov[nv++];
+            v->iov_base = base;
+            v->iov_len = blen;
             cur = &tx->msg[nm];
             memset(cur, 0, sizeof(*cur));
             cur->msg_hdr.msg_iov = v;

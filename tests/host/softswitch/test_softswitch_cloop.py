@@ -5,6 +5,7 @@ pipeline and counted there; and the learned-ports table both loops share."""
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 
@@ -22,6 +23,9 @@ from host.thc.simulate import allreduce as simulated_allreduce
 from host.transport.job import JobSpec, NetworkAggregator
 from host.transport.ports import UdpEndpoint
 from tests.support.transport import run_workers, worker_data
+
+#: <asm-generic/socket.h>: send UDP without checksums (no UDP_SEGMENT then)
+SO_NO_CHECK = 11
 
 
 def _allreduce(net: EmbeddedNetwork, xs, base: int):
@@ -236,3 +240,56 @@ def test_trains_of_changing_datagram_sizes_land_whole_in_their_rows(monkeypatch)
     assert any(want)
     for r in range(2):
         assert all(lane == want for lane in lanes[r])
+
+
+def test_where_the_route_cannot_segment_results_leave_one_datagram_at_a_time(monkeypatch):
+    """A port whose sends cannot be segmented (SO_NO_CHECK: the kernel refuses UDP_SEGMENT
+    with EIO, as a device without checksum offload does) gets the C loop's results one
+    datagram per message, cut from the packed THC messages (several share an iovec), and
+    turns GSO off: each worker gets every result once, whole, as its own datagram."""
+    monkeypatch.setenv("NETCO_SOFTSWITCH_CLOOP", "1")
+    if not SoftSwitch.c_loop_available():
+        pytest.skip("the C loop (host/softswitch/_fastpath) is not built")
+    from host.protocol import codec as wire
+    from host.protocol.layout import COORDS_PER_PACKET, INDEX_BITS, MsgType
+
+    slots = 40
+    idx = np.random.default_rng(9).integers(0, 16, size=COORDS_PER_PACKET)
+    with EmbeddedNetwork(2, num_slots=64, in_process=True) as net:
+        sw = net.switch
+        assert sw.c_loop
+        udp = [p for p in sw.ports.values() if getattr(p, "gso", None) is not None]
+        if not udp:
+            pytest.skip("kernel without UDP GSO/GRO")
+        for p in udp:
+            with socket.socket(fileno=os.dup(p.sock.fileno())) as s:
+                s.setsockopt(socket.SOL_SOCKET, SO_NO_CHECK, 1)
+        socks = []
+        for r in range(2):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.bind((net.address(r).ip, 0))
+            s.settimeout(5)
+            socks.append(s)
+        got: dict[int, list[bytes]] = {0: [], 1: []}
+        try:
+            for slot in range(slots):       # one batch holds many results per worker
+                for r in range(2):
+                    socks[r].sendto(wire.encode(wire.Header(
+                        msg_type=MsgType.DATA, job_id=net.job_id, slot=slot, round=4, rank=r,
+                        lane_bits=INDEX_BITS, chunk_offset=slot * COORDS_PER_PACKET,
+                        token=net.token), idx), net.address(r).switch)
+            for r in range(2):
+                while len(got[r]) < slots:
+                    got[r].append(socks[r].recv(65536))
+            st = sw.stats()
+        finally:
+            for s in socks:
+                s.close()
+    size = len(got[0][0])
+    for r in range(2):
+        heads = [wire.unpack_header(d) for d in got[r]]
+        assert all(len(d) == size for d in got[r])          # one result per datagram
+        assert sorted(h.slot for h in heads) == list(range(slots))
+        assert all(h.msg_type == MsgType.RESULT and h.count == 2 for h in heads)
+    assert all(p.gso.disabled for p in udp)
+    assert st["tx_lost"] == 0 and st["c_loop"]["batches"] > 0
