@@ -230,6 +230,24 @@ __attribute__((target("avx2"))) static void add_indices_simd(void *s, const uint
     const __m128i TL = _mm_loadu_si128((const __m128i *)tl);
     const __m128i M = _mm_set1_epi8(0x0F);
     int k = 0;
+    if (lb == 1) {
+        /* 8-bit sums: 32 index bytes (64 lanes) per step. vpshufb and the unpacks work within
+         * each 128-bit half, so the halves come out as lanes 0-15 | 32-47 and 16-31 | 48-63
+         * and are put in order with two permutes. */
+        const __m256i TH2 = _mm256_broadcastsi128_si256(TH), TL2 = _mm256_broadcastsi128_si256(TL);
+        const __m256i M2 = _mm256_set1_epi8(0x0F);
+        for (; k + 32 <= ibytes; k += 32) {
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(p + k));
+            const __m256i vh = _mm256_shuffle_epi8(TH2, _mm256_and_si256(_mm256_srli_epi16(x, 4), M2));
+            const __m256i vl = _mm256_shuffle_epi8(TL2, _mm256_and_si256(x, M2));
+            const __m256i u0 = _mm256_unpacklo_epi8(vh, vl), u1 = _mm256_unpackhi_epi8(vh, vl);
+            const __m256i c0 = _mm256_permute2x128_si256(u0, u1, 0x20);
+            const __m256i c1 = _mm256_permute2x128_si256(u0, u1, 0x31);
+            __m256i *d = (__m256i *)((uint8_t *)s + 2 * k);
+            _mm256_storeu_si256(d, fresh ? c0 : _mm256_add_epi8(c0, _mm256_loadu_si256(d)));
+            _mm256_storeu_si256(d + 1, fresh ? c1 : _mm256_add_epi8(c1, _mm256_loadu_si256(d + 1)));
+        }
+    }
     for (; k + 16 <= ibytes; k += 16) {
         const __m128i x = _mm_loadu_si128((const __m128i *)(p + k));
         const __m128i vh = _mm_shuffle_epi8(TH, _mm_and_si128(_mm_srli_epi16(x, 4), M));
