@@ -292,7 +292,7 @@ static inline uint32_t lane_at(const uint8_t *p, int lb, int q) {
 
 int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8_t *buf,
              const int64_t *lens, const int64_t *ports, Py_ssize_t n, const int64_t *order,
-             fp_out_t *out, fp_result_t *res, fp_scratch_t *scratch) {
+             const uint8_t *const *pay, fp_out_t *out, fp_result_t *res, fp_scratch_t *scratch) {
     const long long slot_base = J->slot_base, num_slots = J->num_slots, expected = J->expected,
                     has_parent = J->has_parent, lane_bits = J->lane_bits,
                     pool_slots = S->pool_slots;
@@ -544,7 +544,7 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
     for (Py_ssize_t o = 0; o < nops; o++) {
         const op_t *op = ops + o;
         const uint8_t *f = buf + (size_t)op->row * ROW_BYTES;
-        const uint8_t *p = f + PAYLOAD_OFFSET;
+        const uint8_t *p = pay && pay[op->row] ? pay[op->row] : f + PAYLOAD_OFFSET;
         uint32_t *s = sums + (size_t)op->cell * W;
         /* the sums as wide as the job's lanes (lb bytes each, Pipeline.sums_for) */
         switch (op->sums_op) {
@@ -749,7 +749,7 @@ static PyObject *py_process(PyObject *self, PyObject *args) {
     if (fp_parse_job(ojob, &J, bufs, &nb) < 0) goto done;
     if (fp_parse_state(ostate, &S, bufs, &nb) < 0) goto done;
     fp_result_t r;
-    int h = fp_batch(&K, &S, &J, bufs[0].v.buf, bufs[1].v.buf, bufs[2].v.buf, n, order, &out,
+    int h = fp_batch(&K, &S, &J, bufs[0].v.buf, bufs[1].v.buf, bufs[2].v.buf, n, order, NULL, &out,
                      &r, &py_scratch);
     if (h < 0) {
         PyErr_NoMemory();

@@ -112,14 +112,16 @@ typedef struct {
     long long nresent, nretx_up, nrelease, nparent, nstale, ndup;
 } fp_result_t;
 
-/* Rows 0..n-1 of buf (lens, ingress ports; order: arrival order or NULL) through the common
+/* Rows 0..n-1 of buf (lens, ingress ports; order: arrival order or NULL; pay: where each
+ * row's payload is when not at its PAYLOAD_OFFSET -- a UDP datagram read in place in its GRO
+ * train -- or NULL: every row whole) through the common
  * case (worker contributions, partials of child switches, results of the parent, with or
  * without DEADLINE). 1: taken (every row accepted -- STALE/DUPLICATE drops among them are
  * counted in res --, state changed, frames in out), 0: not its case (nothing changed), -1: out
  * of memory. Needs no Python (called with the GIL released). */
 int fp_batch(const fp_consts_t *k, fp_state_t *st, const fp_job_t *job, const uint8_t *buf,
              const int64_t *lens, const int64_t *ports, Py_ssize_t n, const int64_t *order,
-             fp_out_t *out, fp_result_t *res, fp_scratch_t *scratch);
+             const uint8_t *const *pay, fp_out_t *out, fp_result_t *res, fp_scratch_t *scratch);
 
 /* Parse the Python-side descriptions (held buffers appended to bufs[*nb]). 0 ok, -1 error. */
 int fp_parse_consts(PyObject *o, fp_consts_t *k);

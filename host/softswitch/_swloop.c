@@ -409,8 +409,24 @@ typedef struct {
     struct mmsghdr *tmsg;
     struct iovec *tiov;
     struct sockaddr_in *tname;
+    int tused;                     /* trains of tbuf holding this batch's datagrams */
+    /* where a row's payload is when it was left in its train (only the THC header was copied
+     * into the row), else NULL; fill_rows() copies them in before anything but fp_batch
+     * reads a row */
+    const uint8_t **pay;
     int64_t *stats;
 } rx_t;
+
+/* Copy every payload left in a train into its row (rows 0..n-1, lens the frames' lengths:
+ * after udp_headers). */
+static void fill_rows(rx_t *X, Py_ssize_t n) {
+    for (Py_ssize_t j = 0; j < n; j++) {
+        if (!X->pay[j]) continue;
+        memcpy(X->buf + (size_t)j * ROW_BYTES + PAYLOAD_OFFSET, X->pay[j],
+               (size_t)(X->lens[j] - PAYLOAD_OFFSET));
+        X->pay[j] = NULL;
+    }
+}
 
 static void cmsgs(struct msghdr *h, int *seg, int64_t *stamp) {
     *seg = 0;
@@ -434,31 +450,40 @@ static Py_ssize_t rx_port(rx_t *X, const port_t *p, Py_ssize_t start) {
     const Py_ssize_t room = X->batch - start;
     const int width = ROW_BYTES - p->offset;
     if (p->gro) {
+        /* the batch's trains stay where they are received (a DATA payload is added from
+         * there): each port's go after the last port's */
+        const int t0 = X->tused;
+        struct mmsghdr *tm = X->tmsg + t0;
         int m = (int)(room / TRAIN_MAX_SEGS);
-        if (m > X->tmsgs) m = X->tmsgs;
+        if (m > X->tmsgs - t0) m = X->tmsgs - t0;
         if (m <= 0) return 0;
         for (int j = 0; j < m; j++) {
-            X->tmsg[j].msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
-            X->tmsg[j].msg_hdr.msg_controllen = RX_CTRL;
+            tm[j].msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
+            tm[j].msg_hdr.msg_controllen = RX_CTRL;
         }
-        int k = recvmmsg(p->fd, X->tmsg, (unsigned)m, MSG_DONTWAIT, NULL);
+        int k = recvmmsg(p->fd, tm, (unsigned)m, MSG_DONTWAIT, NULL);
         if (k < 0) return (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? 0 : -errno;
+        X->tused = t0 + k;
         Py_ssize_t row = start;
         for (int j = 0; j < k; j++) {
             int seg;
             int64_t stamp;
-            cmsgs(&X->tmsg[j].msg_hdr, &seg, &stamp);
-            const int total = (int)X->tmsg[j].msg_len;
+            cmsgs(&tm[j].msg_hdr, &seg, &stamp);
+            const int total = (int)tm[j].msg_len;
             if (seg <= 0) seg = total ? total : 1;
             if (total > seg) add(X->stats, S_GRO_TRAINS, 1);
-            const uint8_t *src = X->tbuf + (size_t)j * TRAIN_BYTES;
+            const uint8_t *src = X->tbuf + (size_t)(t0 + j) * TRAIN_BYTES;
             int at = 0;
             do {
                 int piece = total - at < seg ? total - at : seg;
                 int cut = piece < width ? piece : width;
-                memcpy(X->buf + (size_t)row * ROW_BYTES + p->offset, src + at, (size_t)cut);
+                /* a UDP port's row gets the THC header; the payload stays in the train */
+                const int keep = p->offset == THC_OFFSET && cut > THC_HEADER_BYTES;
+                memcpy(X->buf + (size_t)row * ROW_BYTES + p->offset, src + at,
+                       (size_t)(keep ? THC_HEADER_BYTES : cut));
+                X->pay[row] = keep ? src + at + THC_HEADER_BYTES : NULL;
                 X->lens[row] = cut;
-                X->names[row] = X->tname[j];
+                X->names[row] = X->tname[t0 + j];
                 X->stamps[row] = stamp;
                 X->inports[row] = p->number;
                 row++;
@@ -478,6 +503,7 @@ static Py_ssize_t rx_port(rx_t *X, const port_t *p, Py_ssize_t start) {
         h->msg_control = X->ctrl + (size_t)j * RX_CTRL;
         h->msg_controllen = RX_CTRL;
         h->msg_flags = 0;
+        X->pay[j] = NULL;
     }
     int k = recvmmsg(p->fd, X->msg + start, (unsigned)room, MSG_DONTWAIT, NULL);
     if (k < 0) return (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? 0 : -errno;
@@ -630,6 +656,7 @@ typedef struct {
     struct pollfd *pfd;
     ord_t *ord;
     int64_t *order;
+    const uint8_t **pay;   /* rx_t.pay */
     /* partition_rejected: one batch of rows, names and (len, inport, stamp) triples */
     uint8_t *pbuf;
     struct sockaddr_in *pnames;
@@ -642,6 +669,7 @@ static void mem_release(mem_t *m) {
     tx_free(&m->tx[1]);
     free(m->msg); free(m->iov); free(m->ctrl); free(m->tbuf); free(m->tctrl); free(m->tmsg);
     free(m->tiov); free(m->tname); free(m->pfd); free(m->ord); free(m->order);
+    free(m->pay);
     free(m->pbuf); free(m->pnames); free(m->pvals);
     fp_scratch_free(&m->scratch);
     memset(m, 0, sizeof(*m));
@@ -670,11 +698,13 @@ static int mem_ensure(mem_t *m, Py_ssize_t batch, Py_ssize_t cap, int np, int tm
     m->pfd = calloc((size_t)(np ? np : 1), sizeof(struct pollfd));
     m->ord = malloc((size_t)batch * sizeof(ord_t));
     m->order = malloc((size_t)batch * sizeof(int64_t));
+    m->pay = calloc((size_t)batch, sizeof(*m->pay));
     m->pbuf = malloc((size_t)batch * ROW_BYTES);
     m->pnames = malloc((size_t)batch * sizeof(struct sockaddr_in));
     m->pvals = malloc((size_t)batch * 3 * sizeof(int64_t));
     if (!m->msg || !m->iov || !m->ctrl || !m->tbuf || !m->tctrl || !m->tmsg || !m->tiov
-        || !m->tname || !m->pfd || !m->ord || !m->order || !m->pbuf || !m->pnames || !m->pvals
+        || !m->tname || !m->pfd || !m->ord || !m->order || !m->pay || !m->pbuf || !m->pnames
+        || !m->pvals
         || tx_alloc(&m->tx[0], cap) < 0
         || tx_alloc(&m->tx[1], cap) < 0) {
         mem_release(m);
@@ -915,6 +945,7 @@ PyObject *py_loop(PyObject *self, PyObject *args) {
     X.tbuf = mem->tbuf;
     X.tctrl = mem->tctrl;
     X.tmsg = mem->tmsg;
+    X.pay = mem->pay;
     X.tiov = mem->tiov;
     X.tname = mem->tname;
     struct pollfd *pfd = mem->pfd;
@@ -954,6 +985,7 @@ PyObject *py_loop(PyObject *self, PyObject *args) {
         if (__atomic_load_n(&ctl[CTL_CHANGED], __ATOMIC_ACQUIRE)) { reason = R_CHANGED; break; }
         Py_ssize_t n = 0;
         int nports = 0;
+        X.tused = 0;
         for (Py_ssize_t k = 0; k < np_ && n < batch; k++) {
             if (!(pfd[k].revents & (POLLIN | POLLERR))) continue;
             const port_t *p = &L.ports[k];
@@ -976,6 +1008,7 @@ PyObject *py_loop(PyObject *self, PyObject *args) {
         fp_result_t r;
         for (int pass = 0; pass < 2 && h == 0; pass++) {
             if (pass == 1) {
+                fill_rows(&X, n);   /* whole rows from here on: the partition, Python */
                 lo = partition_rejected(&X, n, mem->pbuf, mem->pnames, mem->pvals, &K, job_map,
                                         jobs, has_job, njobs);
                 if (lo == 0 || lo == n) { lo = 0; break; }
@@ -987,7 +1020,7 @@ PyObject *py_loop(PyObject *self, PyObject *args) {
             jn = job_map[be16(b0 + OFF_JOB_ID)];
             if (jn >= 0 && jn < njobs && has_job[jn])
                 h = fp_batch(&K, &S, &jobs[jn], b0, X.lens + lo, X.inports + lo, m, ordp,
-                             &tx[cur].out, &r, scratch);
+                             pass ? NULL : X.pay, &tx[cur].out, &r, scratch);
         }
         if (h < 0) { err = ENOMEM; break; }
         if (h == 0) { reason = R_PENDING; pending_n = n; break; }
