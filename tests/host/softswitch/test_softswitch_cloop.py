@@ -46,6 +46,29 @@ def _allreduce(net: EmbeddedNetwork, xs, base: int):
     return got, ports, simulated_allreduce(codec, xs, round=0).average
 
 
+def _worker_sockets(net: EmbeddedNetwork, timeout: float | None = None) -> list[socket.socket]:
+    """One UDP socket per rank, bound to the rank's address (the switch knows it)."""
+    socks = []
+    for r in range(net.workers):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind((net.address(r).ip, 0))
+        s.settimeout(timeout)
+        socks.append(s)
+    return socks
+
+
+def _data(net: EmbeddedNetwork, r: int, slot: int, idx: np.ndarray, rnd: int, **kw) -> bytes:
+    """Rank r's DATA datagram of the job for ``slot`` in round ``rnd`` (4-bit indices ``idx``);
+    ``kw`` overrides header fields (the job's token by default)."""
+    from host.protocol import codec as wire
+    from host.protocol.layout import COORDS_PER_PACKET, INDEX_BITS, MsgType
+
+    kw.setdefault("token", net.token)
+    return wire.encode(wire.Header(msg_type=MsgType.DATA, job_id=net.job_id, slot=slot, round=rnd,
+                                   rank=r, lane_bits=INDEX_BITS,
+                                   chunk_offset=slot * COORDS_PER_PACKET, **kw), idx)
+
+
 @pytest.mark.parametrize("c_loop", ["1", "0"])
 def test_c_loop_and_python_loop_give_the_reference_sums(c_loop, monkeypatch):
     monkeypatch.setenv("NETCO_SOFTSWITCH_CLOOP", c_loop)
@@ -120,35 +143,25 @@ def test_a_batch_with_junk_leaves_only_the_junk_to_python(monkeypatch):
     if not SoftSwitch.c_loop_available():
         pytest.skip("the C loop (host/softswitch/_fastpath) is not built")
     from host.protocol import codec as wire
-    from host.protocol.layout import COORDS_PER_PACKET, INDEX_BITS, THC_VERSION, DropReason, MsgType
+    from host.protocol.layout import COORDS_PER_PACKET, THC_VERSION, DropReason, MsgType
 
     rng = np.random.default_rng(3)
     with EmbeddedNetwork(3, num_slots=32, in_process=True) as net:
         sw = net.switch
         assert sw.c_loop
-        socks = []
-        for r in range(3):
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            s.bind((net.address(r).ip, 0))
-            socks.append(s)
-
-        def header(r: int, slot: int, **kw) -> wire.Header:
-            kw.setdefault("token", net.token)
-            return wire.Header(msg_type=MsgType.DATA, job_id=net.job_id, slot=slot, round=8,
-                               rank=r, lane_bits=INDEX_BITS, chunk_offset=slot * COORDS_PER_PACKET,
-                               **kw)
+        socks = _worker_sockets(net)
 
         idx = rng.integers(0, 16, size=COORDS_PER_PACKET)
         junk = [b"\x01",                                                    # SHORT
-                wire.encode(header(0, 1, version=THC_VERSION + 1), idx),    # BAD_VERSION
-                wire.encode(header(0, 2, token=net.token ^ 0x5A5A), idx),   # BAD_SENDER
+                _data(net, 0, 1, idx, 8, version=THC_VERSION + 1),          # BAD_VERSION
+                _data(net, 0, 2, idx, 8, token=net.token ^ 0x5A5A),         # BAD_SENDER
                 wire.encode(wire.Header(msg_type=MsgType.DATA, job_id=net.job_id + 7, slot=0,
                                         round=8, token=net.token), idx)]    # UNKNOWN_JOB
         sent_junk = good = 0
         try:
             for slot in range(32):
                 for r in range(3):
-                    socks[r].sendto(wire.encode(header(r, slot), idx), net.address(r).switch)
+                    socks[r].sendto(_data(net, r, slot, idx, 8), net.address(r).switch)
                     good += 1
                     if (slot * 3 + r) % 3 == 1:
                         socks[r].sendto(junk[sent_junk % len(junk)], net.address(r).switch)
@@ -181,7 +194,7 @@ def test_trains_of_changing_datagram_sizes_land_whole_in_their_rows(monkeypatch)
     if not SoftSwitch.c_loop_available():
         pytest.skip("the C loop (host/softswitch/_fastpath) is not built")
     from host.protocol import codec as wire
-    from host.protocol.layout import COORDS_PER_PACKET, INDEX_BITS, THC_HEADER_BYTES, DropReason, MsgType
+    from host.protocol.layout import COORDS_PER_PACKET, THC_HEADER_BYTES, DropReason, MsgType
     from host.softswitch.netio import SOL_UDP, UDP_SEGMENT, gro_enabled_default
 
     if not gro_enabled_default():
@@ -191,27 +204,16 @@ def test_trains_of_changing_datagram_sizes_land_whole_in_their_rows(monkeypatch)
     with EmbeddedNetwork(2, num_slots=64, in_process=True) as net:
         sw = net.switch
         assert sw.c_loop
-        socks = []
-        for r in range(2):
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            s.bind((net.address(r).ip, 0))
-            s.settimeout(5)
-            socks.append(s)
+        socks = _worker_sockets(net, 5)
 
         def train(r: int, datagrams: list[bytes]) -> None:
             socks[r].setsockopt(SOL_UDP, UDP_SEGMENT, len(datagrams[0]))
             socks[r].sendto(b"".join(datagrams), net.address(r).switch)
 
-        def data(r: int, slot: int) -> bytes:
-            return wire.encode(wire.Header(msg_type=MsgType.DATA, job_id=net.job_id, slot=slot,
-                                           round=4, rank=r, lane_bits=INDEX_BITS,
-                                           chunk_offset=slot * COORDS_PER_PACKET,
-                                           token=net.token), idx)
-
         try:
             for r in range(2):
                 train(r, [b"\x01\x02\x03"] * 40)                       # SHORT: 40 each
-                train(r, [data(r, slot) for slot in range(slots)])
+                train(r, [_data(net, r, slot, idx, 4) for slot in range(slots)])
                 train(r, [b"\x01\x02\x03"] * 7)                        # and back
             lanes = {r: [] for r in range(2)}
             for r in range(2):
@@ -251,7 +253,7 @@ def test_where_the_route_cannot_segment_results_leave_one_datagram_at_a_time(mon
     if not SoftSwitch.c_loop_available():
         pytest.skip("the C loop (host/softswitch/_fastpath) is not built")
     from host.protocol import codec as wire
-    from host.protocol.layout import COORDS_PER_PACKET, INDEX_BITS, MsgType
+    from host.protocol.layout import COORDS_PER_PACKET, MsgType
 
     slots = 40
     idx = np.random.default_rng(9).integers(0, 16, size=COORDS_PER_PACKET)
@@ -264,20 +266,12 @@ def test_where_the_route_cannot_segment_results_leave_one_datagram_at_a_time(mon
         for p in udp:
             with socket.socket(fileno=os.dup(p.sock.fileno())) as s:
                 s.setsockopt(socket.SOL_SOCKET, SO_NO_CHECK, 1)
-        socks = []
-        for r in range(2):
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            s.bind((net.address(r).ip, 0))
-            s.settimeout(5)
-            socks.append(s)
+        socks = _worker_sockets(net, 5)
         got: dict[int, list[bytes]] = {0: [], 1: []}
         try:
             for slot in range(slots):       # one batch holds many results per worker
                 for r in range(2):
-                    socks[r].sendto(wire.encode(wire.Header(
-                        msg_type=MsgType.DATA, job_id=net.job_id, slot=slot, round=4, rank=r,
-                        lane_bits=INDEX_BITS, chunk_offset=slot * COORDS_PER_PACKET,
-                        token=net.token), idx), net.address(r).switch)
+                    socks[r].sendto(_data(net, r, slot, idx, 4), net.address(r).switch)
             for r in range(2):
                 while len(got[r]) < slots:
                     got[r].append(socks[r].recv(65536))
