@@ -254,6 +254,7 @@ def test_where_the_route_cannot_segment_results_leave_one_datagram_at_a_time(mon
         pytest.skip("the C loop (host/softswitch/_fastpath) is not built")
     from host.protocol import codec as wire
     from host.protocol.layout import COORDS_PER_PACKET, MsgType
+    from host.softswitch.netio import SOL_UDP, UDP_SEGMENT
 
     slots = 40
     idx = np.random.default_rng(9).integers(0, 16, size=COORDS_PER_PACKET)
@@ -269,9 +270,12 @@ def test_where_the_route_cannot_segment_results_leave_one_datagram_at_a_time(mon
         socks = _worker_sockets(net, 5)
         got: dict[int, list[bytes]] = {0: [], 1: []}
         try:
-            for slot in range(slots):       # one batch holds many results per worker
-                for r in range(2):
-                    socks[r].sendto(_data(net, r, slot, idx, 4), net.address(r).switch)
+            # each rank's DATA as one train: the later train completes every slot in one
+            # batch, so each port gets all its results at once (a multi-datagram message)
+            for r in range(2):
+                socks[r].setsockopt(SOL_UDP, UDP_SEGMENT, len(_data(net, r, 0, idx, 4)))
+                socks[r].sendto(b"".join(_data(net, r, slot, idx, 4) for slot in range(slots)),
+                                net.address(r).switch)
             for r in range(2):
                 while len(got[r]) < slots:
                     got[r].append(socks[r].recv(65536))
