@@ -17,7 +17,8 @@ measured in the same run by a C echo (``host/transport/kecho.c``, built with the
 the same socket type (UDP on loopback; AF_PACKET over the same veth pairs), the same batching
 (``sendmmsg``/``recvmmsg`` of 256, UDP GSO/GRO trains of 64 where the data path uses them),
 the same datagram sizes (a DATA up, a RESULT down) and window, nothing else done per
-datagram; ``fraction_of_kernel_limit`` = goodput packets/s ÷ that. The older
+datagram; ``fraction_of_kernel_limit`` = goodput packets/s ÷ that, run by run (over UDP each
+goodput run is followed at once by a run of the echo; the median of the ratios). The older
 ``limit_packets_per_s`` (the switch's Python ``--echo`` loop with the Python endpoint loop) is
 kept as a second column.
 
@@ -99,15 +100,31 @@ def _sizes(workers: int, width: int) -> tuple[int, int]:
             THC_HEADER_BYTES + width * lane_bits_for(workers, 30) // 8)
 
 
-def kernel_udp_limit(workers: int, num_slots: int, repeats: int, width: int) -> dict:
+def _kernel_gso(workers: int, width: int) -> int:
+    """Datagrams per train of the C echo: as the data path builds them (at most 65000
+    bytes, GSO_MAX_BYTES; 1 where ``UdpEndpoint`` does not enable trains)."""
+    up, down = _sizes(workers, width)
+    return max(1, min(UdpEndpoint.default_gso(), 65000 // max(up, down)))
+
+
+def kernel_udp_run(workers: int, num_slots: int, width: int) -> float:
+    """One run of the C echo over loopback UDP with the data path's batching and trains:
+    the slowest client's round trips/s."""
+    up, down = _sizes(workers, width)
+    return min(kecho.udp_limit(workers, up, down, gso=_kernel_gso(workers, width),
+                               window=num_slots))
+
+
+def kernel_udp_limit(workers: int, num_slots: int, repeats: int, width: int,
+                     runs: list[float] | None = None) -> dict:
     """The C echo over loopback UDP with the data path's batching: per repeat the slowest
     client's round trips/s, with and without GSO/GRO trains (the data path uses them when
-    ``UdpEndpoint`` enables them)."""
+    ``UdpEndpoint`` enables them). ``runs``: the runs with trains, measured already (between
+    the goodput runs, :func:`udp_goodput`)."""
     up, down = _sizes(workers, width)
-    # a train is at most 65000 bytes, as the data path builds them (GSO_MAX_BYTES)
-    gso = min(UdpEndpoint.default_gso(), 65000 // max(up, down))
-    runs = [min(kecho.udp_limit(workers, up, down, gso=gso or 1, window=num_slots))
-            for _ in range(repeats)]
+    gso = _kernel_gso(workers, width)
+    if runs is None:
+        runs = [kernel_udp_run(workers, num_slots, width) for _ in range(repeats)]
     plain = runs if gso <= 1 else [
         min(kecho.udp_limit(workers, up, down, gso=1, window=num_slots, count=50_000))
         for _ in range(repeats)]
@@ -166,11 +183,17 @@ def _thc_worker(addr, world: int, coords: int, num_slots: int, base: int, barrie
                                         token=token, coords_per_packet=width))
     times = []
     sums = np.full(agg.sums_size(enc.layout.padded), 0, dtype=agg.spec.sums_dtype)  # reused
+    # the parent measures the kernel's limit between the runs (udp_goodput); the first
+    # exchange warms up (its run is a third as fast: buffers touched the first time)
+    barrier.wait()
+    agg.sum_encoded(enc, codec, out=sums)
     for _ in range(repeats):
         barrier.wait()
         t0 = time.perf_counter()
         agg.sum_encoded(enc, codec, out=sums)
         times.append(time.perf_counter() - t0)
+        barrier.wait()
+    barrier.wait()  # the last echo run is over: exit (not while it runs)
     q.put(("thc", addr.rank, times, agg.window.stats.retransmits, getattr(agg.window, "last_native", False)))
     ep.close()
 
@@ -303,7 +326,8 @@ def _summary(workers: int, coords: int, times: list[float], limits: list[float],
     ``times[k]``: the slowest worker's seconds of run k; ``limits[k]``: the slowest worker's
     echo packets/s of run k. ``fraction_of_limit`` is median goodput ÷ median limit; the
     per-run values are kept in the ``*_runs`` fields. ``kernel``: the C echo's runs
-    (:func:`kernel_udp_limit`), giving ``fraction_of_kernel_limit``.
+    (:func:`kernel_udp_limit`); ``fraction_of_kernel_limit`` is the median over k of run k's
+    goodput ÷ the C echo's run k (measured right after it over UDP).
     """
     pkts = -(-coords // width)
     dt = statistics.median(times)
@@ -311,8 +335,12 @@ def _summary(workers: int, coords: int, times: list[float], limits: list[float],
     extra: dict = {}
     if kernel is not None:
         klim = statistics.median(kernel["runs"])
+        # run k's goodput against the kernel limit measured next to it (for UDP right after
+        # it, :func:`udp_goodput`); the median of those
+        fk = [(pkts / t) / lim for t, lim in zip(times, kernel["runs"], strict=True)]
         extra = {"kernel_limit_packets_per_s": klim,
-                 "fraction_of_kernel_limit": (pkts / dt) / klim,
+                 "fraction_of_kernel_limit": statistics.median(fk),
+                 "fraction_of_kernel_limit_runs": fk,
                  "kernel_limit_packets_per_s_runs": kernel["runs"],
                  "kernel_gso_segments": kernel.get("gso", 0)}
         if kernel.get("plain_runs") is not None and kernel.get("gso", 0) > 1:
@@ -488,20 +516,35 @@ def udp_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
     limits = [min(r[2][k] for r in res) for k in range(repeats)]
     with EmbeddedNetwork(workers, num_slots=num_slots, coords_per_packet=width,
                          switch_args=switch_args(send_thread, workers)) as net:
-        bar = ctx.Barrier(workers)
+        # this process joins the workers' barrier: it runs the C echo between their runs, so
+        # that every goodput run has a kernel limit measured next to it (a shared VM's speed
+        # changes by 2x within minutes; a limit measured minutes later compares badly)
+        bar = ctx.Barrier(workers + 1)
         pid = net.proc.pid if net.proc is not None else None
-        cpu0 = _cpu_s(pid)
-        res = _run([ctx.Process(target=_thc_worker,
-                                args=(net.address(r), workers, coords, num_slots, 1, bar, q,
-                                      repeats, net.token, width))
-                    for r in range(workers)], q, workers, 600 * repeats)
-        cpu = _cpu_s(pid) - cpu0
+        procs = [ctx.Process(target=_thc_worker,
+                             args=(net.address(r), workers, coords, num_slots, 1, bar, q,
+                                   repeats, net.token, width))
+                 for r in range(workers)]
+        for p in procs:
+            p.start()
+        cpu, klim = 0.0, []
+        bar.wait(600)  # the workers' warm-up exchange
+        for _ in range(repeats):
+            bar.wait(600)
+            cpu0 = _cpu_s(pid)
+            bar.wait(600)
+            cpu += _cpu_s(pid) - cpu0
+            klim.append(kernel_udp_run(workers, num_slots, width))
+        bar.wait(600)
+        res = [q.get(timeout=600) for _ in range(workers)]
+        for p in procs:
+            p.join(10)
     times = [max(r[2][k] for r in res) for k in range(repeats)]
-    kernel = kernel_udp_limit(workers, num_slots, repeats, width)
+    kernel = kernel_udp_limit(workers, num_slots, repeats, width, klim)
     out = _summary(workers, coords, times, limits, sum(r[3] for r in res),
                    all(r[4] for r in res), kernel, width)
     # the switch's CPU per frame it handled (each worker's DATA in, its RESULT out), less
-    # sensitive to a loaded machine than the rates (includes its idle polling between runs)
+    # sensitive to a loaded machine than the rates (counted during the runs only)
     frames = 2 * workers * -(-coords // width) * repeats
     out["switch_cpu_s"] = cpu
     out["switch_cpu_us_per_frame"] = cpu / frames * 1e6 if pid is not None else None

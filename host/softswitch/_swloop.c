@@ -31,6 +31,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -797,7 +798,9 @@ const char *loop_doc =
     "  job_map: int32 job id -> job number; state, consts: as process() takes them\n"
     "  learned: (addr uint32, port int64, count int64[1]) UDP reply ports\n"
     "  counters: (contributions, results, resent, drops) int64 arrays\n"
-    "  opts: (batch, timeout_ms, send_thread, udp_template, gso_segments, gro_msgs, gso_off)\n"
+    "  opts: (batch, timeout_ms, send_thread, udp_template, gso_segments, gro_msgs, gso_off\n"
+    "         [, spin_us]): spin_us, with nothing to receive poll that long (sched_yield\n"
+    "         between tries) before sleeping (host/busywait.py; default 0)\n"
     "-> (reason, n, several_ports): reason 0 stop, 1 configuration changed, 2 a batch of n rows\n"
     "   for the Python pipeline is in rx (several_ports: order it by rx stamps), 3 timeout_ms\n"
     "   passed (Python's signal handlers run between calls).";
@@ -817,11 +820,16 @@ PyObject *py_loop(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_ssize_t batch;
-    int timeout_ms, send_thread, gso_segments, gro_msgs;
+    int timeout_ms, send_thread, gso_segments, gro_msgs, spin_us = 0;
     PyObject *otmpl, *ogsooff;
-    if (!PyArg_ParseTuple(oopts, "niiOiiO", &batch, &timeout_ms, &send_thread, &otmpl,
-                          &gso_segments, &gro_msgs, &ogsooff))
+    if (!PyArg_ParseTuple(oopts, "niiOiiO|i", &batch, &timeout_ms, &send_thread, &otmpl,
+                          &gso_segments, &gro_msgs, &ogsooff, &spin_us))
         return NULL;
+    if (spin_us < 0) {
+        PyErr_SetString(PyExc_ValueError, "loop(): spin_us < 0");
+        return NULL;
+    }
+    const int64_t spin_ns = (int64_t)spin_us * 1000;
     PyObject *orb, *orn, *orl, *ori, *ors;
     if (!PyArg_ParseTuple(orx, "OOOOO", &orb, &orn, &orl, &ori, &ors)) return NULL;
     PyObject *ola, *olp, *olc;
@@ -972,7 +980,18 @@ PyObject *py_loop(PyObject *self, PyObject *args) {
         if (__atomic_load_n(&ctl[CTL_CHANGED], __ATOMIC_ACQUIRE)) { reason = R_CHANGED; break; }
         /* back to Python every timeout_ms, so that its signal handlers run */
         if (now_ns() >= until) { reason = R_TIMEOUT; break; }
-        int ready = poll(pfd, (nfds_t)np_, timeout_ms);
+        int ready = poll(pfd, (nfds_t)np_, spin_ns > 0 ? 0 : timeout_ms);
+        if (ready == 0 && spin_ns > 0) {
+            /* poll a while before sleeping, giving the CPU to anything runnable between the
+             * tries: a sleeping switch costs every worker a wake-up per train it sends
+             * (host/busywait.py) */
+            const int64_t t_end = now_ns() + spin_ns;
+            while (ready == 0 && now_ns() < t_end) {
+                sched_yield();
+                ready = poll(pfd, (nfds_t)np_, 0);
+            }
+            if (ready == 0) ready = poll(pfd, (nfds_t)np_, timeout_ms);
+        }
         if (ready < 0) {
             if (errno == EINTR) { reason = R_TIMEOUT; break; }
             err = errno;

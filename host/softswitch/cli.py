@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 
+from host.busywait import SPIN_US
 from host.errors import UsageError
 from host.exporter import add_metrics_arguments
 from host.protocol import generated_dataplane as dp
@@ -66,6 +67,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="send each batch's outputs from a second thread while the next "
                              "batch is received and processed (default on; --no-send-thread: "
                              "one thread)")
+    parser.add_argument("--spin-us", type=int, default=SPIN_US, metavar="US",
+                        help="with nothing to receive, the C loop polls this many microseconds "
+                             "(yielding the CPU between tries) before it sleeps: a sleeping "
+                             f"switch costs its senders a wake-up per train (default {SPIN_US}; "
+                             "0: sleep at once; host/busywait.py)")
     parser.add_argument("--c-loop", action=argparse.BooleanOptionalAction, default=None,
                         help="run the receive/process/send loop in C with the GIL released "
                              "where the C fast path is built (default on; --no-c-loop: the "
@@ -114,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
         sw = SoftSwitch(ports, device_id=args.device_id, pool_slots=args.slots, batch=args.batch,
                         coords=args.coords_per_packet, absent_silence=args.absent_silence)
         sw.send_thread = args.send_thread
+        sw.spin_us = args.spin_us
         if args.c_loop is not None:
             sw.c_loop = args.c_loop and sw.c_loop_available()
         if args.p4info:

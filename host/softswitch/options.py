@@ -25,6 +25,8 @@ MAX_SLOTS = 1 << 16
 MAX_POOL_COORDS = MAX_SLOTS * lay.COORDS_PER_PACKET
 #: Largest ``--batch`` (frames per receive batch; each row is a preallocated buffer).
 MAX_BATCH = 1 << 16
+#: Largest ``--spin-us``: a second of polling per idle period is a busy loop, not a wait.
+MAX_SPIN_US = 1_000_000
 #: P4Runtime device ids are uint64.
 MAX_DEVICE_ID = (1 << 64) - 1
 
@@ -67,8 +69,9 @@ def tls_files(cert: str | None, key: str | None, ca: str | None) -> TLSFiles | N
 def check_switch_options(args: Namespace, error: type[Exception] = OptionError) -> None:
     """Validate ``netco switch`` arguments in place; raise ``error`` with one line.
 
-    Checks ``--slots``, ``--coords-per-packet``, ``--batch``, ``--device-id``, ``--grpc``, ``--p4info``,
-    ``--absent-silence``, ``--stats-interval`` and the TLS files (stored back as ``args.tls``).
+    Checks ``--slots``, ``--coords-per-packet``, ``--batch``, ``--spin-us``, ``--device-id``,
+    ``--grpc``, ``--p4info``, ``--absent-silence``, ``--stats-interval`` and the TLS files
+    (stored back as ``args.tls``).
     """
     check_options(_check, args, error)
 
@@ -87,6 +90,10 @@ def _check(args: Namespace) -> None:
                           f"{MAX_POOL_COORDS // coords} slots at this width")
     if not 1 <= args.batch <= MAX_BATCH:
         raise OptionError(f"--batch {args.batch}: give 1..{MAX_BATCH}")
+    spin = getattr(args, "spin_us", 0)
+    if not 0 <= spin <= MAX_SPIN_US:
+        raise OptionError(f"--spin-us {spin}: give 0..{MAX_SPIN_US} microseconds (0: sleep at "
+                          "once)")
     if not 0 <= args.device_id <= MAX_DEVICE_ID:
         raise OptionError(f"--device-id {args.device_id}: P4Runtime device ids are 0..2^64-1")
     parse_hostport(args.grpc, "--grpc")
@@ -109,5 +116,5 @@ def _check(args: Namespace) -> None:
                          getattr(args, "tls_ca", None))
 
 
-__all__ = ["MAX_BATCH", "MAX_POOL_COORDS", "MAX_SLOTS", "OptionError", "check_switch_options",
+__all__ = ["MAX_BATCH", "MAX_POOL_COORDS", "MAX_SLOTS", "MAX_SPIN_US", "OptionError", "check_switch_options",
            "parse_hostport", "tls_files"]

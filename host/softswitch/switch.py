@@ -32,6 +32,7 @@ import grpc
 import numpy as np
 from finsy.proto import p4r
 
+from host.busywait import SPIN_US
 from host.protocol import framing as fr
 from host.protocol import generated_dataplane as dp
 from host.protocol import layout as lay
@@ -104,6 +105,8 @@ class SoftSwitch:
         self.stamps = np.zeros(batch, dtype=np.int64)
         #: send each batch's outputs from a second thread (set before :meth:`run`)
         self.send_thread = True
+        #: microseconds the C loop polls before it sleeps (host/busywait.py; set before :meth:`run`)
+        self.spin_us = SPIN_US
         self._spare_out = Outputs(256)
         self._tx_pool: ThreadPoolExecutor | None = None
         self._tx_future: Future | None = None
@@ -398,7 +401,7 @@ class SoftSwitch:
                 (self.learned.addr, self.learned.port, self.learned.count),
                 (c.contributions, c.results, c.resent, c.drops),
                 (self.batch, max(1, int(timeout * 1000)), int(self.send_thread),
-                 self.udp_template, GSO_SEGMENTS, GRO_MSGS, gso_off))
+                 self.udp_template, GSO_SEGMENTS, GRO_MSGS, gso_off, self.spin_us))
         finally:
             for p, off in zip(ports, gso_off.tolist(), strict=False):
                 if off and getattr(p, "gso", None) is not None:

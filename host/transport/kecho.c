@@ -8,11 +8,13 @@
  * with UDP_GRO (the kernel hands a train of same-size datagrams over in one buffer). Nothing
  * else is done per datagram, so the rate is what the kernel's socket path allows. The echo
  * answers a datagram of SIZE bytes with one of REPLY bytes (a THC result is larger than its
- * contribution).
+ * contribution). A side that finds nothing to receive polls for SPIN_US microseconds
+ * (sched_yield between tries) before it sleeps in poll(), as the data path's loops do
+ * (host/busywait.py).
  *
- *   kecho udp  N SIZE REPLY BATCH GSO COUNT WINDOW
+ *   kecho udp  N SIZE REPLY BATCH GSO COUNT WINDOW SPIN_US
  *       clients bind 127.0.0.(11+r), the echo thread one socket per client on 127.0.0.1
- *   kecho packet N SIZE REPLY BATCH GSO COUNT WINDOW NS0 IF0 SW0 [NS1 IF1 SW1 ...]
+ *   kecho packet N SIZE REPLY BATCH GSO COUNT WINDOW SPIN_US NS0 IF0 SW0 [NS1 IF1 SW1 ...]
  *       AF_PACKET frames of SIZE bytes (Ethernet/IPv4/UDP included): client r opens its
  *       socket on interface IFr inside the network namespace file NSr, the echo thread on
  *       SWr (the veth peer, in the caller's namespace). GSO must be 1.
@@ -61,6 +63,8 @@
 #define MAXBUF 65536
 
 static int n_clients, size, reply, batch, gso, window;
+/* SPIN_US as nanoseconds: how long a side polls (yielding) before it sleeps (host/busywait.py) */
+static long spin_ns;
 static long count;
 static int is_packet;
 static int cl_fd[MAXC], sw_fd[MAXC];
@@ -236,6 +240,14 @@ static void *client(void *arg) {
         int k = recvmmsg(fd, rx.h, (unsigned)batch, MSG_DONTWAIT, NULL);
         if (k < 0 && errno != EAGAIN && errno != EINTR)
             die("recvmmsg");
+        if (k <= 0 && spin_ns > 0) {
+            double t_end = mono() + spin_ns * 1e-9;
+            while (k <= 0 && mono() < t_end) {
+                sched_yield();
+                ring_rx(&rx);
+                k = recvmmsg(fd, rx.h, (unsigned)batch, MSG_DONTWAIT, NULL);
+            }
+        }
         if (k <= 0) {
             struct pollfd p = {fd, POLLIN, 0};
             if (poll(&p, 1, 200) == 0 && got < count) { /* a loss: keep the window full */
@@ -313,6 +325,13 @@ static void *echo(void *arg) {
             }
             send_all(sw_fd[c], &rx, k);
         }
+        if (!any && spin_ns > 0) {
+            double t_end = mono() + spin_ns * 1e-9;
+            while (mono() < t_end) {
+                sched_yield();
+                if (poll(p, (nfds_t)n_clients, 0) > 0) break;
+            }
+        }
         if (!any)
             poll(p, (nfds_t)n_clients, 20);
     }
@@ -356,9 +375,9 @@ static int packet_socket(const char *ifname) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 9) {
-        fprintf(stderr,
-                "usage: kecho udp|packet N SIZE REPLY BATCH GSO COUNT WINDOW [NS IF SW]...\n");
+    if (argc < 10) {
+        fprintf(stderr, "usage: kecho udp|packet N SIZE REPLY BATCH GSO COUNT WINDOW SPIN_US "
+                        "[NS IF SW]...\n");
         return 2;
     }
     is_packet = strcmp(argv[1], "packet") == 0;
@@ -369,7 +388,8 @@ int main(int argc, char **argv) {
     gso = atoi(argv[6]);
     count = atol(argv[7]);
     window = atoi(argv[8]);
-    if (n_clients < 1 || n_clients > MAXC || size < 1 || size > 9000 || reply < 1 ||
+    spin_ns = atol(argv[9]) * 1000;
+    if (spin_ns < 0 || n_clients < 1 || n_clients > MAXC || size < 1 || size > 9000 || reply < 1 ||
         reply > 9000 || batch < 1 || gso < 1 || gso * size > 65000 || gso * reply > 65000 ||
         (is_packet && gso != 1) || window < 1) {
         fprintf(stderr, "kecho: bad arguments\n");
@@ -377,20 +397,20 @@ int main(int argc, char **argv) {
     }
     carg_t args[MAXC];
     if (is_packet) {
-        if (argc < 9 + 3 * n_clients) {
+        if (argc < 10 + 3 * n_clients) {
             fprintf(stderr, "kecho: packet mode needs NS IF SW per client\n");
             return 2;
         }
         int home = open("/proc/self/ns/net", O_RDONLY);
         for (int i = 0; i < n_clients; i++) {
-            int ns = open(argv[9 + 3 * i], O_RDONLY);
+            int ns = open(argv[10 + 3 * i], O_RDONLY);
             if (ns < 0 || setns(ns, CLONE_NEWNET) < 0)
-                die(argv[9 + 3 * i]);
-            cl_fd[i] = packet_socket(argv[10 + 3 * i]);
+                die(argv[10 + 3 * i]);
+            cl_fd[i] = packet_socket(argv[11 + 3 * i]);
             close(ns);
             if (setns(home, CLONE_NEWNET) < 0)
                 die("setns home");
-            sw_fd[i] = packet_socket(argv[11 + 3 * i]);
+            sw_fd[i] = packet_socket(argv[12 + 3 * i]);
             args[i].idx = i;
         }
     } else {

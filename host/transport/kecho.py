@@ -2,7 +2,8 @@
 
 ``kecho.c`` (next to this module) keeps a window of datagrams in flight from N client threads
 to one echo thread and back, with the data path's batching (``sendmmsg``/``recvmmsg``, UDP
-GSO/GRO trains) and datagram sizes, doing nothing else per datagram: what the machine's
+GSO/GRO trains), datagram sizes and waiting (``host/busywait.py``), doing nothing else per
+datagram: what the machine's
 kernel allows, measured in the same run as the goodput it is compared with
 (``benchmarks/transport.py``). It is compiled at run time with the system C compiler into a
 temporary folder (no binary is committed); :func:`build` returns None without a compiler.
@@ -18,6 +19,8 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+
+from host.busywait import SPIN_US
 
 log = logging.getLogger(__name__)
 
@@ -54,22 +57,25 @@ def _run(args: list[str], timeout: float) -> list[float]:
 
 
 def udp_limit(clients: int, size: int, reply: int, *, batch: int = 256, gso: int = 64,
-              count: int = 200_000, window: int = 256, timeout: float = 120) -> list[float]:
+              count: int = 200_000, window: int = 256, spin_us: int = SPIN_US,
+              timeout: float = 120) -> list[float]:
     """Round trips per second of each of ``clients`` UDP clients on loopback (addresses
     127.0.0.11..) against one echo thread: ``size``-byte datagrams up, ``reply``-byte answers
     down, ``window`` in flight, ``batch`` messages per system call, ``gso`` datagrams per
-    UDP_SEGMENT message (1: one datagram per message, no GRO)."""
+    UDP_SEGMENT message (1: one datagram per message, no GRO); each side polls ``spin_us``
+    microseconds before it sleeps, as the data path does (``host/busywait.py``)."""
     return _run(["udp", str(clients), str(size), str(reply), str(batch), str(max(1, gso)),
-                 str(count), str(window)], timeout)
+                 str(count), str(window), str(spin_us)], timeout)
 
 
 def packet_limit(size: int, reply: int, links: list[tuple[str, str, str]], *, batch: int = 256,
-                 count: int = 100_000, window: int = 256, timeout: float = 120) -> list[float]:
+                 count: int = 100_000, window: int = 256, spin_us: int = SPIN_US,
+                 timeout: float = 120) -> list[float]:
     """The same over AF_PACKET: ``links`` holds per client (network namespace file, interface
     in it, peer interface here); frames of ``size`` bytes (Ethernet/IPv4/UDP included) go
     out of the client's interface and the echo thread answers from the peer (root)."""
     args = ["packet", str(len(links)), str(size), str(reply), str(batch), "1", str(count),
-            str(window)]
+            str(window), str(spin_us)]
     for ns, ifname, peer in links:
         args += [ns, ifname, peer]
     return _run(args, timeout)

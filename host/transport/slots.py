@@ -36,6 +36,7 @@ from heapq import heappop, heappush
 
 import numpy as np
 
+from host.busywait import SPIN_US
 from host.protocol import codec as wire
 from host.protocol.framing import MAX_DATAGRAM
 from host.protocol.generated_dataplane import LAYOUT_HASH
@@ -649,7 +650,7 @@ class SlotWindow:
             cfg.policy == "partial", -1.0 if self.srtt is None else self.srtt, self.rttvar,
             self.backoff, self.suspects, rep, rep_len, other, other_len, self.next_repair,
             cfg.suspect_wait or 0.0, FAST_FLOOR, self.gain, self.gain_t, self.dead,
-            self.self_release, gso, out.itemsize)
+            self.self_release, gso, out.itemsize, SPIN_US)
         self.suspects, self.next_repair = suspects, next_repair
         self.srtt = None if srtt < 0 else srtt
         self.rttvar, self.backoff = rttvar, backoff

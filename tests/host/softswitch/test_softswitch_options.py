@@ -43,6 +43,8 @@ def test_slot_pool_defaults_to_the_p4_programs():
     (["--slots", "100000000"], "--slots 100000000: give 1..65536"),
     (["--slots", "0"], "--slots 0"),
     (["--batch", "0"], "--batch 0"),
+    (["--spin-us", "-1"], "--spin-us -1: give 0..1000000 microseconds"),
+    (["--spin-us", "5000000"], "--spin-us 5000000: give 0..1000000"),
     (["--device-id", "-1"], "--device-id -1"),
     (["--grpc", "127.0.0.1:99999"], "--grpc '127.0.0.1:99999': port 99999 is not in 0..65535"),
     (["--grpc", "nohost"], "--grpc 'nohost': expected HOST:PORT"),

@@ -74,6 +74,21 @@ def test_c_loop_sends_and_accepts_exactly_what_the_python_loop_does():
     np.testing.assert_array_equal(rc, rp)
 
 
+def test_polling_before_sleep_never_holds_back_a_timer(monkeypatch):
+    """host/busywait.py: with nothing to receive, the C loop polls up to SPIN_US before it
+    sleeps, but never past its earliest timer. With a 10 s poll, the scripted switch's ~40
+    dropped DATA are still retransmitted at their timeouts: the exchange ends (in ~2 s; an
+    uncapped poll would take 40 x 10 s) with the same retransmissions as without polling."""
+    monkeypatch.setattr(slots_mod, "SPIN_US", 10_000_000)
+    done: list = []
+    t = threading.Thread(target=lambda: done.append(scripted_exchange(True)), daemon=True)
+    t.start()
+    t.join(120)
+    assert done, "the exchange did not end: a poll held back the retransmission timers"
+    win = done[0][0]
+    assert win.stats.retransmits == sum(1 for k in range(300) if k % 7 == 3)
+
+
 @pytest.mark.parametrize(("lane_bits", "out_dtype"), [
     (8, np.uint8), (8, np.uint16), (8, np.uint32), (16, np.uint16), (16, np.uint32),
     (32, np.uint32)])
