@@ -55,6 +55,7 @@ import time
 import numpy as np
 
 from control_plane.embedded import EmbeddedNetwork
+from host.placement import pin, switch_and_workers
 from host.protocol.framing import THC_OFFSET
 from host.protocol.generated_dataplane import THC_SLOTS
 from host.protocol.jobs import widest_width, width_problem
@@ -107,12 +108,28 @@ def _kernel_gso(workers: int, width: int) -> int:
     return max(1, min(UdpEndpoint.default_gso(), 65000 // max(up, down)))
 
 
-def kernel_udp_run(workers: int, num_slots: int, width: int) -> float:
+def kernel_udp_run(workers: int, num_slots: int, width: int, cpu: int = -1) -> float:
     """One run of the C echo over loopback UDP with the data path's batching and trains:
-    the slowest client's round trips/s."""
+    the slowest client's round trips/s. ``cpu`` >= 0: the echo thread on that CPU alone and
+    the clients on the others, as :func:`placement` puts the switch and its workers."""
     up, down = _sizes(workers, width)
     return min(kecho.udp_limit(workers, up, down, gso=_kernel_gso(workers, width),
-                               window=num_slots))
+                               window=num_slots, cpu=cpu))
+
+
+def kernel_udp_best(workers: int, num_slots: int, width: int, cpu: int) -> tuple[float, float]:
+    """The kernel's limit next to a goodput run: the C echo placed as the run was (``cpu``, the
+    switch's CPU; -1: not placed) and left to the scheduler, the higher of the two (the
+    machine's limit is the best placement's), and the placed run's own rate."""
+    free = kernel_udp_run(workers, num_slots, width)
+    placed = kernel_udp_run(workers, num_slots, width, cpu) if cpu >= 0 else free
+    return max(free, placed), placed
+
+
+def placement(choice: str) -> tuple[int, list[int]] | None:
+    """Where ``--placement`` puts a goodput run: (the switch's CPU, the workers' CPUs), or None
+    (``free``, or a machine with one CPU): host/placement.py."""
+    return switch_and_workers() if choice == "pinned" else None
 
 
 def kernel_udp_limit(workers: int, num_slots: int, repeats: int, width: int,
@@ -153,9 +170,11 @@ def _echo_rate(ep, n_packets: int, window: int, width: int = COORDS_PER_PACKET) 
 
 
 def _echo_worker(addr, n_packets: int, window: int, barrier, q, repeats: int = 1,
-                 width: int = COORDS_PER_PACKET) -> None:
+                 width: int = COORDS_PER_PACKET, cpus: list[int] | None = None) -> None:
     from host.transport.ports import UdpEndpoint
 
+    if cpus:
+        pin(cpus)
     ep = UdpEndpoint(addr.switch, bind=(addr.ip, 0))
     rates = []
     for _ in range(repeats):
@@ -166,8 +185,12 @@ def _echo_worker(addr, n_packets: int, window: int, barrier, q, repeats: int = 1
 
 
 def _thc_worker(addr, world: int, coords: int, num_slots: int, base: int, barrier, q,
-                repeats: int = 1, token: int = 0, width: int = COORDS_PER_PACKET) -> None:
+                repeats: int = 1, token: int = 0, width: int = COORDS_PER_PACKET,
+                cpus: list[int] | None = None) -> None:
     import torch
+
+    if cpus:
+        pin(cpus)
 
     from host.thc import THCCodec
     from host.transport.job import JobSpec, NetworkAggregator
@@ -358,12 +381,13 @@ def _summary(workers: int, coords: int, times: list[float], limits: list[float],
 
 def veth_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
                  repeats: int = 1, width: int = COORDS_PER_PACKET,
-                 send_thread: str = "auto") -> dict:
+                 send_thread: str = "auto", place: str = "pinned") -> dict:
     """Goodput through the software target over veth (AF_PACKET; root) and the raw echo limit.
 
     Each worker lives in its own network namespace behind a veth pair whose other end is a
     ``afpacket`` port of ``python -m host.softswitch`` (echo mode for the limit), configured by
-    the controller.
+    the controller. ``place`` as for :func:`udp_goodput` (the C echo's limit: the better of
+    placed and not placed, measured before the goodput runs).
     """
     import subprocess
     import sys
@@ -371,6 +395,9 @@ def veth_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
     from control_plane.config import parse_config
     from control_plane.controller import Controller, run_sync
 
+    cpus_at = placement(place)
+    sw_cpu, w_cpus = cpus_at if cpus_at is not None else (-1, None)
+    cpu_args = ["--cpu", str(sw_cpu)] if cpus_at is not None else []
     tag = f"ntb{os.getpid() % 10000}"
     ns = [f"{tag}w{r}" for r in range(workers)]
     sw_if = [f"{tag}s{r}" for r in range(workers)]
@@ -403,6 +430,7 @@ def veth_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
             cmd = [sys.executable, "-m", "host.softswitch", "--grpc", f"127.0.0.1:{grpc}",
                    "--slots", str(max(256, num_slots)), "--coords-per-packet", str(width)]
             cmd += switch_args(send_thread, workers)
+            cmd += cpu_args
             for r in range(workers):
                 cmd += ["--port", f"{r + 1}=afpacket:{sw_if[r]}"]
             if echo:
@@ -433,7 +461,8 @@ def veth_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
                      "--raw-worker", mode, h_if[r], macs[r], dmac, ips[r], dip, str(r),
                      str(workers), str(n_items), str(num_slots), str(start), str(repeats),
                      str(period), str(token), str(width)],
-                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                    preexec_fn=(lambda: pin(w_cpus)) if w_cpus else None))
             out = []
             for p in ps:
                 so, _ = p.communicate(timeout=300)
@@ -442,9 +471,17 @@ def veth_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
 
         up, down = _sizes(workers, width)
         links = [(f"/var/run/netns/{ns[r]}", h_if[r], sw_if[r]) for r in range(workers)]
-        kernel = {"runs": [min(kecho.packet_limit(RAW_HEADERS + up, RAW_HEADERS + down, links,
-                                                  window=num_slots))
-                           for _ in range(repeats)], "gso": 0}
+        kplaced: list[float] = []
+        kruns: list[float] = []
+        for _ in range(repeats):  # as over UDP: the better of placed and not placed
+            free = min(kecho.packet_limit(RAW_HEADERS + up, RAW_HEADERS + down, links,
+                                          window=num_slots))
+            placed = (min(kecho.packet_limit(RAW_HEADERS + up, RAW_HEADERS + down, links,
+                                             window=num_slots, cpu=sw_cpu))
+                      if cpus_at is not None else free)
+            kruns.append(max(free, placed))
+            kplaced.append(placed)
+        kernel = {"runs": kruns, "gso": 0}
         echo = run_switch(echo=True)
         lim = run_workers_in_ns("echo", limit_packets, dst_self=True)
         echo.terminate()
@@ -476,7 +513,10 @@ def veth_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
     times = [max(x["runs"][k] for x in thc) for k in range(repeats)]
     return {"transport": "veth", **_summary(workers, coords, times, limits,
                                             sum(x["retransmits"] for x in thc),
-                                            all(x["native"] for x in thc), kernel, width)}
+                                            all(x["native"] for x in thc), kernel, width),
+            "placement": "pinned" if cpus_at is not None else "free",
+            "switch_cpu": sw_cpu if cpus_at is not None else None,
+            "kernel_limit_placed_packets_per_s_runs": kplaced}
 
 
 def _cpu_s(pid: int | None) -> float:
@@ -502,20 +542,26 @@ def _run(procs: list[mp.Process], q, n: int, timeout: float) -> list[tuple]:
 
 def udp_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
                 repeats: int = 1, width: int = COORDS_PER_PACKET,
-                send_thread: str = "auto") -> dict:
+                send_thread: str = "auto", place: str = "pinned") -> dict:
     """Goodput of THC through the target and the echo limit, for ``workers`` processes
-    (``repeats`` runs of each in the same processes; medians, see :func:`_summary`)."""
+    (``repeats`` runs of each in the same processes; medians, see :func:`_summary`).
+    ``place``: ``pinned`` runs the switch on a CPU of its own and the workers on the others
+    (:func:`placement`), ``free`` leaves them to the scheduler."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    with EmbeddedNetwork(workers, echo=True, coords_per_packet=width) as echo:
+    cpus_at = placement(place)
+    sw_cpu, w_cpus = cpus_at if cpus_at is not None else (-1, None)
+    cpu_args = ("--cpu", str(sw_cpu)) if cpus_at is not None else ()
+    with EmbeddedNetwork(workers, echo=True, coords_per_packet=width,
+                         switch_args=cpu_args) as echo:
         bar = ctx.Barrier(workers)
         res = _run([ctx.Process(target=_echo_worker,
                                 args=(echo.address(r), limit_packets, num_slots, bar, q, repeats,
-                                      width))
+                                      width, w_cpus))
                     for r in range(workers)], q, workers, 300 * repeats)
     limits = [min(r[2][k] for r in res) for k in range(repeats)]
     with EmbeddedNetwork(workers, num_slots=num_slots, coords_per_packet=width,
-                         switch_args=switch_args(send_thread, workers)) as net:
+                         switch_args=switch_args(send_thread, workers) + cpu_args) as net:
         # this process joins the workers' barrier: it runs the C echo between their runs, so
         # that every goodput run has a kernel limit measured next to it (a shared VM's speed
         # changes by 2x within minutes; a limit measured minutes later compares badly)
@@ -523,18 +569,20 @@ def udp_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
         pid = net.proc.pid if net.proc is not None else None
         procs = [ctx.Process(target=_thc_worker,
                              args=(net.address(r), workers, coords, num_slots, 1, bar, q,
-                                   repeats, net.token, width))
+                                   repeats, net.token, width, w_cpus))
                  for r in range(workers)]
         for p in procs:
             p.start()
-        cpu, klim = 0.0, []
+        cpu, klim, kplaced = 0.0, [], []
         bar.wait(600)  # the workers' warm-up exchange
         for _ in range(repeats):
             bar.wait(600)
             cpu0 = _cpu_s(pid)
             bar.wait(600)
             cpu += _cpu_s(pid) - cpu0
-            klim.append(kernel_udp_run(workers, num_slots, width))
+            best, placed = kernel_udp_best(workers, num_slots, width, sw_cpu)
+            klim.append(best)
+            kplaced.append(placed)
         bar.wait(600)
         res = [q.get(timeout=600) for _ in range(workers)]
         for p in procs:
@@ -547,6 +595,9 @@ def udp_goodput(workers: int, coords: int, num_slots: int, limit_packets: int,
     # sensitive to a loaded machine than the rates (counted during the runs only)
     frames = 2 * workers * -(-coords // width) * repeats
     out["switch_cpu_s"] = cpu
+    out["placement"] = "pinned" if cpus_at is not None else "free"
+    out["switch_cpu"] = sw_cpu if cpus_at is not None else None
+    out["kernel_limit_placed_packets_per_s_runs"] = kplaced
     out["switch_cpu_us_per_frame"] = cpu / frames * 1e6 if pid is not None else None
     return out
 
@@ -622,6 +673,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the software target's send thread (its --send-thread): auto = on only "
                         "where the machine has a core for every worker, the switch's loop and "
                         "its sender (default auto)")
+    p.add_argument("--placement", choices=("pinned", "free"), default="pinned",
+                   help="goodput runs: pinned = the switch on a CPU of its own (its "
+                        "--cpu) and the workers on the others, the C echo's limit taken as the "
+                        "better of that placement and none; free = the scheduler places all "
+                        "(default pinned; free where the machine has one CPU; host/placement.py)")
     p.add_argument("--pipeline-coords", type=int, default=None,
                    help="part size of the pipelined THC all-reduce in coordinates (default "
                         "NetworkAggregator.PIPELINE_COORDS; 0: one encode, one exchange, one "
@@ -669,11 +725,11 @@ def run(args: argparse.Namespace) -> dict:
     wd = args.coords_per_packet
     st = args.send_thread
     out: dict = {"udp": [udp_goodput(w, args.coords, args.slots, args.limit_packets, r,
-                                     width_for(w, wd), st)
+                                     width_for(w, wd), st, args.placement)
                          for w in args.workers]}
     if args.veth:
         out["veth"] = [veth_goodput(w, args.coords, args.slots, args.limit_packets, r,
-                                    width_for(w, wd), st)
+                                    width_for(w, wd), st, args.placement)
                        for w in args.workers]
     for key in ("udp", "veth"):
         for row in out.get(key, []):

@@ -72,6 +72,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "(yielding the CPU between tries) before it sleeps: a sleeping "
                              f"switch costs its senders a wake-up per train (default {SPIN_US}; "
                              "0: sleep at once; host/busywait.py)")
+    parser.add_argument("--cpu", type=int, default=-1, metavar="N",
+                        help="run the switch on CPU N only (default -1: wherever the scheduler "
+                             "puts it); on a machine its workers share, a CPU of its own keeps "
+                             "them from taking turns with it (host/placement.py, measured)")
     parser.add_argument("--c-loop", action=argparse.BooleanOptionalAction, default=None,
                         help="run the receive/process/send loop in C with the GIL released "
                              "where the C fast path is built (default on; --no-c-loop: the "
@@ -98,6 +102,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.port:
         raise UsageError("--port: give at least one port, e.g. --port 1=udp:127.0.0.1:47001")
     check_switch_options(args, UsageError)
+    if args.cpu >= 0:
+        from host.placement import pin
+
+        pin({args.cpu})
     specs = []
     for spec in args.port:
         try:

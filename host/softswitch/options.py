@@ -69,8 +69,8 @@ def tls_files(cert: str | None, key: str | None, ca: str | None) -> TLSFiles | N
 def check_switch_options(args: Namespace, error: type[Exception] = OptionError) -> None:
     """Validate ``netco switch`` arguments in place; raise ``error`` with one line.
 
-    Checks ``--slots``, ``--coords-per-packet``, ``--batch``, ``--spin-us``, ``--device-id``,
-    ``--grpc``, ``--p4info``, ``--absent-silence``, ``--stats-interval`` and the TLS files
+    Checks ``--slots``, ``--coords-per-packet``, ``--batch``, ``--spin-us``, ``--cpu``,
+    ``--device-id``, ``--grpc``, ``--p4info``, ``--absent-silence``, ``--stats-interval`` and the TLS files
     (stored back as ``args.tls``).
     """
     check_options(_check, args, error)
@@ -94,6 +94,11 @@ def _check(args: Namespace) -> None:
     if not 0 <= spin <= MAX_SPIN_US:
         raise OptionError(f"--spin-us {spin}: give 0..{MAX_SPIN_US} microseconds (0: sleep at "
                           "once)")
+    from host.placement import cpu_problem
+
+    why = cpu_problem(getattr(args, "cpu", -1))
+    if why is not None:
+        raise OptionError(why)
     if not 0 <= args.device_id <= MAX_DEVICE_ID:
         raise OptionError(f"--device-id {args.device_id}: P4Runtime device ids are 0..2^64-1")
     parse_hostport(args.grpc, "--grpc")

@@ -10,11 +10,13 @@
  * answers a datagram of SIZE bytes with one of REPLY bytes (a THC result is larger than its
  * contribution). A side that finds nothing to receive polls for SPIN_US microseconds
  * (sched_yield between tries) before it sleeps in poll(), as the data path's loops do
- * (host/busywait.py).
+ * (host/busywait.py). With CPU >= 0 the echo thread runs on that CPU alone and the clients on
+ * every other CPU the process may use, as the benchmark places the switch and its workers
+ * (host/placement.py); CPU = -1 leaves placement to the scheduler.
  *
- *   kecho udp  N SIZE REPLY BATCH GSO COUNT WINDOW SPIN_US
+ *   kecho udp  N SIZE REPLY BATCH GSO COUNT WINDOW SPIN_US CPU
  *       clients bind 127.0.0.(11+r), the echo thread one socket per client on 127.0.0.1
- *   kecho packet N SIZE REPLY BATCH GSO COUNT WINDOW SPIN_US NS0 IF0 SW0 [NS1 IF1 SW1 ...]
+ *   kecho packet N SIZE REPLY BATCH GSO COUNT WINDOW SPIN_US CPU NS0 IF0 SW0 [NS1 IF1 SW1 ...]
  *       AF_PACKET frames of SIZE bytes (Ethernet/IPv4/UDP included): client r opens its
  *       socket on interface IFr inside the network namespace file NSr, the echo thread on
  *       SWr (the veth peer, in the caller's namespace). GSO must be 1.
@@ -70,6 +72,16 @@ static int is_packet;
 static int cl_fd[MAXC], sw_fd[MAXC];
 static volatile int done_clients;
 static double secs[MAXC];
+/* CPU placement (argument CPU): the echo thread's mask and the clients' (empty: free) */
+static cpu_set_t echo_mask, client_mask;
+static int pinned;
+
+static void place(const cpu_set_t *m) {
+    if (pinned && pthread_setaffinity_np(pthread_self(), sizeof *m, m) != 0) {
+        fprintf(stderr, "kecho: cannot set the CPU placement\n");
+        exit(2);
+    }
+}
 
 static double mono(void) {
     struct timespec ts;
@@ -223,6 +235,7 @@ static void frame_header(uint8_t *f, int idx) {
 
 static void *client(void *arg) {
     carg_t *a = arg;
+    place(&client_mask);
     int fd = cl_fd[a->idx];
     ring_t tx, rx;
     ring_init(&tx);
@@ -279,6 +292,7 @@ static void *client(void *arg) {
 
 static void *echo(void *arg) {
     (void)arg;
+    place(&echo_mask);
     ring_t rx;
     ring_init(&rx);
     struct pollfd p[MAXC];
@@ -375,8 +389,8 @@ static int packet_socket(const char *ifname) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 10) {
-        fprintf(stderr, "usage: kecho udp|packet N SIZE REPLY BATCH GSO COUNT WINDOW SPIN_US "
+    if (argc < 11) {
+        fprintf(stderr, "usage: kecho udp|packet N SIZE REPLY BATCH GSO COUNT WINDOW SPIN_US CPU "
                         "[NS IF SW]...\n");
         return 2;
     }
@@ -389,6 +403,23 @@ int main(int argc, char **argv) {
     count = atol(argv[7]);
     window = atoi(argv[8]);
     spin_ns = atol(argv[9]) * 1000;
+    const int cpu = atoi(argv[10]);
+    if (cpu >= 0) {
+        cpu_set_t all;
+        if (sched_getaffinity(0, sizeof all, &all) != 0 || cpu >= CPU_SETSIZE
+            || !CPU_ISSET(cpu, &all) || CPU_COUNT(&all) < 2) {
+            fprintf(stderr, "kecho: CPU %d: not one of two or more CPUs this process may use\n", cpu);
+            return 2;
+        }
+        CPU_ZERO(&echo_mask);
+        CPU_SET(cpu, &echo_mask);
+        client_mask = all;
+        CPU_CLR(cpu, &client_mask);
+        pinned = 1;
+    } else if (cpu != -1) {
+        fprintf(stderr, "kecho: bad arguments\n");
+        return 2;
+    }
     if (spin_ns < 0 || n_clients < 1 || n_clients > MAXC || size < 1 || size > 9000 || reply < 1 ||
         reply > 9000 || batch < 1 || gso < 1 || gso * size > 65000 || gso * reply > 65000 ||
         (is_packet && gso != 1) || window < 1) {
@@ -397,20 +428,20 @@ int main(int argc, char **argv) {
     }
     carg_t args[MAXC];
     if (is_packet) {
-        if (argc < 10 + 3 * n_clients) {
+        if (argc < 11 + 3 * n_clients) {
             fprintf(stderr, "kecho: packet mode needs NS IF SW per client\n");
             return 2;
         }
         int home = open("/proc/self/ns/net", O_RDONLY);
         for (int i = 0; i < n_clients; i++) {
-            int ns = open(argv[10 + 3 * i], O_RDONLY);
+            int ns = open(argv[11 + 3 * i], O_RDONLY);
             if (ns < 0 || setns(ns, CLONE_NEWNET) < 0)
-                die(argv[10 + 3 * i]);
-            cl_fd[i] = packet_socket(argv[11 + 3 * i]);
+                die(argv[11 + 3 * i]);
+            cl_fd[i] = packet_socket(argv[12 + 3 * i]);
             close(ns);
             if (setns(home, CLONE_NEWNET) < 0)
                 die("setns home");
-            sw_fd[i] = packet_socket(argv[12 + 3 * i]);
+            sw_fd[i] = packet_socket(argv[13 + 3 * i]);
             args[i].idx = i;
         }
     } else {

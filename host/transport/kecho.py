@@ -58,24 +58,27 @@ def _run(args: list[str], timeout: float) -> list[float]:
 
 def udp_limit(clients: int, size: int, reply: int, *, batch: int = 256, gso: int = 64,
               count: int = 200_000, window: int = 256, spin_us: int = SPIN_US,
-              timeout: float = 120) -> list[float]:
+              cpu: int = -1, timeout: float = 120) -> list[float]:
     """Round trips per second of each of ``clients`` UDP clients on loopback (addresses
     127.0.0.11..) against one echo thread: ``size``-byte datagrams up, ``reply``-byte answers
     down, ``window`` in flight, ``batch`` messages per system call, ``gso`` datagrams per
     UDP_SEGMENT message (1: one datagram per message, no GRO); each side polls ``spin_us``
-    microseconds before it sleeps, as the data path does (``host/busywait.py``)."""
+    microseconds before it sleeps, as the data path does (``host/busywait.py``). ``cpu`` >= 0
+    runs the echo thread on that CPU alone and the clients on the other CPUs, as the benchmark
+    places the switch and its workers (``host/placement.py``); -1 leaves it to the scheduler."""
     return _run(["udp", str(clients), str(size), str(reply), str(batch), str(max(1, gso)),
-                 str(count), str(window), str(spin_us)], timeout)
+                 str(count), str(window), str(spin_us), str(cpu)], timeout)
 
 
 def packet_limit(size: int, reply: int, links: list[tuple[str, str, str]], *, batch: int = 256,
                  count: int = 100_000, window: int = 256, spin_us: int = SPIN_US,
-                 timeout: float = 120) -> list[float]:
+                 cpu: int = -1, timeout: float = 120) -> list[float]:
     """The same over AF_PACKET: ``links`` holds per client (network namespace file, interface
     in it, peer interface here); frames of ``size`` bytes (Ethernet/IPv4/UDP included) go
-    out of the client's interface and the echo thread answers from the peer (root)."""
+    out of the client's interface and the echo thread answers from the peer (root); ``cpu`` as
+    for :func:`udp_limit`."""
     args = ["packet", str(len(links)), str(size), str(reply), str(batch), "1", str(count),
-            str(window), str(spin_us)]
+            str(window), str(spin_us), str(cpu)]
     for ns, ifname, peer in links:
         args += [ns, ifname, peer]
     return _run(args, timeout)

@@ -45,6 +45,8 @@ def test_slot_pool_defaults_to_the_p4_programs():
     (["--batch", "0"], "--batch 0"),
     (["--spin-us", "-1"], "--spin-us -1: give 0..1000000 microseconds"),
     (["--spin-us", "5000000"], "--spin-us 5000000: give 0..1000000"),
+    (["--cpu", "4096"], "--cpu 4096: give one of the CPUs this process may use"),
+    (["--cpu", "-2"], "--cpu -2: give one of the CPUs this process may use"),
     (["--device-id", "-1"], "--device-id -1"),
     (["--grpc", "127.0.0.1:99999"], "--grpc '127.0.0.1:99999': port 99999 is not in 0..65535"),
     (["--grpc", "nohost"], "--grpc 'nohost': expected HOST:PORT"),
@@ -122,6 +124,30 @@ def test_second_netco_switch_on_the_same_grpc_address_fails_with_one_line(tmp_pa
     finally:
         first.terminate()
         first.wait(timeout=30)
+
+
+def test_cpu_pins_every_thread_of_the_switch(tmp_path):
+    """``--cpu N``: the running switch, every thread of it (gRPC's, the loop's), on CPU N only."""
+    import os
+
+    cpu = max(os.sched_getaffinity(0))
+    ready = tmp_path / "ready"
+    sw = subprocess.Popen([*NETCO, "switch", "--port", f"1=udp:127.0.0.1:{_free_udp()}",
+                           "--grpc", f"127.0.0.1:{free_tcp_port()}", "--cpu", str(cpu),
+                           "--ready-file", str(ready)],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        for _ in range(300):
+            if ready.exists() or sw.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert ready.exists(), sw.stderr.read().decode() if sw.poll() is not None else "no ready"
+        tasks = os.listdir(f"/proc/{sw.pid}/task")
+        assert len(tasks) > 1  # the gRPC server's threads at least
+        assert all(os.sched_getaffinity(int(t)) == {cpu} for t in tasks)
+    finally:
+        sw.terminate()
+        sw.wait(timeout=30)
 
 
 def test_writes_report_each_update_or_are_refused_whole(tmp_path):

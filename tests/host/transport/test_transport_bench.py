@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import shutil
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -44,6 +46,32 @@ def test_kernel_echo_rejects_bad_arguments():
         kecho.udp_limit(2, 156, 284, gso=64, count=100, window=0)
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="placement needs two CPUs")
+def test_kernel_echo_places_its_echo_thread_alone_and_its_clients_elsewhere():
+    """``cpu`` >= 0: the echo thread (the switch's place) on that CPU only, every client on the
+    other CPUs, as the benchmark places the switch and its workers (host/placement.py)."""
+    exe = kecho.build()
+    allowed = os.sched_getaffinity(0)
+    cpu = max(allowed)
+    p = subprocess.Popen([str(exe), "udp", "2", "156", "284", "64", "1", "100000000", "64", "0",
+                          str(cpu)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        masks: list[set[int]] = []
+        for _ in range(200):  # the main thread, the echo thread, two clients, all placed
+            tasks = [int(t) for t in os.listdir(f"/proc/{p.pid}/task")]
+            masks = [os.sched_getaffinity(t) for t in tasks if t != p.pid]
+            if len(masks) == 3 and masks.count({cpu}) == 1 and masks.count(allowed - {cpu}) == 2:
+                break
+            time.sleep(0.05)
+        assert sorted(masks, key=len) == [{cpu}, allowed - {cpu}, allowed - {cpu}]
+    finally:
+        p.kill()
+        p.wait(timeout=10)
+    assert kecho.udp_limit(2, 156, 284, gso=64, count=3000, window=64, cpu=cpu)[0] > 0
+    with pytest.raises(RuntimeError, match="CPU 4096"):
+        kecho.udp_limit(2, 156, 284, gso=64, count=100, cpu=4096)
+
+
 def test_benchmark_rows_carry_kernel_fractions_and_allreduce_split():
     p = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "transport.py"), "--json", "--workers", "2",
@@ -62,6 +90,13 @@ def test_benchmark_rows_carry_kernel_fractions_and_allreduce_split():
         row["packets_per_s_runs"], row["kernel_limit_packets_per_s_runs"], strict=True)])
     assert row["fraction_of_kernel_limit"] == pytest.approx(statistics.median(runs))
     assert row["fraction_of_limit"] > 0     # the Python echo column stays
+    # the switch alone on one CPU and the workers on the others (where there are two); the
+    # limit of each run is the better of the C echo placed so and not placed
+    two = len(os.sched_getaffinity(0)) >= 2
+    assert row["placement"] == ("pinned" if two else "free")
+    assert row["switch_cpu"] == (max(os.sched_getaffinity(0)) if two else None)
+    assert all(k >= p for k, p in zip(row["kernel_limit_packets_per_s_runs"],
+                                      row["kernel_limit_placed_packets_per_s_runs"], strict=True))
     assert row["switch_send_thread"] is False and out["allreduce"]["switch_send_thread"] is False
     ar = out["allreduce"]
     for key in ("thc_s", "network_s", "codec_s", "gloo_s"):
@@ -78,6 +113,7 @@ def test_benchmark_rows_carry_kernel_fractions_and_allreduce_split():
     (["--coords-per-packet", "1024", "--workers", "16"], "--coords-per-packet 1024"),
     (["--repeats", "0"], "--repeats 0"),
     (["--coords", "-5"], "--coords -5"),
+    (["--placement", "best"], "argument --placement: invalid choice"),
 ])
 def test_bad_flags_get_one_line_naming_the_flag(flags, named):
     p = subprocess.run([sys.executable, str(REPO / "benchmarks" / "transport.py"), *flags],
