@@ -113,7 +113,15 @@ class Pipeline(NativePath, ThcValidate, ThcLoad, ThcSlot, ThcAccumulate, ThcOutp
         self.native = NATIVE
         #: batches the C fast path handled (software-only)
         self.native_batches = 0
+        #: the controller's configuration; the control plane swaps it in whole, the data plane
+        #: takes it through :meth:`take_cfg`
         self.cfg = Compiled()
+        #: the lane width each cell's data sums are kept at (0: never written at any width;
+        #: norms cells stay 0: their rows are always 32-bit)
+        self.cell_lanes = np.zeros(cells, dtype=np.uint8)
+        self._taken: Compiled | None = None
+        #: data cells whose sums were repacked to a new lane width (software-only)
+        self.repacked_cells = 0
         self.counters = counters or Counters.empty()
         self.out = Outputs(256)   # initial capacity (grows)
         #: totals the C switch loop adds to as it runs (rx, tx, contributions; LOOP_STATS)
@@ -141,6 +149,41 @@ class Pipeline(NativePath, ThcValidate, ThcLoad, ThcSlot, ThcAccumulate, ThcOutp
         way (``_fastpath.c``); norms copies keep their 32-bit rows.
         """
         return self._sums_by_lane[lane_bits]
+
+    def take_cfg(self) -> Compiled:
+        """The configuration to process the next frames with, its jobs' sums at their lanes.
+
+        Data sums are kept as wide as their job's lanes (:meth:`sums_for`); a controller that
+        rewrites a job's ``lane_bits`` would otherwise have the sums already kept (a round still
+        filling, a finished round answered again to a retransmission) reread at the wrong
+        width. So the first time the data plane takes a new configuration, every data cell of
+        every job whose lanes differ from the width its sums were kept at is repacked to the
+        job's width: what BMv2's 32-bit registers truncated to the new lanes would give (exact
+        while the old lanes held the sums, as the controller's ``lane_problem`` check of
+        ``lane_bits`` against n·g ensures; THC step 10, docs/protocol.md "Lane width").
+        Called by the data plane's thread only (the control plane swaps :attr:`cfg` whole).
+        """
+        cfg = self.cfg
+        if cfg is self._taken:
+            return cfg
+        job = cfg.job
+        for jn in range(len(cfg.job_id) - 1):
+            lanes = int(job["lane_bits"][jn])
+            if lanes not in self._sums_by_lane:
+                continue                        # refused when written; never summed
+            slots = int(job["slot_base"][jn]) + np.arange(int(job["num_slots"][jn]))
+            cells = np.concatenate([slots << 2, (slots << 2) | 1])   # the two data copies
+            cells = cells[cells < len(self.cell_lanes)]
+            kept = self.cell_lanes[cells]
+            for w in np.unique(kept[(kept != 0) & (kept != lanes)]).tolist():
+                move = cells[kept == w]
+                vals = self._sums_by_lane[w][move].astype(np.uint32)   # zero-extend or
+                self.sums[move] = 0                                     # truncate below
+                self._sums_by_lane[lanes][move] = vals.astype(self._sums_by_lane[lanes].dtype)
+                self.repacked_cells += len(move)
+            self.cell_lanes[cells] = lanes
+        self._taken = cfg
+        return cfg
 
     def _live(self, name: str) -> int:
         k = LOOP_STATS.get(name)
@@ -188,7 +231,7 @@ class Pipeline(NativePath, ThcValidate, ThcLoad, ThcSlot, ThcAccumulate, ThcOutp
         if n == 0:
             self.accepted = np.zeros(0, dtype=np.int64)
             return out
-        cfg = self.cfg
+        cfg = self.take_cfg()
         self.rx += n
         self.accepted = np.zeros(0, dtype=np.int64)
         if self.native and self.fast and self._native(buf, lens, ports, n, stamps, cfg):

@@ -386,7 +386,7 @@ class SoftSwitch:
             return self.poll_once(ep, fd2port, timeout)
         self._flush_sends()   # frames leave in batch order
         self._ctl[1] = 0
-        cfg = pl.cfg
+        cfg = pl.take_cfg()
         ports = list(self.ports.values())
         gso_off = np.zeros(max(len(ports), 1), dtype=np.int64)
         c = pl.counters

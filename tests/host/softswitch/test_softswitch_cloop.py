@@ -15,7 +15,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from control_plane.config import parse_config
+from control_plane.controller import Controller, run_sync
 from control_plane.embedded import EmbeddedNetwork
+from host.paths import REPO
 from host.softswitch.learned import LearnedPorts
 from host.softswitch.switch import SoftSwitch
 from host.thc import THCCodec
@@ -291,3 +294,60 @@ def test_where_the_route_cannot_segment_results_leave_one_datagram_at_a_time(mon
         assert all(h.msg_type == MsgType.RESULT and h.count == 2 for h in heads)
     assert all(p.gso.disabled for p in udp)
     assert st["tx_lost"] == 0 and st["c_loop"]["batches"] > 0
+
+
+@pytest.mark.parametrize("c_loop", ["1", "0"])
+def test_lanes_the_controller_rewrites_mid_round_come_back_at_the_new_width(c_loop, monkeypatch):
+    """The controller file's ``lane_bits`` of a running job goes from 8 to 16 and is applied
+    again (a P4Runtime MODIFY of the job entry): a finished round answered again to a
+    retransmission and a round that was still filling both come back in 16-bit lanes with
+    the exact sums (``Pipeline.take_cfg`` repacks the sums the loop kept at 8 bits)."""
+    monkeypatch.setenv("NETCO_SOFTSWITCH_CLOOP", c_loop)
+    if c_loop == "1" and not SoftSwitch.c_loop_available():
+        pytest.skip("the C loop (host/softswitch/_fastpath) is not built")
+    from host.protocol import codec as wire
+    from host.protocol.layout import COORDS_PER_PACKET, Flag
+
+    rng = np.random.default_rng(11)
+    idx = {(r, s): rng.integers(0, 16, size=COORDS_PER_PACKET) for r in range(3) for s in (0, 1)}
+    with EmbeddedNetwork(3, num_slots=32, in_process=True, job={"lane_bits": 8}) as net:
+        sw = net.switch
+        assert sw.c_loop == (c_loop == "1")
+        socks = _worker_sockets(net, timeout=10)
+
+        def send(r: int, slot: int, **kw) -> None:
+            socks[r].sendto(_data(net, r, slot, idx[(r, slot)], 8, **kw), net.address(r).switch)
+
+        def recv(r: int):
+            return wire.decode(socks[r].recv(4096))
+
+        try:
+            for r in range(3):
+                send(r, 0)
+            first = [recv(r) for r in range(3)]
+            for r in range(2):
+                send(r, 1)
+            deadline = time.monotonic() + 10
+            while sw.stats()["contributions"] < 5 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            jn = int(sw.pipeline.cfg.job_map[net.job_id])
+            table = sw.pipeline.cfg.lut[jn, np.arange(16) << 4, 0].astype(np.int64)
+            raw = net.config_dict()
+            raw["jobs"][0]["lane_bits"] = 16
+            # a second controller takes over (a higher election id) and modifies the job entry
+            ctl = Controller(parse_config(raw, base_dir=REPO), tokens=net.controller.tokens,
+                             election_id=net.controller.election_id + 1)
+            assert all(res.ok for res in run_sync(ctl.apply()))
+            send(0, 0, flags=int(Flag.RETX))
+            send(2, 1)
+            got = {(r, m.header.slot): m for r in range(3)
+                   for m in ([recv(r), recv(r)] if r == 0 else [recv(r)])}
+        finally:
+            for s in socks:
+                s.close()
+    want = {s: sum(table[idx[(r, s)]] for r in range(3)) for s in (0, 1)}
+    assert all(m.header.lane_bits == 8 and np.array_equal(m.values, want[0]) for m in first)
+    assert set(got) == {(0, 0), (0, 1), (1, 1), (2, 1)}
+    for (_, s), m in got.items():
+        assert m.header.lane_bits == 16
+        assert np.array_equal(m.values, want[s])

@@ -3,7 +3,8 @@
 A switch of width W takes DATA of W 4-bit indices and answers W lanes; the C fast path and the
 Python reference agree frame for frame at every width; a job whose lanes do not fit a payload
 at that width is refused when written, naming the field; packets of another width are dropped
-and counted, never summed.
+and counted, never summed; a job whose lanes the controller rewrites answers the sums it keeps at
+the new width.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import grpc
 import numpy as np
 import pytest
+from finsy.proto import p4r
 
 from host.protocol import layout as lay
 from host.protocol.jobs import widest_width, width_problem
@@ -19,7 +21,7 @@ from host.softswitch import pipeline as pl_mod
 from host.softswitch.entities import P4RuntimeError
 from host.softswitch.frames import ipv4_checksum
 from host.softswitch.pipeline import Pipeline
-from tests.support.softswitch import Bench, data, sums, worker
+from tests.support.softswitch import Bench, data, job_entities, sums, worker
 
 W = [worker(r) for r in range(3)]
 
@@ -112,6 +114,31 @@ def test_a_job_whose_lanes_do_not_fit_the_width_is_refused_when_written(coords, 
     msg = str(exc.value)
     assert "set_job.lane_bits" in msg and f"--coords-per-packet {coords}" in msg
     assert f"at most {widest_width(lane_bits)}" in msg
+
+
+@pytest.mark.parametrize("native", [False, True])
+@pytest.mark.parametrize("before,after", [(8, 16), (16, 8), (8, 32), (32, 8)])
+def test_a_job_whose_lanes_change_answers_its_sums_at_the_new_width(native, before, after):
+    """A controller rewrites a job's ``lane_bits`` between two batches: the sums already kept
+    (a finished round answered again to a retransmission, a round still filling) come out at
+    the new width with the values BMv2's 32-bit registers would give, never reread at the
+    wrong width (sums are kept as wide as the job's lanes: ``Pipeline.sums_for``)."""
+    if native and pl_mod._fastpath is None:
+        pytest.skip("the C fast path (host/softswitch/_fastpath) is not built")
+    coords = 256
+    x = _bench(coords, before, native=native)
+    x.send(*[data(w, 7, 0, 1, _idx(w.rank, 0, coords), coords=coords) for w in W])  # finished
+    x.send(*[data(w, 7, 1, 1, _idx(w.rank, 1, coords), coords=coords) for w in W[:2]])
+    x.write([job_entities(7, W, num_slots=4, lane_bits=after)[1]], op=p4r.Update.MODIFY)
+    out = x.send(data(W[0], 7, 0, 1, _idx(0, 0, coords), flags=int(lay.Flag.RETX),
+                      coords=coords),
+                 data(W[2], 7, 1, 1, _idx(2, 1, coords), coords=coords))
+    assert x.drops() == {}
+    got = {(p, m.header.slot): m for p, (_, _, _, m) in out}
+    assert set(got) == {(W[0].port, 0)} | {(w.port, 1) for w in W}
+    for (_, slot), m in got.items():
+        assert m.header.lane_bits == after
+        assert np.array_equal(m.values, sums([_idx(r, slot, coords) for r in range(3)]))
 
 
 def test_widths_and_their_lanes():
