@@ -94,6 +94,12 @@ logging.getLogger("finsy").addFilter(FINSY_ONCE)
 
 #: Election id of read-only sessions (diff, status): below any writer's.
 READ_ONLY_ELECTION_ID = 1
+#: how long a writing controller waits for its own election id to come free (s). Election ids
+#: are unique per role (P4Runtime §5): a switch refuses a second stream with the id of an open
+#: one. The stream of a session that has just ended with the same id (the previous apply of
+#: this controller file, FIELDING's update before this one) can stay open on the switch for a
+#: moment after the client left, longer on a loaded machine.
+ELECTION_GRACE_S = 5.0
 #: Counters of the program (docs/protocol.md), indexed by job index or drop reason.
 JOB_COUNTERS = ("ingress.thc_slot.contributions", "ingress.thc_output.results",
                 "ingress.thc_output.resent")
@@ -262,6 +268,44 @@ class Controller:
             with contextlib.suppress(ValueError):   # left in another context: nothing to undo
                 EXPECTED.reset(quiet)
 
+    @contextlib.asynccontextmanager
+    async def primary_session(self, sw: SwitchSpec) -> AsyncIterator[fy.Switch]:
+        """A write session in which this controller is primary on ``sw``.
+
+        While another open stream holds this controller's own election id (a session with the
+        same id that is still closing on the switch), it tries again for up to
+        :data:`ELECTION_GRACE_S` (at most the controller's timeout).
+
+        Raises
+        ------
+        NotPrimaryError
+            Another controller is primary: a higher election id, or ours still held after
+            the grace period (the message says which, and what to change).
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(ELECTION_GRACE_S, self.timeout)
+        while True:
+            async with self.session(sw, write=True) as client:
+                if client.is_primary:
+                    yield client
+                    return
+                held = client.primary_id
+            if held != self.election_id or loop.time() >= deadline:
+                raise NotPrimaryError(self._not_primary(sw, held))
+            log.info("%s: election id %s still held by another session; trying again",
+                     sw.name, held)
+            await asyncio.sleep(0.1)
+
+    def _not_primary(self, sw: SwitchSpec, held: int | None) -> str:
+        if held == self.election_id:
+            grace = min(ELECTION_GRACE_S, self.timeout)
+            return (f"{sw.name}: election id {held} is in use by another open P4Runtime session "
+                    f"(still open after {grace:g} s: another controller with the same "
+                    f"controller.election_id); stop it or give this one another "
+                    f"controller.election_id")
+        return (f"{sw.name}: another controller is primary (election id {held} > ours "
+                f"{self.election_id}); stop it or raise controller.election_id")
+
     # -- primitives -------------------------------------------------------------------------
     @staticmethod
     async def read_installed(client: fy.Switch) -> list:
@@ -305,12 +349,9 @@ class Controller:
     async def apply_switch(self, sw: SwitchSpec, prune: bool = False, dry_run: bool = False) -> SwitchResult:
         """Reconcile one switch; returns what was (or, with ``dry_run``, would be) written."""
         res = SwitchResult(sw.name, sw.address)
-        async with self.session(sw, write=not dry_run) as client:
+        ctx = self.session(sw, write=False) if dry_run else self.primary_session(sw)
+        async with ctx as client:
             res.primary, res.election_id = client.is_primary, client.election_id
-            if not dry_run and not client.is_primary:
-                raise NotPrimaryError(
-                    f"{sw.name}: another controller is primary (election id {client.primary_id} > "
-                    f"ours {self.election_id}); stop it or raise controller.election_id")
             installed = await self.read_installed(client)
             res.installed = len(installed)
             res.diff = diff(self.desired[sw.name], installed, self.schema, prune=prune)

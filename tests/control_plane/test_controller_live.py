@@ -25,6 +25,7 @@ from pathlib import Path
 import finsy as fy
 import pytest
 
+from control_plane import controller as ctlmod
 from control_plane.cli.main import main as netco_main
 from control_plane.config import parse_config
 from control_plane.controller import Controller, NotPrimaryError
@@ -202,29 +203,72 @@ def test_restarted_switch_is_healed(clean) -> None:
     assert again.writes == 0
 
 
+async def _beside_a_primary(cfg, sw, election_id: int, body):
+    """``body(second)`` for a second controller of ``election_id``, run while a session of
+    election id 100 is open and primary on ``sw``; returns what ``body`` returns."""
+    async with Controller(cfg, election_id=100).session(sw, write=True) as first:
+        assert first.is_primary
+        return await body(Controller(cfg, election_id=election_id))
+
+
 def test_second_controller_with_lower_election_id_is_refused(clean) -> None:
     kind, targets = clean
     cfg = parse_config(config(targets, kind))
     sw = cfg.switch("s1")
 
-    async def scenario():
-        first = Controller(cfg, election_id=100)
-        async with first.session(sw, write=True) as primary:
-            assert primary.is_primary
-            second = Controller(cfg, election_id=50)
-            with pytest.raises(NotPrimaryError, match="another controller is primary"):
-                await second.apply_switch(sw)
-            # and the switch itself refuses a write from the backup
-            async with second.session(sw, write=True) as backup:
-                assert not backup.is_primary
-                with pytest.raises(Exception) as info:
-                    await backup.insert(second.desired["s1"][:1])
-                assert "PERMISSION_DENIED" in str(info.value)
-            assert second.writes == 0
+    async def lower(second: Controller) -> None:
+        with pytest.raises(NotPrimaryError, match="another controller is primary"):
+            await second.apply_switch(sw)
+        # and the switch itself refuses a write from the backup
+        async with second.session(sw, write=True) as backup:
+            assert not backup.is_primary
+            with pytest.raises(Exception) as info:
+                await backup.insert(second.desired["s1"][:1])
+            assert "PERMISSION_DENIED" in str(info.value)
+        assert second.writes == 0
 
-    run(scenario())
+    run(_beside_a_primary(cfg, sw, 50, lower))
     # nothing was written by the refused controller: s1 is still empty
     assert by_switch(run(Controller(cfg).diff()))["s1"].diff.unchanged == 0
+
+
+def test_a_controller_waits_for_its_election_id_to_come_free(clean) -> None:
+    """A session with our election id still open on the switch (the previous apply of the same
+    file, still closing; FIELDING's updates back to back) used to fail the apply at once with
+    "election id 10 > ours 10": the controller now waits for the id to come free."""
+    kind, targets = clean
+    cfg = parse_config(config(targets, kind))
+    sw = cfg.switch("s1")
+
+    async def same(second: Controller) -> asyncio.Task:
+        task = asyncio.create_task(second.apply_switch(sw))
+        await asyncio.sleep(0.5)
+        assert not task.done()              # waiting, not failed
+        return task
+
+    async def scenario():
+        return await (await _beside_a_primary(cfg, sw, 100, same))   # the first has left
+
+    res = run(scenario())
+    assert res.primary and res.writes == len(Controller(cfg).desired["s1"]) and res.in_sync_after
+
+
+def test_an_election_id_held_past_the_grace_is_refused_naming_it(clean, monkeypatch) -> None:
+    kind, targets = clean
+    cfg = parse_config(config(targets, kind))
+    sw = cfg.switch("s1")
+    monkeypatch.setattr(ctlmod, "ELECTION_GRACE_S", 0.5)
+
+    async def same(second: Controller) -> str:
+        with pytest.raises(NotPrimaryError) as info:
+            await second.apply_switch(sw)
+        assert second.writes == 0
+        return str(info.value)
+
+    assert run(_beside_a_primary(cfg, sw, 100, same)) == (
+        "s1: election id 100 is in use by another open P4Runtime session (still open after "
+        "0.5 s: another controller with the same controller.election_id); stop it or give "
+        "this one another controller.election_id")
 
 
 def test_foreign_entries_are_reported_and_pruned_only_on_request(clean) -> None:
