@@ -22,12 +22,12 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from host.files import write_atomic
+
 
 def write_state(path: Path, state: dict[str, Any]) -> None:
     """Atomically replace the state file."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(state, indent=1, default=str))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(state, indent=1, default=str))
 
 
 def main(argv: list[str] | None = None) -> int:

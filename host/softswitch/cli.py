@@ -23,6 +23,7 @@ import time
 from host.busywait import SPIN_US
 from host.errors import UsageError
 from host.exporter import add_metrics_arguments
+from host.files import write_atomic
 from host.protocol import generated_dataplane as dp
 from host.protocol import layout as lay
 from host.softswitch.controls.common import ABSENT_AFTER, ABSENT_SILENCE
@@ -151,8 +152,7 @@ def run(args: argparse.Namespace) -> int:
                 sw.stop()
                 raise UsageError(f"--metrics-port: {exc}") from None
         if args.ready_file:
-            with open(args.ready_file, "w") as f:
-                f.write(bound + "\n")
+            write_atomic(args.ready_file, bound + "\n")
 
         def stop(signum, frame) -> None:
             sw.stop_event.set()

@@ -21,6 +21,7 @@ import sys
 import threading
 
 from control_plane.testbed.impair.params import Impairment
+from host.files import write_atomic
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,13 +41,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ready-file", default=None, help="created once both sockets are open")
     p.add_argument("-v", "--verbose", action="count", default=0)
     return p
-
-
-def _write(path: str, data: dict) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,16 +66,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.stats_file:
         def report() -> None:
             while not fwd.stop_event.wait(args.stats_interval):
-                _write(args.stats_file, fwd.stats())
+                write_atomic(args.stats_file, json.dumps(fwd.stats()))
         threading.Thread(target=report, daemon=True).start()
     if args.ready_file:
-        with open(args.ready_file, "w") as f:
-            f.write(f"{os.getpid()}\n")
+        write_atomic(args.ready_file, f"{os.getpid()}\n")
     try:
         fwd.run()
     finally:
         if args.stats_file:
-            _write(args.stats_file, fwd.stats())
+            write_atomic(args.stats_file, json.dumps(fwd.stats()))
         fwd.close()
     return 0
 
