@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +20,7 @@ def test_the_file_appears_only_whole(tmp_path, monkeypatch):
 
     def replace(src, dst):
         # at the moment the file appears: it did not exist before, the text is complete
-        seen.append((os.path.exists(dst), open(src).read()))
+        seen.append((os.path.exists(dst), Path(src).read_text()))
         real(src, dst)
 
     monkeypatch.setattr(files.os, "replace", replace)
