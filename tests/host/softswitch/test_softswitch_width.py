@@ -130,10 +130,12 @@ def test_a_job_whose_lanes_change_answers_its_sums_at_the_new_width(native, befo
     x.send(*[data(w, 7, 0, 1, _idx(w.rank, 0, coords), coords=coords) for w in W])  # finished
     x.send(*[data(w, 7, 1, 1, _idx(w.rank, 1, coords), coords=coords) for w in W[:2]])
     x.write([job_entities(7, W, num_slots=4, lane_bits=after)[1]], op=p4r.Update.MODIFY)
+    assert x.sw.pipeline.repacked_cells == 0        # taken by the data plane, not the write
     out = x.send(data(W[0], 7, 0, 1, _idx(0, 0, coords), flags=int(lay.Flag.RETX),
                       coords=coords),
                  data(W[2], 7, 1, 1, _idx(2, 1, coords), coords=coords))
     assert x.drops() == {}
+    assert x.sw.pipeline.repacked_cells == 4 * 2      # both data copies of the job's 4 slots
     got = {(p, m.header.slot): m for p, (_, _, _, m) in out}
     assert set(got) == {(W[0].port, 0)} | {(w.port, 1) for w in W}
     for (_, slot), m in got.items():
