@@ -27,8 +27,11 @@ far_future_rounds
     dropped as BAD_SENDER, the second as AHEAD (docs/security.md; a copy never used opens for
     any round, so the token is what protects those).
 switch_restarts
-    ``--restarts`` SIGKILLs of the switch mid-job, each followed by a fresh start and a
-    controller apply: no deadlock, every sum bit-exact.
+    ``--restarts`` SIGKILLs of the switch mid-job, each followed by a fresh start and the
+    operator's recovery, ``netco controller apply FILE`` (the real command, a subprocess, with
+    the controller file on disk and its token state in a temporary ``NETCO_STATE_DIR``; the
+    job's token comes back from the state file, not from the benchmark): no deadlock, every
+    sum bit-exact.
 dead_rank_partial
     one of four ranks never shows up (partial policy): packets/s per worker after the first
     deadline against a healthy run of the same size, ``--dead-repeats`` alternating pairs
@@ -44,18 +47,24 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import random
 import socket
 import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from control_plane.controller import Controller, run_sync
 from control_plane.embedded import EmbeddedNetwork
+from control_plane.tokens import ENV_STATE_DIR
+from host.paths import REPO
 from host.protocol import codec as wire
 from host.protocol import layout as lay
 from host.thc import THCCodec
@@ -265,15 +274,34 @@ def far_future_rounds(args: argparse.Namespace) -> dict:
                           "docs/security.md"}
 
 
+def _cli_apply(path: Path, state_dir: str) -> str | None:
+    """``netco controller apply PATH`` as an operator runs it (a subprocess of the real command,
+    token state in ``state_dir``); None, or its error output when it failed."""
+    env = {**os.environ, ENV_STATE_DIR: state_dir,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    p = subprocess.run([sys.executable, "-m", "control_plane.cli.main", "controller", "apply",
+                        str(path)], env=env, cwd=REPO, capture_output=True, text=True,
+                       timeout=120, check=False)
+    return None if p.returncode == 0 else f"exit {p.returncode}: {p.stderr.strip()[-400:]}"
+
+
 def switch_restarts(args: argparse.Namespace) -> dict:
     """``--restarts`` restarts while the workers all-reduce: the job runs until the last restart
     is two all-reduces behind it (at most ``12 * restarts + 4`` all-reduces), so that a fast
-    machine does not finish before every restart has happened."""
+    machine does not finish before every restart has happened. Each restart is recovered by
+    ``netco controller apply FILE`` (:func:`_cli_apply`), never by handing the controller the
+    workers' token."""
     n = 3
     k_max = args.restarts * 12 + 4
     codec = THCCodec()
     xs = _data(n, args.elements, 4)
-    with EmbeddedNetwork(n, num_slots=32) as net:
+    with tempfile.TemporaryDirectory(prefix="netco-chaos-state-") as state, \
+            EmbeddedNetwork(n, num_slots=32) as net:
+        # the operator's first apply: nothing to write, the installed token is persisted
+        failed = _cli_apply(net.config_path, state)
+        if failed:
+            raise RuntimeError(f"netco controller apply {net.config_path}: {failed}")
+        apply_errors: list[str] = []
         aggs = _aggs(net, 1, SlotConfig(give_up=60.0, max_rto=0.2))
         done = [0] * n
         stop_at = [k_max]      # the chaos thread sets it once the restarts are done
@@ -285,7 +313,10 @@ def switch_restarts(args: argparse.Namespace) -> dict:
             while count[0] < args.restarts and not finished.is_set():
                 if max(done) <= k_max - 3 and min(done) >= 1:
                     t0 = time.monotonic()
-                    net.restart_switch()
+                    net.restart_switch(apply=False)          # empty: no pipeline, no entries
+                    failed = _cli_apply(net.config_path, state)
+                    if failed:
+                        apply_errors.append(failed)
                     took.append(time.monotonic() - t0)
                     count[0] += 1
                     time.sleep(random.uniform(0.02, 0.3))
@@ -317,7 +348,9 @@ def switch_restarts(args: argparse.Namespace) -> dict:
     return {"workers": n, "allreduces": k, "restarts": count[0], "deadlocks": len(errs),
             "exact": _exact(got, refs), "seconds": round(seconds, 1),
             "restart_s_median": round(statistics.median(took), 2) if took else None,
-            "repairs": repairs, "errors": [repr(e)[:200] for e in errs]}
+            "recovery": "netco controller apply FILE (subprocess, token state file)",
+            "repairs": repairs,
+            "errors": [repr(e)[:200] for e in errs] + [f"apply: {e}" for e in apply_errors]}
 
 
 def dead_rank_partial(args: argparse.Namespace) -> dict:

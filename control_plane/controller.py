@@ -38,6 +38,7 @@ from control_plane.p4names import program_view
 from control_plane.placement import JOBS_TABLE, Placement, limits_from_p4info, place
 from control_plane.reconcile import Diff, describe, diff
 from control_plane.thc_validate import SET_JOB, draw_token
+from control_plane.tokens import TokenStore
 from host.softswitch.server import MAX_WRITE_UPDATES
 
 log = logging.getLogger(__name__)
@@ -180,13 +181,24 @@ class Controller:
         Job id -> token to install instead of a fresh draw (a caller that knows the workers'
         tokens, e.g. after a switch restart lost every entry); the tokens the switches hold
         still win (:meth:`adopt_tokens`).
+    state : TokenStore, optional
+        The controller's token state (:mod:`control_plane.tokens`; the CLI passes the default
+        one). A job without a ``tokens`` entry takes the token persisted for it on one of its
+        switches before a fresh draw, and :meth:`apply` persists the tokens it installed on
+        the switches it reconciled. Without it nothing is read or written.
+
+    Raises
+    ------
+    TokenStoreError
+        ``state`` is given and its file cannot be read or does not hold tokens.
     """
 
     def __init__(self, cfg: NetworkConfig, p4info: p4i.P4Info | None = None,
                  election_id: int | None = None, timeout: float = 15.0,
                  tls: fy.GRPCCredentialsTLS | None = None,
-                 tokens: dict[int, int] | None = None) -> None:
+                 tokens: dict[int, int] | None = None, state: TokenStore | None = None) -> None:
         self.cfg = cfg
+        self.state = state
         if p4info is None:
             p4info, self.p4info_source = load_p4info(cfg)
         else:
@@ -202,8 +214,18 @@ class Controller:
         #: switches already hold when :meth:`apply` reads it back (:meth:`adopt_tokens`), so a
         #: second apply writes nothing and running workers keep theirs. Workers get it from
         #: here (``JobSpec.token``).
-        self.tokens: dict[int, int] = {j.id: (tokens or {}).get(j.id) or draw_token()
-                                       for j in cfg.jobs}
+        self.tokens: dict[int, int] = {}
+        #: job id -> where its token came from: ``given`` (``tokens``), ``persisted``
+        #: (``state``), ``drawn`` (fresh, not installed yet) or ``switch`` (adopted)
+        self.token_source: dict[int, str] = {}
+        for j in cfg.jobs:
+            given = (tokens or {}).get(j.id)
+            kept = state.get(j.id, self.job_addresses(j.name)) if state is not None and not given \
+                else None
+            self.tokens[j.id] = given or kept or draw_token()
+            self.token_source[j.id] = "given" if given else "persisted" if kept else "drawn"
+        #: job ids whose token is not replaced by the one the switches hold (:meth:`rotate_token`)
+        self.pinned: set[int] = set()
         self.desired: dict[str, list] = desired_state(cfg, view, self.placement, self.tokens)
         self.election_id = election_id if election_id is not None else cfg.controller.election_id
         self.timeout = timeout
@@ -392,6 +414,52 @@ class Controller:
         return res
 
     # -- job tokens ---------------------------------------------------------------------------
+    def job_addresses(self, job: str) -> list[str]:
+        """P4Runtime addresses of the switches of job ``job``'s tree, in file order."""
+        spec = next(j for j in self.cfg.jobs if j.name == job)
+        tree = {n.switch for n in spec.tree}
+        return [s.address for s in self.cfg.switches if s.name in tree]
+
+    def rotate_token(self, job: str) -> int:
+        """Give job ``job`` a fresh token (not its current one) that the next :meth:`apply`
+        installs even where a switch holds the old one; returns it. Every worker of the job
+        must then load the new token (a fresh job file, a restart)."""
+        spec = next(j for j in self.cfg.jobs if j.name == job)
+        old = self.tokens[spec.id]
+        new = draw_token()
+        while new == old:
+            new = draw_token()
+        self.tokens[spec.id] = new
+        self.token_source[spec.id] = "drawn"
+        self.pinned.add(spec.id)
+        self.desired = desired_state(self.cfg, program_view(self.p4info), self.placement,
+                                     self.tokens)
+        return new
+
+    def persist_tokens(self, results: list[SwitchResult]) -> None:
+        """Persist (``state``) the tokens of the jobs on every switch of ``results`` that was
+        reconciled without error; nothing without ``state``.
+
+        Raises
+        ------
+        TokenStoreError
+            The state file cannot be written.
+        """
+        if self.state is None:
+            return
+        by_name = {s.name: s for s in self.cfg.switches}
+        out: dict[str, dict[int, int]] = {}
+        for r in results:
+            if not r.ok or r.switch not in by_name:
+                continue
+            jobs = {js.job.id for js in self.placement.per_switch.get(r.switch, ())}
+            if jobs:
+                out[by_name[r.switch].address] = {j: self.tokens[j] for j in sorted(jobs)}
+        self.state.put(out)
+        for per_job in out.values():
+            for j in per_job:
+                self.token_source[j] = "persisted"
+
     def installed_tokens(self, installed: list) -> dict[int, int]:
         """job id -> ``set_job.token`` of the jobs entries among ``installed`` (read back)."""
         table = self.schema.tables[JOBS_TABLE]
@@ -436,8 +504,11 @@ class Controller:
                 held.setdefault(job_id, token)
         changed = False
         for job_id, token in held.items():
+            if job_id in self.pinned:
+                continue                     # rotated: the new token replaces the switches'
             if job_id in self.tokens and token and self.tokens[job_id] != token:
                 self.tokens[job_id] = token
+                self.token_source[job_id] = "switch"
                 changed = True
         if changed:
             self.desired = desired_state(self.cfg, program_view(self.p4info), self.placement,
@@ -460,8 +531,20 @@ class Controller:
         return list(await asyncio.gather(*(one(s) for s in chosen)))
 
     async def apply(self, prune: bool = False, switches: list[str] | None = None) -> list[SwitchResult]:
-        """Reconcile every switch (concurrently); errors are reported per switch."""
-        return await self._each(lambda sw: self.apply_switch(sw, prune=prune), switches)
+        """Reconcile every switch (concurrently); errors are reported per switch. With
+        ``state``, the tokens installed on the switches reconciled without error are persisted
+        (:meth:`persist_tokens`).
+
+        Raises
+        ------
+        TokenStoreError
+            The state file cannot be written (the switches are reconciled then).
+        """
+        if self.state is not None:
+            self.state.check_writable()      # before writing any switch
+        results = await self._each(lambda sw: self.apply_switch(sw, prune=prune), switches)
+        self.persist_tokens(results)
+        return results
 
     async def diff(self, prune: bool = False, switches: list[str] | None = None) -> list[SwitchResult]:
         """What :meth:`apply` would write, without writing or pushing anything."""

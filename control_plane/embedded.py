@@ -166,16 +166,27 @@ class EmbeddedNetwork:
             self.stop()   # a bad controller file must not leave the switch running
             raise
 
-    def restart_switch(self, timeout: float = 30.0) -> None:
+    @property
+    def config_path(self) -> Path:
+        """The controller file of this network on disk (written when it is applied)."""
+        return self.workdir / "net.yaml"
+
+    def restart_switch(self, timeout: float = 30.0, apply: bool = True) -> None:
         """Kill the switch process (SIGKILL: a crash, all aggregation state lost), start a new
-        one on the same ports and P4Runtime address, and apply the controller file again."""
+        one on the same ports and P4Runtime address, and apply the controller file again
+        (through :class:`~control_plane.controller.Controller` with the workers' tokens).
+
+        With ``apply=False`` the new switch stays empty: the caller recovers it as an operator
+        would, e.g. ``netco controller apply`` on :attr:`config_path` (``benchmarks/chaos.py``).
+        """
         if self.proc is None:
             raise RuntimeError("restart_switch: the switch runs in this process (in_process)")
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
         self._start_process(timeout)
-        self._configure()
+        if apply:
+            self._configure()
 
     def _start_process(self, timeout: float) -> None:
         extra = (["--slots", str(self.pool_slots), "--coords-per-packet", str(self.coords_per_packet)]
@@ -202,7 +213,7 @@ class EmbeddedNetwork:
         raw = self.config_dict()
         import yaml
 
-        (self.workdir / "net.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+        self.config_path.write_text(yaml.safe_dump(raw, sort_keys=False))
         self.config = parse_config(raw, base_dir=REPO)
         # after a restart the switch holds nothing: install the tokens the workers hold
         old = self.controller.tokens if self.controller is not None else None

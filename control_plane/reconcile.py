@@ -30,6 +30,8 @@ from typing import Any
 import finsy as fy
 from finsy.proto import p4r
 
+from control_plane.tokens import mask_token
+
 #: ``metadata`` of every entity the controller writes.
 OWNER_TAG = b"netco-controller/1"
 
@@ -204,12 +206,16 @@ def diff(desired: Iterable[Any], installed: Iterable[Any], schema: fy.P4Schema,
 
 
 def describe(e: Any) -> str:
-    """One line naming an entity, e.g. ``thc_validate.jobs job_id=7 -> set_job(index=0, ...)``."""
+    """One line naming an entity, e.g. ``thc_validate.jobs job_id=7 -> set_job(index=0, ...)``.
+
+    A job's ``token`` parameter is masked (:func:`control_plane.tokens.mask_token`): these
+    lines go to terminals and logs (``show``, ``diff``, ``status --entries``)."""
     if isinstance(e, fy.P4TableEntry):
         match = " ".join(f"{k}={_fmt(v)}" for k, v in (e.match or {}).items())
         act = e.action
         if isinstance(act, fy.P4TableAction):
-            args = ", ".join(f"{k}={_fmt(v)}" for k, v in act.args.items())
+            args = ", ".join(f"{k}={mask_token(int(v)) if k == 'token' else _fmt(v)}"
+                             for k, v in act.args.items())
             action = f"{act.name}({args})"
         else:
             action = str(act)

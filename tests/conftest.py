@@ -1,4 +1,9 @@
-"""Markers for tests that need tools a fresh machine may lack; they skip with the reason."""
+"""Markers for tests that need tools a fresh machine may lack; they skip with the reason.
+
+Every test also gets its own controller state directory (``NETCO_STATE_DIR``, the job tokens
+``netco controller apply`` persists: control_plane/tokens.py), so no test writes into the
+user's home or sees another test's tokens; subprocesses inherit it.
+"""
 
 from __future__ import annotations
 
@@ -65,6 +70,14 @@ def _missing(marker: str) -> str | None:
             "(NETCO_TOFINO_P4C, or p4c-tofino on PATH answering --version)"
         )
     return None
+
+
+@pytest.fixture(autouse=True)
+def _netco_state_dir(tmp_path_factory: pytest.TempPathFactory,
+                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """``NETCO_STATE_DIR`` = a fresh temporary directory for this test (outside ``tmp_path``,
+    whose contents some tests list)."""
+    monkeypatch.setenv("NETCO_STATE_DIR", str(tmp_path_factory.mktemp("netco-state")))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -7,6 +7,12 @@ Examples::
     netco controller apply net.yaml             # push pipeline + write only the difference
     netco controller apply net.yaml --prune     # also delete entries the controller did not write
     netco controller status net.yaml --json     # installed entries, drift, per-job counters, drops
+    netco controller job net.yaml resnet --out resnet.job   # the job file its workers load
+    netco controller rotate net.yaml --job resnet           # a new token for the job
+
+The tokens ``apply`` installs are kept in the controller's state file (``--state-dir``,
+default ``$NETCO_STATE_DIR``, ``$XDG_STATE_HOME/netco`` or ``~/.local/state/netco``), so a
+restarted switch gets the same ones back.
 
 Exit codes: 0 success (``diff``: in sync), 1 ``diff`` found differences, 2 bad input (the
 message names the field), 3 a switch was unreachable, refused us or a write failed.
@@ -32,11 +38,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = __doc__.split("\n\n")[0]
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
-    def common(p: argparse.ArgumentParser, json_help: str = "print one JSON object") -> None:
+    def common(p: argparse.ArgumentParser, json_help: str = "print one JSON object",
+               switch: bool = True, job: bool = False) -> None:
         p.add_argument("file", metavar="FILE", help="desired-state file (.yaml/.yml/.toml)")
+        if job:
+            p.add_argument("job", metavar="JOB", help="the job's name in FILE")
         p.add_argument("--json", action="store_true", help=json_help)
-        p.add_argument("--switch", action="append", default=None, metavar="NAME",
-                       help="only this switch (repeatable; default: all)")
+        if switch:
+            p.add_argument("--switch", action="append", default=None, metavar="NAME",
+                           help="only this switch (repeatable; default: all)")
+        p.add_argument("--state-dir", default=None, metavar="DIR",
+                       help="the controller's token state (tokens.json; default $NETCO_STATE_DIR, "
+                            "else $XDG_STATE_HOME/netco, else ~/.local/state/netco)")
         p.add_argument("--plan", default=None, metavar="PLAN",
                        help="also install a ScaleAcross network plan (netco explore plan --out): "
                             "hosts for its ranks, a THC job per DP group, paths for its "
@@ -87,6 +100,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
     common(p)
     p.set_defaults(func=run_show)
 
+    p = sub.add_parser("job", help="write the job file a job's workers load (after apply)")
+    common(p, json_help="print the job file as one JSON object, its token masked",
+           switch=False, job=True)
+    p.add_argument("--out", required=True, metavar="PATH",
+                   help="where to write the job file (mode 0600: it holds the job's token)")
+    p.set_defaults(func=run_job)
+
+    p = sub.add_parser("rotate", help="install a new token for a job; its workers must reload")
+    common(p, switch=False)
+    p.add_argument("--job", action="append", required=True, metavar="NAME",
+                   help="the job whose token to replace (repeatable)")
+    p.add_argument("--election-id", type=int, default=None,
+                   help="P4Runtime election id (default: controller.election_id or 10)")
+    p.add_argument("--timeout", type=float, default=15.0, help="seconds per switch to connect")
+    p.set_defaults(func=run_rotate)
+
 
 # ---------------------------------------------------------------------------------------------
 
@@ -113,7 +142,7 @@ def _load(args: argparse.Namespace):
             cfg = load_config(args.file)
     except ConfigError as exc:
         raise UsageError("\n".join(exc.lines())) from exc
-    if args.switch:
+    if getattr(args, "switch", None):
         names = [s.name for s in cfg.switches]
         bad = [s for s in args.switch if s not in names]
         if bad:
@@ -124,15 +153,56 @@ def _load(args: argparse.Namespace):
 def _controller(args: argparse.Namespace, election_id: int | None = None):
     from control_plane.config import ConfigError
     from control_plane.controller import Controller
+    from control_plane.tokens import TokenStore, TokenStoreError
 
     cfg = _load(args)
     try:
         return Controller(cfg, election_id=election_id, timeout=getattr(args, "timeout", 15.0),
-                          tls=args.tls)
+                          tls=args.tls, state=TokenStore(args.state_dir))
     except ConfigError as exc:
         raise UsageError("\n".join(exc.lines())) from exc
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, TokenStoreError) as exc:
         raise UsageError(str(exc)) from exc
+
+
+def _run_controller(coro):
+    """Run a controller coroutine; a token state file that cannot be written is one line."""
+    from control_plane.controller import run_sync
+    from control_plane.tokens import TokenStoreError
+
+    try:
+        return run_sync(coro)
+    except TokenStoreError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _job(args: argparse.Namespace, cfg, name: str, flag: str):
+    """Job ``name`` of ``cfg``, or one line naming ``flag`` and the jobs."""
+    for j in cfg.jobs:
+        if j.name == name:
+            return j
+    names = ", ".join(j.name for j in cfg.jobs) or "(none defined)"
+    raise UsageError(f"{flag}: unknown job {name!r} in {args.file}; jobs are {names}")
+
+
+def token_line(ctl, job) -> str:
+    """What ``show`` says about ``job``'s token: masked, and where it comes from."""
+    from control_plane.tokens import mask_token
+
+    source = ctl.token_source[job.id]
+    if source == "drawn":
+        return "token: drawn at the first apply"
+    return f"token {mask_token(ctl.tokens[job.id])} ({source})"
+
+
+def token_json(ctl, job) -> dict[str, Any]:
+    """``token_line`` as JSON: the masked token (None until one is persisted) and its source."""
+    from control_plane.tokens import mask_token
+
+    source = ctl.token_source[job.id]
+    if source == "drawn":
+        return {"masked": None, "source": "drawn at the first apply"}
+    return {"masked": mask_token(ctl.tokens[job.id]), "source": source}
 
 
 def _table(rows: list[list[Any]], header: list[str]) -> str:
@@ -213,13 +283,17 @@ def _watch(args: argparse.Namespace, ctl) -> int:
     import time
 
     from control_plane.controller import run_sync
+    from control_plane.tokens import TokenStoreError
 
     async def loop() -> int:
         rounds = 0
         while True:
             t0 = time.monotonic()
             before = ctl.writes
-            results = await ctl.apply(prune=args.prune, switches=args.switch)
+            try:
+                results = await ctl.apply(prune=args.prune, switches=args.switch)
+            except TokenStoreError as exc:
+                raise UsageError(str(exc)) from None
             rounds += 1
             wrote = ctl.writes - before
             failed = [r for r in results if not r.ok]
@@ -249,9 +323,7 @@ def _print_json_line(obj: Any) -> None:
 
 
 def _apply_once(args: argparse.Namespace, ctl) -> int:
-    from control_plane.controller import run_sync
-
-    results = run_sync(ctl.apply(prune=args.prune, switches=args.switch))
+    results = _run_controller(ctl.apply(prune=args.prune, switches=args.switch))
     failed = [r for r in results if not r.ok]
     if args.json:
         _print_json({"p4info": ctl.p4info_source, "writes": ctl.writes,
@@ -269,11 +341,9 @@ def _apply_once(args: argparse.Namespace, ctl) -> int:
 
 def run_diff(args: argparse.Namespace) -> int:
     """``netco controller diff``."""
-    from control_plane.controller import run_sync
-
     _quiet_finsy(args)
     ctl = _controller(args)
-    results = run_sync(ctl.diff(prune=args.prune, switches=args.switch))
+    results = _run_controller(ctl.diff(prune=args.prune, switches=args.switch))
     failed = [r for r in results if not r.ok]
     if args.json:
         _print_json({"p4info": ctl.p4info_source, "switches": [r.to_json() for r in results]})
@@ -375,6 +445,7 @@ def run_show(args: argparse.Namespace) -> int:
                               "lane_bits": j.lane_bits, "policy": j.policy,
                               "thc": {"b": j.thc.b, "g": j.thc.g, "p": j.thc.p},
                               "table": list(j.thc.table),
+                              "token": token_json(ctl, j),
                               "members": [_member(cfg, h, r) for r, h in enumerate(j.members)],
                               "tree": [{"switch": n.switch, "parent": n.parent, "members": list(n.members)}
                                        for n in j.tree]}
@@ -397,11 +468,82 @@ def run_show(args: argparse.Namespace) -> int:
                       + " | ".join(" ".join(v) for v in p["via"]))
         for n in inst.notes:
             print(f"  note: {n}")
+    for j in sorted(cfg.jobs, key=lambda j: j.id):
+        print(f"job {j.name} (id {j.id}): {token_line(ctl, j)}")
     for sw in chosen:
         print(f"\n{sw} ({len(ctl.desired[sw])} entities):")
         for e in ctl.desired[sw]:
             print(f"  {describe(e)}")
     return 0
+
+
+def run_job(args: argparse.Namespace) -> int:
+    """``netco controller job``: write the job file of one job (its token: the persisted one)."""
+    from control_plane.job_file import build_job_file
+    from control_plane.tokens import mask_token
+    from host.errors import OptionError, writable_file
+    from host.transport.jobfile import write
+
+    ctl = _controller(args)
+    job = _job(args, ctl.cfg, args.job, "JOB")
+    if ctl.token_source[job.id] != "persisted":
+        raise UsageError(f"job {job.name} has no installed token yet: run `netco controller apply "
+                         f"{args.file}` first" + (f" (token state: {ctl.state.path})"
+                                                  if args.state_dir else ""))
+    try:
+        out = writable_file(args.out, "--out")
+    except OptionError as exc:
+        raise UsageError(str(exc)) from None
+    jf = build_job_file(ctl.cfg, ctl.placement, job.name, ctl.tokens[job.id])
+    write(out, jf)
+    if args.json:
+        _print_json({**jf.to_json(), "token": mask_token(jf.token), "path": str(out)})
+    else:
+        print(f"{out}: job {job.name} (id {job.id}), {jf.world} members "
+              f"({', '.join(m.host for m in jf.members)}), token {mask_token(jf.token)}; mode 0600 "
+              f"(it holds the job's token)")
+    return 0
+
+
+def run_rotate(args: argparse.Namespace) -> int:
+    """``netco controller rotate``: a new token for each ``--job``, installed and persisted;
+    one line per job naming the workers that must reload."""
+    from control_plane.tokens import mask_token
+
+    _quiet_finsy(args)
+    args.switch = None
+    ctl = _controller(args, election_id=args.election_id)
+    jobs = []
+    for name in dict.fromkeys(args.job):
+        jobs.append(_job(args, ctl.cfg, name, "--job"))
+    for j in jobs:
+        ctl.rotate_token(j.name)
+    tree = sorted({n.switch for j in jobs for n in j.tree},
+                  key=[s.name for s in ctl.cfg.switches].index)
+    results = _run_controller(ctl.apply(switches=tree))
+    failed = [r for r in results if not r.ok]
+    rotated = []
+    for j in jobs:
+        sws = [n.switch for n in j.tree]
+        done = not any(r.switch in sws for r in failed)
+        rotated.append({"job": j.name, "id": j.id, "token": mask_token(ctl.tokens[j.id]),
+                        "installed": done, "switches": sws, "reload": list(j.members)})
+    if args.json:
+        _print_json({"writes": ctl.writes, "rotated": rotated,
+                     "switches": [r.to_json() for r in results]})
+    else:
+        for r in rotated:
+            if r["installed"]:
+                print(f"job {r['job']} (id {r['id']}): new token {r['token']} installed on "
+                      f"{', '.join(r['switches'])}; reload workers {', '.join(r['reload'])}: give "
+                      f"each a fresh job file (netco controller job {args.file} {r['job']} --out "
+                      f"PATH) and restart it (or restart it under netco run)")
+            else:
+                print(f"job {r['job']} (id {r['id']}): new token NOT installed everywhere (errors "
+                      f"below); run `netco controller rotate {args.file} --job {r['job']}` again")
+    for r in failed:
+        print(f"error: {r.error}", file=sys.stderr)
+    return EXIT_SWITCH_ERROR if failed else 0
 
 
 def _member(cfg, host: str, rank: int) -> dict[str, Any]:

@@ -29,6 +29,7 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("switch", "host.softswitch.cli", "run the software aggregation target (same protocol as the P4 switch)"),
     ("controller", "control_plane.cli.controller",
      "P4Runtime controller: apply, diff and show desired state"),
+    ("run", "control_plane.cli.run", "apply the controller file and run a command with its job file"),
     ("testbed", "control_plane.testbed.cli", "Mininet testbeds from a topology file: up, down, status"),
     ("explore", "control_plane.scaleacross.cli", "ScaleAcross Explorer: plan training across buildings"),
     ("fielding", "control_plane.fielding.cli", "FIELDING: clustered federated learning under drift"),

@@ -44,6 +44,15 @@ MAX_GRANULARITY = (1 << lay.VALUE_BITS) - 1
 DEFAULT_NUM_SLOTS = 16
 DEFAULT_ELECTION_ID = 10
 DEFAULT_THC = {"b": lay.INDEX_BITS, "g": DEFAULT_GRANULARITY, "p": "1/32"}
+#: Coordinates per DATA packet a switch takes (docs/protocol.md, "Packet width"): the P4
+#: programs take :data:`host.protocol.layout.COORDS_PER_PACKET` (256) only; the software target
+#: any of :data:`host.protocol.layout.PACKET_WIDTHS` (``netco switch --coords-per-packet``).
+PACKET_WIDTHS = lay.PACKET_WIDTHS
+DEFAULT_COORDS_PER_PACKET = lay.COORDS_PER_PACKET
+#: Targets that take another packet width than the default.
+WIDE_TARGETS = ("softswitch",)
+#: Targets with UDP ports (``netco switch --port N=udp:HOST:PORT``): a switch's ``udp`` field.
+UDP_TARGETS = ("softswitch",)
 
 
 class ConfigError(ValueError):
@@ -85,7 +94,10 @@ class SwitchSpec:
     ``addr`` is the switch's own IPv4 address: the source of the results it multicasts and
     the address child switches send partials to (``self_addr``/``parent_addr`` of
     ``set_job``). ``mac`` is the source MAC of routed packets and the destination MAC its
-    neighbours use for it.
+    neighbours use for it. ``udp`` lists the software target's UDP ports (switch port ->
+    the ``(host, port)`` it binds: where the host on that port sends its THC datagrams), and
+    ``coords_per_packet`` the switch's packet width; both go into the job file workers load
+    (``netco controller job``), no switch entry depends on them.
     """
 
     name: str
@@ -98,11 +110,21 @@ class SwitchSpec:
     p4blob: Path | None
     #: P4Runtime over TLS (None: plain text, or the controller's ``--tls-*`` flags)
     tls: TlsSpec | None = None
+    #: ``(switch port, (host, UDP port))`` of the software target's UDP ports, by port
+    udp: tuple[tuple[int, tuple[str, int]], ...] = ()
+    #: coordinates per DATA packet (:data:`PACKET_WIDTHS`; other than 256 on the software
+    #: target only)
+    coords_per_packet: int = DEFAULT_COORDS_PER_PACKET
+
+    def udp_address(self, port: int) -> tuple[str, int] | None:
+        """The UDP address the switch binds for ``port`` (its ``udp`` field), or None."""
+        return dict(self.udp).get(port)
 
 
 @dataclass(frozen=True)
 class HostSpec:
-    """An end host attached to ``switch`` at ``port``."""
+    """An end host attached to ``switch`` at ``port``. ``mac`` defaults to
+    ``02:4e:48:00:XX:YY`` (XX:YY = the host's position in the file, from 1)."""
 
     name: str
     mac: str

@@ -21,16 +21,20 @@ import yaml
 
 from control_plane.config.schema import (
     DEFAULT_BMV2_JSON,
+    DEFAULT_COORDS_PER_PACKET,
     DEFAULT_ELECTION_ID,
     DEFAULT_NUM_SLOTS,
     DEFAULT_THC,
     MAX_GRANULARITY,
     MAX_JOB_ID,
     MAX_PORT,
+    PACKET_WIDTHS,
     POLICIES,
     TARGETS,
+    UDP_TARGETS,
     UPLINKS,
     VALUES_TARGETS,
+    WIDE_TARGETS,
     ConfigError,
     ControllerSpec,
     HostSpec,
@@ -46,7 +50,7 @@ from control_plane.config.schema import (
 from control_plane.config.topology import derive_tree
 from host.protocol import generated_dataplane as dp
 from host.protocol import layout as lay
-from host.protocol.jobs import lane_problem
+from host.protocol.jobs import lane_problem, width_problem
 
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,31}$")
 _MAC_RE = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
@@ -306,6 +310,61 @@ class _Validator:
         assert files["ca"] is not None
         return TlsSpec(files["ca"], files["cert"], files["key"], name)
 
+    def udp(self, where: str, raw: Any, name: str | None, ports: tuple[int, ...] | None,
+            target: str) -> tuple[tuple[int, tuple[str, int]], ...]:
+        """A switch's ``udp`` field: switch port -> ``"HOST:PORT"`` of the software target's
+        UDP port (``netco switch --port N=udp:HOST:PORT``)."""
+        if target not in UDP_TARGETS:
+            self.err(where, f"only the software target (target: softswitch) has UDP ports; remove "
+                            f"udp or set target: softswitch (this switch is {target})")
+            return ()
+        if not isinstance(raw, dict):
+            self.err(where, f"must be a mapping of switch port to HOST:PORT, e.g. "
+                            f"{{1: \"127.0.0.1:47001\"}}, got {type(raw).__name__}")
+            return ()
+        out: dict[int, tuple[str, int]] = {}
+        seen: dict[tuple[str, int], int] = {}
+        for key, val in raw.items():
+            w = f"{where}.{key}"
+            if isinstance(key, str) and key.isdigit():
+                key = int(key)           # TOML keys are strings
+            if isinstance(key, bool) or not isinstance(key, int):
+                self.err(w, f"{key!r} is not a port number; key each address by its switch port, "
+                            f"e.g. 1: \"127.0.0.1:47001\"")
+                continue
+            if not 0 <= key <= MAX_PORT:
+                self.err(w, f"port {key} out of range; use 0..{MAX_PORT}")
+                continue
+            if ports is not None and key not in ports:
+                self.err(w, f"switch {name or '?'} has no port {key}; its ports are "
+                            f"{', '.join(map(str, ports))} (add it to switches[].ports)")
+                continue
+            addr = _hostport(val)
+            if addr is None:
+                self.err(w, f"{val!r} must be HOST:PORT of the UDP port (netco switch --port "
+                            f"{key}=udp:HOST:PORT): an IPv4 address and a port 1..65535, e.g. "
+                            f"127.0.0.1:47001")
+                continue
+            if addr in seen:
+                self.err(w, f"{val} is also port {seen[addr]}'s address; each UDP port binds its own")
+                continue
+            seen[addr] = key
+            out[key] = addr
+        return tuple(sorted(out.items()))
+
+    def coords(self, where: str, raw: Any, target: str) -> int | None:
+        """A switch's ``coords_per_packet``: 256, or 512/1024 on the software target."""
+        if isinstance(raw, bool) or not isinstance(raw, int) or raw not in PACKET_WIDTHS:
+            self.err(where, f"{raw!r}: use one of {', '.join(map(str, PACKET_WIDTHS))} (the "
+                            f"switch's --coords-per-packet)")
+            return None
+        if raw != DEFAULT_COORDS_PER_PACKET and target not in WIDE_TARGETS:
+            self.err(where, f"{raw}: the P4 programs take {DEFAULT_COORDS_PER_PACKET} coordinates "
+                            f"per packet only (this switch is {target}); use "
+                            f"{DEFAULT_COORDS_PER_PACKET}, or target: softswitch")
+            return None
+        return raw
+
     # -- sections ---------------------------------------------------------------------------
     def run(self, raw: Any) -> NetworkConfig | None:
         if raw is None:
@@ -343,9 +402,11 @@ class _Validator:
     def switches(self, raw: Any) -> dict[str, SwitchSpec]:
         out: dict[str, SwitchSpec] = {}
         addrs: dict[str, str] = {}
+        udp_addrs: dict[tuple[str, int], str] = {}
         for i, s in enumerate(self.list_of("switches", raw)):
             w = f"switches[{i}]"
-            m = self.mapping(w, s, {"device_id", "mac", "ports", "target", "p4blob", "tls"},
+            m = self.mapping(w, s, {"device_id", "mac", "ports", "target", "p4blob", "tls", "udp",
+                                    "coords_per_packet"},
                              {"name", "address", "addr"})
             if m is None:
                 continue
@@ -384,12 +445,23 @@ class _Validator:
                 self.err(f"{w}.p4blob", f"required for target {target!r}: the target's compiled "
                                         "program (device config) to push with the P4Info")
             tls = self.tls(f"{w}.tls", m["tls"]) if "tls" in m else None
-            if name is None or address is None or addr is None or mac is None or dev is None:
+            udp = self.udp(f"{w}.udp", m["udp"], name, ports, target) if "udp" in m else ()
+            coords = self.coords(f"{w}.coords_per_packet",
+                                 m.get("coords_per_packet", DEFAULT_COORDS_PER_PACKET), target)
+            for port, bound in udp:
+                if bound in udp_addrs:
+                    self.err(f"{w}.udp.{port}", f"{bound[0]}:{bound[1]} is also "
+                                                f"{udp_addrs[bound]}'s address; each UDP port binds "
+                                                "its own")
+                udp_addrs.setdefault(bound, f"switch {name} port {port}")
+            if name is None or address is None or addr is None or mac is None or dev is None \
+                    or coords is None:
                 if name is not None:
                     self.broken.add(name)
                 continue
             addrs[address] = name
-            out[name] = SwitchSpec(name, address, dev, addr, mac, ports, target, p4blob, tls)
+            out[name] = SwitchSpec(name, address, dev, addr, mac, ports, target, p4blob, tls, udp,
+                                   coords)
         if isinstance(raw, list) and not raw:
             self.err("switches", "empty; define at least one switch")
         tna = sorted(s.name for s in out.values() if s.target in VALUES_TARGETS)
@@ -411,14 +483,14 @@ class _Validator:
         ips: dict[str, str] = {}
         for i, h in enumerate(self.list_of("hosts", raw)):
             w = f"hosts[{i}]"
-            m = self.mapping(w, h, set(), {"name", "mac", "ip", "attach"})
+            m = self.mapping(w, h, {"mac"}, {"name", "ip", "attach"})
             if m is None:
                 continue
             name = self.name(f"{w}.name", m.get("name"))
             if name is not None and (name in out or name in switches):
                 self.err(f"{w}.name", f"{name!r} is already used by another host or switch")
                 name = None
-            mac = self.mac(f"{w}.mac", m.get("mac"))
+            mac = self.mac(f"{w}.mac", m["mac"]) if "mac" in m else default_host_mac(i)
             ip = self.ipv4(f"{w}.ip", m.get("ip"))
             if ip is not None and ip in ips:
                 self.err(f"{w}.ip", f"{ip} is also host {ips[ip]}'s address")
@@ -471,9 +543,16 @@ class _Validator:
 
         for i, h in enumerate(hosts.values()):
             claim((h.switch, h.port), f"host {h.name}", f"hosts[{i}].attach")
+        names = list(switches)
         for i, ln in enumerate(links):
             claim((ln.a, ln.a_port), f"link {i}", f"links[{i}].a")
             claim((ln.b, ln.b_port), f"link {i}", f"links[{i}].b")
+            for end, sw, port in (("a", ln.a, ln.a_port), ("b", ln.b, ln.b_port)):
+                if switches[sw].udp_address(port) is not None:
+                    self.err(f"links[{i}].{end}", f"port {sw}:{port} is a UDP port for a host "
+                                                  f"(switches[{names.index(sw)}].udp.{port}); "
+                                                  "links use other ports (netco switch --port "
+                                                  "N=tunnel:...)")
 
     # -- jobs -------------------------------------------------------------------------------
     def thc(self, w: str, raw: Any) -> ThcParams | None:
@@ -575,6 +654,17 @@ class _Validator:
                 self.err(f"{w}.lane_bits", f"{lane}-bit lanes are not supported on BMv2 switch "
                                            f"{bmv2[0]}; use {widest} (n·g up to {top}: g <= "
                                            f"{top // lay.MAX_WORKERS} for {lay.MAX_WORKERS} workers)")
+                continue
+            widths = {n.switch: cfg.switch(n.switch).coords_per_packet for n in tree}
+            if len(set(widths.values())) > 1:
+                shown = ", ".join(f"{sw} {c}" for sw, c in widths.items())
+                self.err(w, f"its switches take different coords_per_packet ({shown}); a job's "
+                            "partial sums cross them, give them the same")
+                continue
+            width = next(iter(widths.values()))
+            if (why := width_problem(width, lane)) is not None:
+                self.err(f"{w}.lane_bits", f"{lane}-bit lanes on switches with coords_per_packet "
+                                           f"{width}: {why}")
                 continue
             tofino = [n.switch for n in tree if targets[n.switch] in VALUES_TARGETS]
             uplink = m.get("uplink", "values" if tofino else "indices")
@@ -764,6 +854,27 @@ class _Validator:
             else:
                 out.append(PathSpec(dst, tuple(via), src))
         return out
+
+
+def default_host_mac(position: int) -> str:
+    """The MAC of the host at ``position`` (0-based) of ``hosts`` without a ``mac``:
+    ``02:4e:48:00:XX:YY``, XX:YY = position + 1 (the switches' default is ``02:4e:43:...``)."""
+    n = position + 1
+    return f"02:4e:48:00:{n >> 8 & 0xFF:02x}:{n & 0xFF:02x}"
+
+
+def _hostport(val: Any) -> tuple[str, int] | None:
+    """``"IPv4:PORT"`` (port 1..65535) -> (host, port), else None."""
+    if not isinstance(val, str) or val.count(":") != 1:
+        return None
+    host, _, port = val.partition(":")
+    try:
+        host = str(ipaddress.IPv4Address(host))
+    except ValueError:
+        return None
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        return None
+    return host, int(port)
 
 
 def _path_clash(q: PathSpec, via: list[str], dst: str) -> str | None:

@@ -20,6 +20,7 @@ DDP rebuilding its buckets after the first iteration and THC can start at step 0
 
 # No `from __future__ import annotations`: DDP checks the hook's annotations at registration.
 
+import contextlib
 import logging
 import math
 import time
@@ -105,6 +106,10 @@ class THCHookState:
         Error memory per parameter (flat float32), keyed by :meth:`param_key`.
     history : list of StepBytes
         Bytes sent/received by this worker in every completed step.
+    bytes_sent, bytes_received : int
+        This worker's bytes of the last completed step (readable right after ``backward``:
+        the step ends with its last bucket); ``total_bytes_sent``/``total_bytes_received``
+        add up every step.
     """
 
     def __init__(
@@ -130,6 +135,8 @@ class THCHookState:
         self.memory: dict[Hashable, torch.Tensor] = {}
         self.bytes_sent = 0
         self.bytes_received = 0
+        self._sent = 0          # the current step's, until end_step
+        self._received = 0
         self.total_bytes_sent = 0
         self.total_bytes_received = 0
         self.history: list[StepBytes] = []
@@ -141,12 +148,25 @@ class THCHookState:
         self.error: BaseException | None = None
         self.phases: dict[str, float] = {}
         self._pool: ThreadPoolExecutor | None = None
+        self._staging: dict[int, torch.Tensor] = {}
+        #: :func:`host.ddp.attach.attach` sets these: the job file, what the start-up check
+        #: saw, and that :meth:`close` leaves the job (the aggregator is the state's own)
+        self.job = None
+        self.check = None
+        self.owns_aggregator = False
+        self.closed = False
+        #: makes the aggregator at the first bucket (:func:`host.ddp.attach.comm_state`)
+        self.connect = None
 
     # ------------------------------------------------------------------ helpers
     def agg(self) -> Aggregator:
-        """The aggregator (created on first use)."""
+        """The aggregator (created on first use: by :attr:`connect` when set, else
+        :class:`TorchDistributedAggregator` on the process group)."""
         if self.aggregator is None:
-            self.aggregator = TorchDistributedAggregator(self.process_group)
+            if self.connect is not None:
+                self.aggregator = self.connect()
+            else:
+                self.aggregator = TorchDistributedAggregator(self.process_group)
         return self.aggregator
 
     def param_key(self, p: torch.Tensor) -> int:
@@ -155,8 +175,8 @@ class THCHookState:
 
     def count(self, sent: int, received: int) -> None:
         """Add bytes to the current step's counters."""
-        self.bytes_sent += sent
-        self.bytes_received += received
+        self._sent += sent
+        self._received += received
 
     def add_phase(self, name: str, seconds: float) -> None:
         """Add ``seconds`` to phase ``name`` of the current step (:data:`PHASES`)."""
@@ -170,10 +190,11 @@ class THCHookState:
 
     def end_step(self) -> None:
         """Close the current step's byte counters and advance :attr:`iter`."""
-        self.history.append(StepBytes(self.iter, self.bytes_sent, self.bytes_received))
-        self.total_bytes_sent += self.bytes_sent
-        self.total_bytes_received += self.bytes_received
-        self.bytes_sent = self.bytes_received = 0
+        self.history.append(StepBytes(self.iter, self._sent, self._received))
+        self.total_bytes_sent += self._sent
+        self.total_bytes_received += self._received
+        self.bytes_sent, self.bytes_received = self._sent, self._received
+        self._sent = self._received = 0
         self.iter += 1
 
     def bytes_per_bucket(self, numel: int, world_size: int) -> tuple[int, int]:
@@ -192,9 +213,20 @@ class THCHookState:
         return up, down
 
     def uses_pipeline(self, agg: Aggregator, buf: torch.Tensor) -> bool:
-        """Whether ``buf`` goes through the background, pipelined path (:attr:`pipelined`)."""
-        return (self.pipelined and hasattr(agg, "reduce_into") and buf.device.type == "cpu"
+        """Whether ``buf`` goes through the background, pipelined path (:attr:`pipelined`):
+        a contiguous float32 bucket on the CPU, or on a GPU (staged through pinned host
+        memory: the switch's aggregator encodes on the CPU)."""
+        return (self.pipelined and hasattr(agg, "reduce_into")
+                and buf.device.type in ("cpu", "cuda")
                 and buf.dtype == torch.float32 and buf.is_contiguous())
+
+    def host_buffer(self, buf: torch.Tensor) -> torch.Tensor:
+        """A pinned host tensor like the GPU bucket ``buf`` (kept per size, reused)."""
+        n = buf.numel()
+        host = self._staging.get(n)
+        if host is None:
+            host = self._staging[n] = torch.empty(n, dtype=torch.float32, pin_memory=True)
+        return host
 
     def pool(self) -> ThreadPoolExecutor:
         """The one thread that sums pipelined buckets, in order (created on first use)."""
@@ -208,10 +240,18 @@ class THCHookState:
             raise self.error
 
     def close(self) -> None:
-        """Stop the background thread (after the last step)."""
+        """Stop the background thread (after the last step); with an aggregator of its own
+        (:func:`host.ddp.attach.attach`), leave the job too: the closing exchange when every
+        step went through, none after an error (bounded by the give-up time either way).
+        Runs once; later calls do nothing."""
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+        if self.closed:
+            return
+        self.closed = True
+        if self.owns_aggregator and self.aggregator is not None:
+            self.aggregator.close(finish=self.error is None)
 
     def _segments(self, bucket: dist.GradBucket, buf: torch.Tensor) -> list[tuple[int, int, int]]:
         """(key, offset, numel) of every parameter's gradient inside the bucket buffer."""
@@ -356,7 +396,11 @@ def _pipelined_bucket(state: THCHookState, agg, bucket: dist.GradBucket, buf: to
     t_hook = time.perf_counter()
     segs = state._segments(bucket, buf)
     rnd = state.iter
-    flat = buf.detach().reshape(-1)
+    gpu = buf.device.type == "cuda"
+    # a GPU bucket goes to pinned host memory now (DDP may reuse the GPU buffer's stream
+    # order: the copy completes before the hook returns) and comes back from the thread
+    flat = state.host_buffer(buf).copy_(buf.detach().reshape(-1)) if gpu else \
+        buf.detach().reshape(-1)
     up, down = state.bytes_per_bucket(numel, n)
     state.count(up, down)
     if last:
@@ -365,6 +409,9 @@ def _pipelined_bucket(state: THCHookState, agg, bucket: dist.GradBucket, buf: to
 
     def work() -> None:
         c0 = time.thread_time()
+        if state.error is not None:   # an earlier bucket failed: do not wait again
+            fut.set_exception(state.error)
+            return
         try:
             t0 = time.perf_counter()
             x = flat
@@ -388,6 +435,8 @@ def _pipelined_bucket(state: THCHookState, agg, bucket: dist.GradBucket, buf: to
             for k in ("encode", "network", "wait", "decode"):
                 state.add_phase(k, timing.get(k, 0.0))
             state.add_phase("residual", time.perf_counter() - t3)
+            if gpu:
+                buf.view(-1).copy_(flat)
             state.add_phase("cpu", time.thread_time() - c0)
             fut.set_result(buf)
         except BaseException as exc:  # handed to DDP through the future
@@ -396,5 +445,14 @@ def _pipelined_bucket(state: THCHookState, agg, bucket: dist.GradBucket, buf: to
             fut.set_exception(exc)
 
     state.pool().submit(work)
+    if last:
+        # Wait for the step's buckets here, on the backward thread (DDP waits for them right
+        # after the last one anyway): an error then leaves ``backward`` as the hook's own
+        # exception. A failed future reaches the user as DDP's "RuntimeError: Unable to cast
+        # <message> to Tensor" instead.
+        with contextlib.suppress(BaseException):
+            fut.wait()
+        if state.error is not None:
+            raise state.error
     state.add_phase("hook", time.perf_counter() - t_hook)
     return fut

@@ -793,7 +793,10 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
                     L->asked_deadline[s] = 1;
                 }
                 L->dl_sent[s] = now;
-            } else if (!L->partial && now - L->first_sent[s] >= L->give_up) {
+            }
+            /* give up after give_up seconds without a result (partial: after the deadline
+             * and give_up more: a live switch answers a DEADLINE request at once) */
+            if (age >= L->give_up + (L->partial ? L->deadline : 0.0)) {
                 L->gave_up = s;
                 L->gave_up_pkt = i;
                 L->gave_up_round = L->out_round[s];

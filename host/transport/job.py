@@ -11,6 +11,7 @@ whole THC round for one tensor.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -221,6 +222,16 @@ class NetworkAggregator:
         #: fresh 100 MB buffers per all-reduce cost their page faults and zeroing on every
         #: call (~9% of the CPU of a 16M all-reduce)
         self._wire: dict[tuple[int, int, int], tuple] = {}
+
+    def new_window(self, round_base: int, slots: SlotConfig | None = None) -> None:
+        """Start a new session on the same endpoint: a fresh slot window whose rounds start at
+        ``round_base`` (every rank the same; :func:`host.transport.session.open_session`
+        chooses it), with ``slots`` (default: the current window's timing and policy)."""
+        spec = self.spec = dataclasses.replace(self.spec, round_base=round_base & 0xFFFFFFFF)
+        self.window = SlotWindow(self.ep, spec.job_id, spec.rank, spec.world, spec.num_slots,
+                                 slots or self.window.cfg, round_base=spec.round_base,
+                                 token=spec.token)
+        self.finished = None
 
     # -- leaving the job ------------------------------------------------------------------
     def finish(self) -> bool:

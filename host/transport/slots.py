@@ -16,7 +16,9 @@ outstanding (duplicates, stale rounds) are ignored and counted.
 Policies: ``exact`` retransmits until every contribution is in and raises
 :class:`SlotTimeoutError` after ``give_up`` seconds of silence on a slot, naming the ranks the
 switch reports missing; ``partial`` asks the switch, ``deadline`` seconds after a packet was
-first sent, to release the slot's current sum (flag DEADLINE) and accepts it with its count m.
+first sent, to release the slot's current sum (flag DEADLINE) and accepts it with its count m,
+and raises the same error when even that gets no answer for ``give_up`` more seconds (the
+switch is gone).
 
 :meth:`SlotWindow.exchange_into` runs a whole exchange in C (``_slotloop.c``, the same loop
 with the same semantics, without a Python call per packet) when the extension is built and the
@@ -127,10 +129,15 @@ class SlotConfig:
         Initial and minimum retransmission timeout (s); adapts to the round trip, doubles per
         retry, up to ``max_rto``.
     give_up : float
-        ``exact``: seconds without a result on one slot before :class:`SlotTimeoutError`.
+        Seconds without a result on one slot before :class:`SlotTimeoutError` (``partial``:
+        after the ``deadline``: a switch that is there answers the DEADLINE request at once).
     deadline : float
         ``partial``: seconds after a packet's first send before asking for the partial sum.
     policy : {"exact", "partial"}
+    peek_wait : float
+        ``exact``, on giving up: seconds to wait for the switch's answer to the status request
+        that names the missing ranks (at most ``2 * max_rto``); a worker raises at most
+        ``give_up + peek_wait`` after a packet's first send.
     suspect_wait : float, optional
         ``partial``, while a rank is missing from the last partial result: seconds after a
         packet's first send before asking for the sum (None: the smoothed RTT times
@@ -146,12 +153,16 @@ class SlotConfig:
     deadline: float = 0.5
     policy: str = "exact"
     suspect_wait: float | None = None
+    peek_wait: float = 1.0
 
     def __post_init__(self) -> None:
         if self.policy not in ("exact", "partial"):
             raise ValueError(f"policy={self.policy!r}: choose 'exact' or 'partial'")
         if self.rto <= 0 or self.max_rto < self.rto:
             raise ValueError("need 0 < rto <= max_rto")
+        if not self.give_up > 0 or not self.peek_wait >= 0:
+            raise ValueError(f"give_up={self.give_up}, peek_wait={self.peek_wait}: need "
+                             "give_up > 0 and peek_wait >= 0")
         if self.suspect_wait is not None and not self.suspect_wait > 0:
             raise ValueError(f"suspect_wait={self.suspect_wait}: must be > 0 (or None)")
 
@@ -261,6 +272,9 @@ class SlotWindow:
         self.repair = {k: (np.zeros((num_slots, MAX_DATAGRAM), dtype=np.uint8),
                            np.zeros(num_slots, dtype=np.int32)) for k in ("data", "norm")}
         self.next_repair = 0.0
+        #: Wall-clock time (``time.time()``) of the last exchange the switch completed: the
+        #: last contact a give-up names (None: none yet).
+        self.last_contact: float | None = None
         #: Run :meth:`exchange_into` in C where possible (tests switch it off to compare).
         self.native = NATIVE
         #: Whether the last :meth:`exchange_into` ran in C.
@@ -554,7 +568,7 @@ class SlotWindow:
                         stats.fast_deadlines += fast
                         asked_deadline[s] = True
                     dl_sent[s] = now
-                elif not partial and age >= cfg.give_up:
+                if age >= cfg.give_up + (cfg.deadline if partial else 0.0):
                     self._give_up(s, out_round[s], i, build)
                 sends.append(build(s, i, flags))
                 retries[s] += 1
@@ -575,6 +589,7 @@ class SlotWindow:
                 stats.packets += len(sends)
         stats.foreign_results += getattr(self.ep, "foreign", 0) - foreign0
         stats.seconds += monotonic() - t_start
+        self.last_contact = time.time()
 
     def exchange_into(self, kind: str, msg_type: MsgType, lane_bits: int, payload: np.ndarray,
                       elem_counts: np.ndarray, offsets: np.ndarray, result_type: MsgType,
@@ -687,12 +702,13 @@ class SlotWindow:
                 return bytes(b)
 
             self._give_up(g_slot, g_round, g_pkt, build)
+        self.last_contact = time.time()
 
     def _give_up(self, s: int, rnd: int, i: int, build: Callable[[int, int, int], bytes]) -> None:
         """Ask the switch who is in the slot (flag PEEK), then raise :class:`SlotTimeoutError`."""
         missing: list[int] | None = None
         self.ep.send_many([build(s, i, int(Flag.RETX | Flag.PEEK))])
-        t_end = time.monotonic() + min(1.0, self.cfg.max_rto * 2)
+        t_end = time.monotonic() + min(self.cfg.peek_wait, self.cfg.max_rto * 2)
         i_slot, i_round, i_bitmap, i_flags = _IDX["slot"], _IDX["round"], _IDX["bitmap"], _IDX["flags"]
         while missing is None and time.monotonic() < t_end:
             for dg in self.ep.recv_many(0.05):
@@ -702,8 +718,18 @@ class SlotWindow:
                 if h[i_slot] == s and h[i_round] == rnd and h[i_flags] & Flag.PEEK:
                     bm = h[i_bitmap]
                     missing = [r for r in range(self.world) if not bm >> r & 1]
-        who = (f"missing ranks {missing}" if missing is not None
-               else "the switch did not answer a status request (is the job installed?)")
+        sw = getattr(self.ep, "switch", None)
+        name = f"switch {sw[0]}:{sw[1]}" if isinstance(sw, tuple) else "the switch"
+        if self.last_contact is None:
+            last = "no exchange completed before"
+        else:
+            stamp = time.strftime("%H:%M:%S", time.localtime(self.last_contact))
+            ms = int(self.last_contact % 1 * 1000)
+            last = (f"last exchange completed at {stamp}.{ms:03d}, "
+                    f"{time.time() - self.last_contact:.1f} s ago")
+        who = (f"the switch names missing ranks {missing}" if missing is not None
+               else f"{name} did not answer a status request either (is it running? is the "
+                    f"job installed with this token?)")
         raise SlotTimeoutError(
-            f"job {self.job_id} rank {self.rank}: no result for slot {s} round {rnd} after "
-            f"{self.cfg.give_up:.1f} s in exact mode; {who}", missing)
+            f"job {self.job_id} rank {self.rank}: no result from {name} for slot {s} round {rnd} "
+            f"after {self.cfg.give_up:.1f} s ({last}); {who}", missing)

@@ -314,3 +314,144 @@ def test_duplicate_yaml_keys_are_refused_naming_key_and_lines(tmp_path: Path, te
     msg = str(exc.value)
     assert f"duplicate key {key!r} on line {line} (first on line {first})" in msg
     assert "\n" not in msg
+
+
+# -- switch udp addresses, packet width, optional host MACs --------------------------------------
+
+def soft(udp=None, coords=None, target: str = "softswitch", ports=None) -> dict:
+    """One software switch s1 with hosts h1, h2 on ports 1, 2 and a job over both."""
+    sw = {"name": "s1", "address": "127.0.0.1:9559", "addr": "10.0.0.254", "target": target}
+    if udp is not None:
+        sw["udp"] = udp
+    if coords is not None:
+        sw["coords_per_packet"] = coords
+    if ports is not None:
+        sw["ports"] = ports
+    return {"switches": [sw],
+            "hosts": [{"name": "h1", "ip": "127.0.0.11", "attach": "s1:1"},
+                      {"name": "h2", "ip": "127.0.0.12", "attach": "s1:2"}],
+            "jobs": [{"name": "j", "id": 1, "members": ["h1", "h2"]}]}
+
+
+def problems_of(raw: dict) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw)
+    return info.value.problems
+
+
+def test_udp_addresses_yaml_and_toml(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(
+        'switches:\n  - {name: s1, address: "127.0.0.1:9559", addr: 10.0.0.254, target: softswitch,\n'
+        '     udp: {1: "127.0.0.1:47001", 2: "127.0.0.1:47002"}, coords_per_packet: 1024}\n'
+        "hosts:\n  - {name: h1, ip: 127.0.0.11, attach: \"s1:1\"}\n")
+    (tmp_path / "a.toml").write_text(
+        '[[switches]]\nname = "s1"\naddress = "127.0.0.1:9559"\naddr = "10.0.0.254"\n'
+        'target = "softswitch"\ncoords_per_packet = 1024\n'
+        '[switches.udp]\n"1" = "127.0.0.1:47001"\n"2" = "127.0.0.1:47002"\n'
+        '[[hosts]]\nname = "h1"\nip = "127.0.0.11"\nattach = "s1:1"\n')
+    a, b = load_config(tmp_path / "a.yaml"), load_config(tmp_path / "a.toml")
+    assert a == b
+    s1 = a.switch("s1")
+    assert s1.udp == ((1, ("127.0.0.1", 47001)), (2, ("127.0.0.1", 47002)))
+    assert s1.udp_address(2) == ("127.0.0.1", 47002) and s1.udp_address(3) is None
+    assert s1.coords_per_packet == 1024
+    assert parse_config(soft()).switch("s1").udp == ()
+    assert parse_config(soft()).switch("s1").coords_per_packet == 256
+
+
+@pytest.mark.parametrize(("udp", "ports", "target", "expected"), [
+    ({7: "127.0.0.1:47001"}, 2, "softswitch",
+     "switches[0].udp.7: switch s1 has no port 7; its ports are 1, 2 (add it to switches[].ports)"),
+    ({1: "127.0.0.1"}, None, "softswitch",
+     "switches[0].udp.1: '127.0.0.1' must be HOST:PORT of the UDP port (netco switch --port "
+     "1=udp:HOST:PORT): an IPv4 address and a port 1..65535, e.g. 127.0.0.1:47001"),
+    ({1: "localhost:47001"}, None, "softswitch", "switches[0].udp.1: 'localhost:47001' must be HOST:PORT"),
+    ({1: "127.0.0.1:0"}, None, "softswitch", "switches[0].udp.1: '127.0.0.1:0' must be HOST:PORT"),
+    ({1: "127.0.0.1:70000"}, None, "softswitch", "switches[0].udp.1: '127.0.0.1:70000' must be"),
+    ({1: 47001}, None, "softswitch", "switches[0].udp.1: 47001 must be HOST:PORT"),
+    ({"x": "127.0.0.1:47001"}, None, "softswitch", "switches[0].udp.x: 'x' is not a port number"),
+    ({600: "127.0.0.1:47001"}, None, "softswitch", "switches[0].udp.600: port 600 out of range"),
+    ({1: "127.0.0.1:47001", 2: "127.0.0.1:47001"}, None, "softswitch",
+     "switches[0].udp.2: 127.0.0.1:47001 is also port 1's address"),
+    (["127.0.0.1:47001"], None, "softswitch", "switches[0].udp: must be a mapping of switch port"),
+    ({1: "127.0.0.1:47001"}, None, "bmv2",
+     "switches[0].udp: only the software target (target: softswitch) has UDP ports"),
+])
+def test_bad_udp_is_named(udp, ports, target: str, expected: str) -> None:
+    problems = problems_of(soft(udp=udp, target=target, ports=ports))
+    assert any(p.startswith(expected) for p in problems), problems
+
+
+def test_udp_addresses_are_unique_across_switches_and_not_on_links() -> None:
+    raw = soft(udp={1: "127.0.0.1:47001"}, ports=3)
+    raw["switches"].append({"name": "s2", "address": "127.0.0.1:9560", "addr": "10.0.0.253",
+                            "target": "softswitch", "udp": {1: "127.0.0.1:47001"}})
+    raw["links"] = [{"a": "s1:1", "b": "s2:2"}]
+    problems = problems_of(raw)
+    assert "switches[1].udp.1: 127.0.0.1:47001 is also switch s1 port 1's address; each UDP port " \
+           "binds its own" in problems
+    assert any(p.startswith("links[0].a: port s1:1 is a UDP port for a host (switches[0].udp.1)")
+               for p in problems), problems
+
+
+@pytest.mark.parametrize(("coords", "target", "expected"), [
+    (300, "softswitch", "switches[0].coords_per_packet: 300: use one of 256, 512, 1024"),
+    ("512", "softswitch", "switches[0].coords_per_packet: '512': use one of"),
+    (256.0, "softswitch", "switches[0].coords_per_packet: 256.0: use one of"),
+    (512, "bmv2", "switches[0].coords_per_packet: 512: the P4 programs take 256 coordinates per "
+                  "packet only (this switch is bmv2); use 256, or target: softswitch"),
+    (1024, "tofino", "switches[0].coords_per_packet: 1024: the P4 programs take 256"),
+])
+def test_bad_coords_per_packet_is_named(coords, target: str, expected: str) -> None:
+    raw = soft(coords=coords, target=target)
+    if target == "tofino":
+        raw["switches"][0]["p4blob"] = "x.bin"
+    problems = problems_of(raw)
+    assert any(p.startswith(expected) for p in problems), problems
+
+
+def test_coords_per_packet_of_a_job() -> None:
+    assert parse_config(soft(coords=256, target="bmv2")).switch("s1").coords_per_packet == 256
+    # 16-bit lanes (n·g = 2·200 = 400) fill 1024 coordinates with 2 KiB: too much for a payload
+    raw = soft(coords=1024)
+    raw["jobs"][0]["thc"] = {"g": 200}
+    (p,) = problems_of(raw)
+    assert p.startswith("jobs[0].lane_bits: 16-bit lanes on switches with coords_per_packet 1024: "
+                        "1024 coordinates of 16-bit lanes need 2048 B"), p
+    raw["switches"][0]["coords_per_packet"] = 512
+    assert parse_config(raw).jobs[0].lane_bits == 16
+    # a job across switches of different widths
+    raw = soft(coords=512, ports=3)
+    raw["switches"].append({"name": "s2", "address": "127.0.0.1:9560", "addr": "10.0.0.253",
+                            "target": "softswitch"})
+    raw["hosts"][1]["attach"] = "s2:1"
+    raw["links"] = [{"a": "s1:3", "b": "s2:2"}]
+    (p,) = problems_of(raw)
+    assert p.startswith("jobs[0]: its switches take different coords_per_packet (s1 512, s2 256)") \
+        or p.startswith("jobs[0]: its switches take different coords_per_packet (s2 256, s1 512)"), p
+
+
+def test_host_mac_is_optional_and_distinct() -> None:
+    raw = soft()
+    raw["hosts"].append({"name": "h3", "mac": "02:00:00:00:00:09", "ip": "127.0.0.13",
+                         "attach": "s1:3"})
+    cfg = parse_config(raw)
+    assert [h.mac for h in cfg.hosts] == ["02:4e:48:00:00:01", "02:4e:48:00:00:02",
+                                          "02:00:00:00:00:09"]
+    assert cfg.switch("s1").mac == "02:4e:43:00:00:01"
+    many = soft()
+    many["hosts"] = [{"name": f"h{i}", "ip": f"10.1.{i >> 8}.{i & 0xFF}", "attach": f"s1:{i}"}
+                     for i in range(1, 301)]
+    many["jobs"] = []
+    macs = [h.mac for h in parse_config(many).hosts]
+    assert len(set(macs)) == 300 and macs[255] == "02:4e:48:00:01:00"
+    raw["hosts"][0]["mac"] = "nope"
+    assert problems_of(raw) == ["hosts[0].mac: 'nope' is not a MAC address; write it like "
+                                "02:00:00:00:00:01"]
+
+
+def test_examples_net_yaml_gives_the_readme_switch_udp_ports() -> None:
+    from host.paths import REPO
+
+    cfg = load_config(REPO / "examples" / "net.yaml")
+    assert cfg.switch("s1").udp == ((1, ("127.0.0.1", 47001)), (2, ("127.0.0.1", 47002)))

@@ -131,3 +131,32 @@ def test_several_problems_are_one_line_each(tmp_path: Path, capsys) -> None:
         "write it like 02:00:00:00:00:01",
         f"netco controller: error: {p}: hosts[1].attach: port '9x' must be a number, e.g. 's1:1'",
     ]
+
+
+def test_show_masks_the_persisted_token_everywhere(good: Path, tmp_path: Path, capsys) -> None:
+    from control_plane.tokens import TokenStore
+
+    TokenStore(tmp_path / "state").put({"127.0.0.1:1": {4: 0x9ABCDEF1}})
+    assert netco_main(["controller", "show", str(good)]) == 0        # not this state dir
+    assert "job j (id 4): token: drawn at the first apply" in capsys.readouterr().out
+    args = ["controller", "show", str(good), "--state-dir", str(tmp_path / "state")]
+    assert netco_main(args) == 0
+    text = capsys.readouterr().out
+    assert "job j (id 4): token ******f1 (persisted)" in text
+    assert "token=******f1)" in text                                  # the set_job entry too
+    assert netco_main([*args, "--json"]) == 0
+    raw = capsys.readouterr().out
+    assert json.loads(raw)["jobs"]["j"]["token"] == {"masked": "******f1", "source": "persisted"}
+    for form in (str(0x9ABCDEF1), "9abcdef1"):
+        assert form not in raw and form not in text
+
+
+def test_a_corrupt_state_file_is_one_line(good: Path, tmp_path: Path, capsys) -> None:
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "tokens.json").write_text("{oops")
+    for action in ("show", "diff", "apply", "status"):
+        assert netco_main(["controller", action, str(good), "--state-dir",
+                           str(tmp_path / "state")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"netco controller: error: token state file {tmp_path}/state/"
+                              "tokens.json: not JSON") and err.count("\n") == 1, err

@@ -26,5 +26,8 @@ def test_chaos_benchmark_runs_every_class_and_sums_stay_exact():
     assert far["dropped_bad_sender"] == 32 and far["dropped_ahead"] == 32
     assert r["switch_restarts"]["restarts"] == 1 and r["switch_restarts"]["deadlocks"] == 0
     assert r["switch_restarts"]["exact"]
+    # recovered as an operator does: `netco controller apply FILE`, the token from the state file
+    assert r["switch_restarts"]["recovery"].startswith("netco controller apply FILE")
+    assert r["switch_restarts"]["errors"] == []
     assert r["dead_rank_partial"]["exact_where_full"] and r["dead_rank_partial"]["repeats"] == 1
     assert r["idle_streams"]["answered"]

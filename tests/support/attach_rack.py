@@ -1,0 +1,102 @@
+"""``torchrun --nnodes 2`` on the namespace rack: one node per host namespace, links shaped,
+the job applied and handed over with the ``netco`` command line (issue "Attach and operate
+from the outside", item 2). Runs inside :func:`control_plane.testbed.isolate.run_isolated`
+(root or rootless): the caller's namespace is the rack's switch namespace.
+
+Each node is one torchrun agent (``--nnodes 2 --node_rank r --nproc_per_node 1``) started
+with ``nsenter --net`` in host namespace ``h{r+1}``; its rank binds that namespace's address
+(member ``r`` of the job, the order of ``members``); torchrun's rendezvous and gloo's traffic
+cross the shaped links and the switch namespace's kernel routing, THC goes to the software
+target's UDP port on the switch's address of each link.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from control_plane.testbed.nsrack import NamespaceRack
+from host.paths import REPO
+from host.softswitch.launch import free_tcp_port, start_switch_process, stop_process
+
+EXAMPLE = REPO / "examples" / "train_ddp.py"
+NETCO = [sys.executable, "-c", "import sys; from control_plane.cli.main import main; "
+                               "sys.exit(main())"]
+
+
+def _netco(*args: str, env: dict) -> None:
+    res = subprocess.run([*NETCO, *args], capture_output=True, text=True, cwd=REPO, env=env,
+                         timeout=120)
+    if res.returncode:
+        raise RuntimeError(f"netco {' '.join(args)}: {res.stdout}{res.stderr}")
+
+
+def _two_nodes(rack: NamespaceRack, mode: str, steps: int, env: dict, out: Path) -> float:
+    """Run the example on both nodes in ``mode`` (``--netco``, ``--thc-gloo``, ``fp32``);
+    seconds from the start to both agents' exit."""
+    master = rack.hosts[0].ip
+    port = str(29400 + int(time.monotonic() * 1000) % 500)
+    procs = []
+    t0 = time.monotonic()
+    for h in rack.hosts:
+        cmd = ["nsenter", f"--net={h.netns_path}", sys.executable, "-m",
+               "torch.distributed.run", "--nnodes", "2", "--node_rank", str(h.rank),
+               "--nproc_per_node", "1", "--master_addr", master, "--master_port", port,
+               str(EXAMPLE), "--steps", str(steps), "--losses", str(out)]
+        if mode != "fp32":
+            cmd.append(mode)
+        log = out.with_name(f"{out.stem}.node{h.rank}.log")
+        procs.append((subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                                       cwd=REPO, env={**env, "GLOO_SOCKET_IFNAME": h.ifname}),
+                      log))
+    for p, log in procs:
+        if p.wait(600) != 0:
+            raise RuntimeError(f"node {log.name} failed ({mode}): {log.read_text()[-3000:]}")
+    return time.monotonic() - t0
+
+
+def two_nodes(link_mbps: float = 100.0, steps: int = 30) -> dict:
+    """Build a 2-host rack with links of ``link_mbps``, apply the job through the CLI and train
+    ``examples/train_ddp.py`` on two torchrun nodes: THC through the switch (``--netco``),
+    THC over gloo and fp32 gloo. Returns each run's wall time and losses, and the rack."""
+    with tempfile.TemporaryDirectory(prefix="netco-attach-rack-") as d:
+        tmp = Path(d)
+        os.chmod(tmp, 0o755)
+        env = {**os.environ, "NETCO_STATE_DIR": str(tmp / "state")}
+        rack = NamespaceRack(2, link_mbps, switch=False)
+        sw = None
+        try:
+            report = rack.up()
+            grpc = free_tcp_port()
+            udp = {h.rank + 1: (h.switch_ip, 47000 + h.rank) for h in rack.hosts}
+            sw = start_switch_process({n: f"udp:{a}:{p}" for n, (a, p) in udp.items()}, grpc,
+                                      tmp / "switch.log")
+            config = tmp / "net.yaml"
+            config.write_text(yaml.safe_dump({
+                "switches": [{"name": "s1", "address": f"127.0.0.1:{grpc}",
+                              "addr": "10.77.0.254", "target": "softswitch",
+                              "udp": {n: f"{a}:{p}" for n, (a, p) in udp.items()}}],
+                "hosts": [{"name": h.netns, "ip": h.ip, "attach": f"s1:{h.rank + 1}"}
+                          for h in rack.hosts],
+                "jobs": [{"name": "demo", "id": 1, "members": [h.netns for h in rack.hosts]}],
+            }, sort_keys=False))
+            _netco("controller", "apply", str(config), env=env)
+            job = tmp / "job.json"
+            _netco("controller", "job", str(config), "demo", "--out", str(job), env=env)
+            runs = {}
+            for mode in ("--netco", "--thc-gloo", "fp32"):
+                out = tmp / f"losses{mode}.json"
+                secs = _two_nodes(rack, mode, steps, {**env, "NETCO_JOB": str(job)}, out)
+                runs[mode.lstrip("-")] = {"seconds": round(secs, 2),
+                                          "losses": json.loads(out.read_text())}
+        finally:
+            stop_process(sw)
+            rack.down()
+    return {"rack": report, "steps": steps, "runs": runs}

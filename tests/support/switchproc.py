@@ -1,0 +1,84 @@
+"""A software switch process on fixed UDP ports, restartable, and the ``netco`` command line
+the way a user runs it: what the attach and controller tests share (no root)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from host.paths import REPO
+from host.softswitch.launch import (
+    free_tcp_port,
+    free_udp_port,
+    spawn_process,
+    stop_process,
+    switch_command,
+    wait_listening,
+)
+
+
+class Switch:
+    """One ``python -m host.softswitch`` process on fixed ports; killed and restarted by PID."""
+
+    def __init__(self, workdir: Path, ports: dict[int, int] | int, coords: int = 256) -> None:
+        self.workdir = workdir
+        self.ports = ports if isinstance(ports, dict) else \
+            {n: free_udp_port() for n in range(1, ports + 1)}
+        self.coords = coords
+        self.grpc = free_tcp_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.grpc}"
+
+    def start(self) -> Switch:
+        specs = [f"{n}=udp:127.0.0.1:{p}" for n, p in self.ports.items()]
+        log = self.workdir / "switch.log"
+        self.proc = spawn_process(switch_command(specs, self.grpc, ["--coords-per-packet",
+                                                                    str(self.coords)]), log)
+        wait_listening(self.proc, self.grpc, log)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL (a crash: every entry lost) and wait for it."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+
+def two_host_config(path: Path, sw: Switch, job: dict | None = None) -> Path:
+    """The README's network: switch s1 with UDP ports 1 and 2, hosts h1 (127.0.0.11) and h2
+    (127.0.0.12), job ``demo`` (id 1) over both; ``job`` adds job fields."""
+    cfg = {
+        "switches": [{"name": "s1", "address": sw.address, "addr": "10.0.0.254",
+                      "target": "softswitch", "coords_per_packet": sw.coords,
+                      "udp": {n: f"127.0.0.1:{p}" for n, p in sw.ports.items()}}],
+        "hosts": [{"name": "h1", "ip": "127.0.0.11", "attach": "s1:1"},
+                  {"name": "h2", "ip": "127.0.0.12", "attach": "s1:2"}],
+        "jobs": [{"name": "demo", "id": 1, "members": ["h1", "h2"], **(job or {})}],
+    }
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def netco(*args: str) -> list[str]:
+    """The ``netco`` command line (the venv's console script, else the module)."""
+    exe = Path(sys.executable).with_name("netco")
+    if exe.exists():
+        return [str(exe), *args]
+    return [sys.executable, "-c", "import sys; from control_plane.cli.main import main; "
+                                  "sys.exit(main())", *args]
+
+
+def run_netco(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run ``netco ARGS`` as a user would; returns the finished process (text output)."""
+    return subprocess.run(netco(*args), capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})}, cwd=REPO)
