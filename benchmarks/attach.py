@@ -42,7 +42,7 @@ from pathlib import Path
 
 import yaml
 
-from host.ddp.attach import GIVE_UP_S
+from host.ddp.attach import CHECK_TIMEOUT_S, GIVE_UP_S
 from host.paths import REPO
 from host.softswitch.launch import (
     free_tcp_port,
@@ -130,7 +130,7 @@ def check_times(job_path: Path, sw: Switch) -> tuple[float, dict[str, float]]:
 
     a = agg()
     t0 = time.monotonic()
-    check_job(a)
+    check_job(a, CHECK_TIMEOUT_S)
     ok = time.monotonic() - t0
     a.close(finish=False)
     bad = {"num_slots": {"num_slots": jf.num_slots * 2},
@@ -141,7 +141,7 @@ def check_times(job_path: Path, sw: Switch) -> tuple[float, dict[str, float]]:
         a = agg(**over)
         t0 = time.monotonic()
         try:
-            check_job(a)
+            check_job(a, CHECK_TIMEOUT_S)
             raise SystemExit(f"the check passed a job file with another {field}")
         except JobCheckError:
             out[field] = time.monotonic() - t0
@@ -175,9 +175,12 @@ def restart_run(job: Path, sw: Switch, config: Path, tmp: Path) -> dict:
     t_step = run.first("step ", after=t_apply)
     rc = run.proc.wait(120)
     ref = tmp / "gloo.json"
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                    "--nproc_per_node", "2", str(EXAMPLE), "--thc-gloo", "--steps", "60",
-                    "--losses", str(ref)], capture_output=True, cwd=REPO, timeout=300, check=True)
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                          "--nproc_per_node", "2", str(EXAMPLE), "--thc-gloo", "--steps", "60",
+                          "--losses", str(ref)], capture_output=True, text=True, cwd=REPO,
+                         timeout=300)
+    if res.returncode:
+        raise SystemExit(f"THC over gloo failed:\n{res.stdout[-3000:]}{res.stderr[-3000:]}")
     equal = rc == 0 and json.loads(out.read_text()) == json.loads(ref.read_text())
     return {"operator_s": round(t_apply - t_kill, 3), "resume_s": round(t_step - t_apply, 3),
             "exit_code": rc, "losses_equal": equal}
@@ -222,7 +225,7 @@ def main() -> None:
     med = statistics.median
     fields = checks[0][1].keys()
     out = {
-        "give_up_s": GIVE_UP_S, "repeats": args.repeats,
+        "give_up_s": GIVE_UP_S, "check_timeout_s": CHECK_TIMEOUT_S, "repeats": args.repeats,
         "check_ok_s": round(med(c[0] for c in checks), 4),
         "check_mismatch_s": {f: round(med(c[1][f] for c in checks), 3) for f in fields},
         "kill_to_error_s": round(med(k[0] for k in kills), 3),

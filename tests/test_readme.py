@@ -39,6 +39,7 @@ PLAN: dict[str, tuple[str, object]] = {
     "netco switch": ("run", []),
     "netco controller apply": ("run", []),
     "netco controller status": ("run", []),
+    "netco run": ("run", []),
     "curl": ("run", []),
     "kill %1": ("run", []),
     "make -C p4": ("run", []),

@@ -47,12 +47,16 @@ from host.transport.slots import SlotConfig
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ENV_GIVE_UP", "AttachError", "attach", "comm_state", "join", "raise_hook_error"]
+__all__ = ["ENV_GIVE_UP", "AttachError", "attach", "comm_state", "join", "open_over_group",
+           "raise_hook_error"]
 
 #: Environment variable for :func:`attach`'s ``give_up`` (seconds).
 ENV_GIVE_UP = "NETCO_GIVE_UP"
 #: Default seconds after which a rank whose switch stopped answering raises.
 GIVE_UP_S = 3.0
+#: Default seconds the start-up check waits for the switch's answers (a switch that answers
+#: ends it sooner: host.transport.session.check_job).
+CHECK_TIMEOUT_S = 1.5
 
 
 class AttachError(RuntimeError):
@@ -143,7 +147,7 @@ def _job_and_config(job: JobFile | str | os.PathLike | None,
 
 
 def join(jf: JobFile, process_group: Any = None, give_up: float | None = None,
-         check_timeout: float = 1.5) -> tuple[NetworkAggregator, JobCheck]:
+         check_timeout: float = CHECK_TIMEOUT_S) -> tuple[NetworkAggregator, JobCheck]:
     """This rank's aggregator of ``jf``, checked with the switch and in a fresh session: what
     :func:`attach` does before registering the hook (every rank of the process group calls it
     at the same point; the agreements are collectives).
@@ -182,19 +186,34 @@ def join(jf: JobFile, process_group: Any = None, give_up: float | None = None,
                                    f"rank(s) {bad}; their error names the cause")
     assert agg is not None and check is not None
 
-    # the session: candidates from rank 0's clock, moved ahead together until every rank's
-    # exchange went through
-    base = torch.tensor([first_candidate()], dtype=torch.int64, device=dev)
-    dist.broadcast(base, src=dist.get_global_rank(pg, 0) if pg is not None else 0, group=pg)
     try:
-        start_session(agg, int(base.item()), agg.window.cfg,
-                      lambda ok: bool(_failed_ranks(ok, rank, world, pg, dev)))
+        open_over_group(agg, pg)
     except JobCheckError as exc:
         agg.close(finish=False)
         raise AttachError(str(exc)) from None
     log.info("job %s rank %d: session at round %d (check %.3f s)", jf.name, rank,
              agg.spec.round_base, check.seconds)
     return agg, check
+
+
+def open_over_group(agg: NetworkAggregator, process_group: Any = None) -> int:
+    """Open ``agg``'s session (:func:`host.transport.session.start_session`) with the ranks of
+    ``process_group`` agreeing: the first candidate is rank 0's clock (a broadcast), each try's
+    outcome an all-reduce. Every rank of the group calls it at the same point; returns the
+    session's candidate round.
+
+    Raises
+    ------
+    JobCheckError
+        No candidate went through.
+    """
+    pg = process_group
+    rank, world = dist.get_rank(pg), dist.get_world_size(pg)
+    dev = _device(pg)
+    base = torch.tensor([first_candidate()], dtype=torch.int64, device=dev)
+    dist.broadcast(base, src=dist.get_global_rank(pg, 0) if pg is not None else 0, group=pg)
+    return start_session(agg, int(base.item()), agg.window.cfg,
+                         lambda ok: bool(_failed_ranks(ok, rank, world, pg, dev)))
 
 
 def _own(state: THCHookState, jf: JobFile) -> THCHookState:
@@ -207,7 +226,7 @@ def _own(state: THCHookState, jf: JobFile) -> THCHookState:
 
 def attach(model: torch.nn.Module, job: JobFile | str | os.PathLike | None = None, *,
            process_group: Any = None, give_up: float | None = None,
-           check_timeout: float = 1.5, config: THCConfig | None = None,
+           check_timeout: float = CHECK_TIMEOUT_S, config: THCConfig | None = None,
            **hook_options: Any) -> THCHookState:
     """Send ``model``'s gradients THC-compressed through the job's switch.
 
@@ -254,7 +273,7 @@ def attach(model: torch.nn.Module, job: JobFile | str | os.PathLike | None = Non
 
 
 def comm_state(job: JobFile | str | os.PathLike | None = None, *, process_group: Any = None,
-               give_up: float | None = None, check_timeout: float = 1.5,
+               give_up: float | None = None, check_timeout: float = CHECK_TIMEOUT_S,
                config: THCConfig | None = None, **hook_options: Any) -> THCHookState:
     """A hook state for frameworks that register the hook themselves, e.g. PyTorch
     Lightning's ``DDPStrategy(ddp_comm_state=comm_state(), ddp_comm_hook=thc_hook)``.

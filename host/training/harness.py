@@ -123,6 +123,16 @@ def _train(rank: int, cfg: TrainConfig) -> dict:
     n_params = sum(p.numel() for p in model.parameters())
     ddp = DistributedDataParallel(model, bucket_cap_mb=cfg.bucket_cap_mb)
     agg = cfg.network.connect(rank, n) if cfg.network is not None else None
+    if agg is not None:
+        # above every round an earlier run left on the switch, however long ago
+        # (docs/protocol.md, "Sessions"); the ranks agree over their process group
+        from host.ddp.attach import open_over_group
+
+        try:
+            open_over_group(agg)
+        except BaseException:
+            agg.close(finish=False)
+            raise
     exporter = None
     if agg is not None and cfg.metrics_port is not None:
         from host.transport.metrics import start_worker_metrics

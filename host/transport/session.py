@@ -22,7 +22,8 @@ job's copies hold, which a worker cannot read. The ranks agree on a candidate ro
 clock in µs, even) and run one exchange of zeros through every copy, data and norm, with
 ``START``: a copy that holds an older round opens at the candidate; one that holds a newer
 round (an earlier session within 2³¹ rounds ahead of the candidate: clock bases wrap every
-2³¹ µs, 35.8 min) drops it and the exchange gives up. The ranks then move the candidate 2³⁰
+2³¹ µs, 35.8 min) drops it and the exchange gives up (a third of the job's give-up time,
+1 to 5 s). The ranks then move the candidate 2³⁰
 ahead and run the exchange again: after at most three candidates every copy of the job is at
 the candidate, and the session's own rounds start two above it. Zeros add nothing (index 0 is
 table value 0). So every session starts ahead of every round an earlier session used, whatever
@@ -142,6 +143,7 @@ def check_job(agg: NetworkAggregator, timeout: float = 2.0) -> JobCheck:
     for w in (W, *(x for x in PACKET_WIDTHS if x != W)):
         queries[("data", 0, w)] = _peek(agg, "data", 0, w)
     answers: dict[tuple[str, int, int], tuple] = {}
+    settle = float("inf")
     h_type, h_slot, h_flags = _IDX["msg_type"], _IDX["slot"], _IDX["flags"]
     h_token, h_job, h_lane = _IDX["token"], _IDX["job_id"], _IDX["lane_bits"]
     deadline = t0 + timeout
@@ -151,13 +153,19 @@ def check_job(agg: NetworkAggregator, timeout: float = 2.0) -> JobCheck:
         if now >= resend:
             missing = [q for k, q in queries.items() if k not in answers]
             agg.ep.send_many(missing)
-            resend = now + max(0.05, timeout / 8)
+            resend = now + min(0.1, timeout / 8)
+        if answers and deadline > settle:
+            # the switch answers: what it has not answered after a few more tries (one
+            # round trip and three resends) it is not going to
+            deadline = settle
         for dg in agg.ep.recv_many(min(0.05, max(0.0, deadline - now))):
             if len(dg) < THC_HEADER_BYTES:
                 continue
             h = wire.HEADER_STRUCT.unpack_from(dg)
             if not h[h_flags] & Flag.PEEK or h[h_job] != spec.job_id or h[h_token] != spec.token:
                 continue
+            if not answers:
+                settle = time.monotonic() + max(0.3, 4 * (time.monotonic() - t0))
             if h[h_type] == MsgType.NORM_RESULT:
                 answers[("norm", h[h_slot], 0)] = h
             elif h[h_type] == MsgType.RESULT:
@@ -248,7 +256,7 @@ SESSION_TRIES = 4
 
 
 def start_session(agg: NetworkAggregator, first: int, slots: SlotConfig,
-                  others_failed: Callable[[bool], bool], give_up: float = 1.0) -> int:
+                  others_failed: Callable[[bool], bool], give_up: float | None = None) -> int:
     """Open the session: try ``first``, then ``first + k·2³⁰``, until every rank's exchange
     went through (see the module docstring). Every rank calls it with the same ``first``.
 
@@ -257,6 +265,9 @@ def start_session(agg: NetworkAggregator, first: int, slots: SlotConfig,
     others_failed : callable
         Takes this rank's outcome of a try and returns whether any rank's failed (the
         agreement between ranks: an all-reduce over the process group, a barrier in tests).
+    give_up : float, optional
+        Seconds a try waits for a copy's answer (default: a third of the job's ``give_up``,
+        1..5 s: a slow target, BMv2, needs more than the software target's milliseconds).
 
     Returns
     -------
@@ -268,6 +279,8 @@ def start_session(agg: NetworkAggregator, first: int, slots: SlotConfig,
     JobCheckError
         No candidate went through in :data:`SESSION_TRIES` tries.
     """
+    if give_up is None:
+        give_up = min(max(1.0, slots.give_up / 3), 5.0)
     for attempt in range(SESSION_TRIES):
         cand = ((first + attempt * ROUND_STEP) & 0xFFFFFFFF) or 2
         ok = open_session(agg, cand, slots, give_up)

@@ -12,7 +12,6 @@ import asyncio
 import json
 import os
 import stat
-import subprocess
 from pathlib import Path
 
 import finsy as fy
@@ -26,46 +25,9 @@ from control_plane.controller import Controller
 from control_plane.placement import JOBS_TABLE
 from control_plane.tokens import TokenStore, mask_token
 from host.protocol.layout import THC_UDP_PORT
-from host.softswitch.launch import (
-    free_tcp_port,
-    free_udp_port,
-    spawn_process,
-    stop_process,
-    switch_command,
-    wait_listening,
-)
+from host.softswitch.launch import free_udp_port
 from host.transport.jobfile import load
-
-
-class Switch:
-    """One software switch process on fixed ports, restartable (killed by PID)."""
-
-    def __init__(self, workdir: Path, ports: dict[int, int], coords: int = 256) -> None:
-        self.workdir = workdir
-        self.ports = ports
-        self.coords = coords
-        self.grpc = free_tcp_port()
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.grpc}"
-
-    def start(self) -> None:
-        specs = [f"{n}=udp:127.0.0.1:{p}" for n, p in self.ports.items()]
-        log = self.workdir / "switch.log"
-        self.proc = spawn_process(switch_command(specs, self.grpc, ["--coords-per-packet",
-                                                                    str(self.coords)]), log)
-        wait_listening(self.proc, self.grpc, log)
-
-    def kill(self) -> None:
-        """SIGKILL (a crash: every entry lost) and wait for it."""
-        assert self.proc is not None
-        self.proc.kill()
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        stop_process(self.proc)
+from tests.support.switchproc import Switch
 
 
 @pytest.fixture

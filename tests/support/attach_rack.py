@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -38,9 +39,11 @@ def _netco(*args: str, env: dict) -> None:
         raise RuntimeError(f"netco {' '.join(args)}: {res.stdout}{res.stderr}")
 
 
-def _two_nodes(rack: NamespaceRack, mode: str, steps: int, env: dict, out: Path) -> float:
+def _two_nodes(rack: NamespaceRack, mode: str, steps: int, env: dict,
+               out: Path) -> tuple[float, float]:
     """Run the example on both nodes in ``mode`` (``--netco``, ``--thc-gloo``, ``fp32``);
-    seconds from the start to both agents' exit."""
+    seconds from the start to both agents' exit, and the training loop's own seconds (rank
+    0's "N steps in S s")."""
     master = rack.hosts[0].ip
     port = str(29400 + int(time.monotonic() * 1000) % 500)
     procs = []
@@ -59,13 +62,19 @@ def _two_nodes(rack: NamespaceRack, mode: str, steps: int, env: dict, out: Path)
     for p, log in procs:
         if p.wait(600) != 0:
             raise RuntimeError(f"node {log.name} failed ({mode}): {log.read_text()[-3000:]}")
-    return time.monotonic() - t0
+    total = time.monotonic() - t0
+    found = re.search(r"steps in ([0-9.]+) s", procs[0][1].read_text())
+    return total, float(found.group(1)) if found else float("nan")
 
 
-def two_nodes(link_mbps: float = 100.0, steps: int = 30) -> dict:
+def two_nodes(link_mbps: float = 100.0, steps: int = 30,
+              modes: tuple[str, ...] = ("--netco", "--thc-gloo", "fp32"),
+              num_slots: int = 64, coords_per_packet: int = 1024) -> dict:
     """Build a 2-host rack with links of ``link_mbps``, apply the job through the CLI and train
-    ``examples/train_ddp.py`` on two torchrun nodes: THC through the switch (``--netco``),
-    THC over gloo and fp32 gloo. Returns each run's wall time and losses, and the rack."""
+    ``examples/train_ddp.py`` on two torchrun nodes in each of ``modes``: THC through the
+    switch (``--netco``; the job's ``num_slots``, the switch's ``coords_per_packet``), THC over
+    gloo (``--thc-gloo``), fp32 gloo (``fp32``). Returns each run's wall time and losses, and
+    the rack's report (links measured)."""
     with tempfile.TemporaryDirectory(prefix="netco-attach-rack-") as d:
         tmp = Path(d)
         os.chmod(tmp, 0o755)
@@ -77,24 +86,27 @@ def two_nodes(link_mbps: float = 100.0, steps: int = 30) -> dict:
             grpc = free_tcp_port()
             udp = {h.rank + 1: (h.switch_ip, 47000 + h.rank) for h in rack.hosts}
             sw = start_switch_process({n: f"udp:{a}:{p}" for n, (a, p) in udp.items()}, grpc,
-                                      tmp / "switch.log")
+                                      tmp / "switch.log",
+                                      ["--coords-per-packet", str(coords_per_packet)])
             config = tmp / "net.yaml"
             config.write_text(yaml.safe_dump({
                 "switches": [{"name": "s1", "address": f"127.0.0.1:{grpc}",
                               "addr": "10.77.0.254", "target": "softswitch",
+                              "coords_per_packet": coords_per_packet,
                               "udp": {n: f"{a}:{p}" for n, (a, p) in udp.items()}}],
                 "hosts": [{"name": h.netns, "ip": h.ip, "attach": f"s1:{h.rank + 1}"}
                           for h in rack.hosts],
-                "jobs": [{"name": "demo", "id": 1, "members": [h.netns for h in rack.hosts]}],
+                "jobs": [{"name": "demo", "id": 1, "members": [h.netns for h in rack.hosts],
+                          "num_slots": num_slots}],
             }, sort_keys=False))
             _netco("controller", "apply", str(config), env=env)
             job = tmp / "job.json"
             _netco("controller", "job", str(config), "demo", "--out", str(job), env=env)
             runs = {}
-            for mode in ("--netco", "--thc-gloo", "fp32"):
+            for mode in modes:
                 out = tmp / f"losses{mode}.json"
-                secs = _two_nodes(rack, mode, steps, {**env, "NETCO_JOB": str(job)}, out)
-                runs[mode.lstrip("-")] = {"seconds": round(secs, 2),
+                secs, train = _two_nodes(rack, mode, steps, {**env, "NETCO_JOB": str(job)}, out)
+                runs[mode.lstrip("-")] = {"seconds": round(secs, 2), "train_s": train,
                                           "losses": json.loads(out.read_text())}
         finally:
             stop_process(sw)

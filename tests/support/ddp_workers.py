@@ -96,6 +96,7 @@ def _fixed_bucket(rank: int, world: int) -> dict:
     dist.all_reduce(exact)
     return {"thc": model.w.grad.detach().clone(), "exact": exact / world,
             "history": [(h.step, h.sent, h.received) for h in state.history],
+            "after_backward": (state.bytes_sent, state.bytes_received),
             "expected_bytes": state.bytes_per_bucket(BUCKET_NUMEL, world)}
 
 

@@ -54,16 +54,18 @@ class Switch:
         stop_process(self.proc)
 
 
-def two_host_config(path: Path, sw: Switch, job: dict | None = None) -> Path:
-    """The README's network: switch s1 with UDP ports 1 and 2, hosts h1 (127.0.0.11) and h2
-    (127.0.0.12), job ``demo`` (id 1) over both; ``job`` adds job fields."""
+def job_config(path: Path, sw: Switch, members: int = 2, job: dict | None = None) -> Path:
+    """The README's network: switch s1 with a UDP port per host, hosts h1, h2, ... on
+    127.0.0.11, .12, ... (port r + 1), job ``demo`` (id 1) over ``members`` of them; ``job``
+    adds job fields."""
+    hosts = [f"h{r + 1}" for r in range(len(sw.ports))]
     cfg = {
         "switches": [{"name": "s1", "address": sw.address, "addr": "10.0.0.254",
                       "target": "softswitch", "coords_per_packet": sw.coords,
                       "udp": {n: f"127.0.0.1:{p}" for n, p in sw.ports.items()}}],
-        "hosts": [{"name": "h1", "ip": "127.0.0.11", "attach": "s1:1"},
-                  {"name": "h2", "ip": "127.0.0.12", "attach": "s1:2"}],
-        "jobs": [{"name": "demo", "id": 1, "members": ["h1", "h2"], **(job or {})}],
+        "hosts": [{"name": h, "ip": f"127.0.0.{11 + r}", "attach": f"s1:{r + 1}"}
+                  for r, h in enumerate(hosts)],
+        "jobs": [{"name": "demo", "id": 1, "members": hosts[:members], **(job or {})}],
     }
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path

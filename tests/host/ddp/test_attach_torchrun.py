@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from host.paths import REPO
-from tests.support.switchproc import Switch, run_netco, two_host_config
+from tests.support.switchproc import Switch, job_config, run_netco
 
 EXAMPLE = REPO / "examples" / "train_ddp.py"
 LIGHTNING = REPO / "examples" / "train_lightning.py"
@@ -100,7 +100,7 @@ def _job_file(tmp_path: Path, config: Path) -> Path:
 
 
 def test_torchrun_attach_equals_thc_over_gloo_and_runs_again(switch, tmp_path, gloo_losses):
-    config = two_host_config(tmp_path / "net.yaml", switch)
+    config = job_config(tmp_path / "net.yaml", switch)
     for k in range(2):        # the second run right after the first, with the defaults
         out = tmp_path / f"losses{k}.json"
         res = run_netco("run", "--config", str(config), "--job", "demo", "--",
@@ -111,7 +111,7 @@ def test_torchrun_attach_equals_thc_over_gloo_and_runs_again(switch, tmp_path, g
 
 def test_torchrun_attach_survives_a_switch_restart_recovered_with_the_cli(switch, tmp_path,
                                                                             gloo_losses):
-    config = two_host_config(tmp_path / "net.yaml", switch)
+    config = job_config(tmp_path / "net.yaml", switch)
     job = _job_file(tmp_path, config)
     out = tmp_path / "losses.json"
     run = Run(torchrun("--netco", "--losses", str(out)),
@@ -131,7 +131,7 @@ def test_torchrun_attach_survives_a_switch_restart_recovered_with_the_cli(switch
 
 
 def test_torchrun_attach_switch_killed_names_it_and_exits(switch, tmp_path):
-    config = two_host_config(tmp_path / "net.yaml", switch)
+    config = job_config(tmp_path / "net.yaml", switch)
     job = _job_file(tmp_path, config)
     run = Run(torchrun("--netco", "--steps", "100000"), {"NETCO_JOB": str(job)})
     try:
@@ -158,7 +158,7 @@ def test_torchrun_attach_switch_killed_names_it_and_exits(switch, tmp_path):
     ("token", 7, ["answered no status request", "token"]),
 ])
 def test_torchrun_attach_mismatch_is_one_named_line(switch, tmp_path, field, value, words):
-    config = two_host_config(tmp_path / "net.yaml", switch)
+    config = job_config(tmp_path / "net.yaml", switch)
     job = _job_file(tmp_path, config)
     obj = json.loads(job.read_text())
     obj[field] = value
@@ -178,7 +178,7 @@ def test_torchrun_attach_mismatch_is_one_named_line(switch, tmp_path, field, val
 def test_torchrun_attach_lightning_strategy_equals_thc_over_gloo(switch, tmp_path):
     pytest.importorskip("lightning", reason="PyTorch Lightning not installed "
                                             "(pip install 'netco[lightning]')")
-    config = two_host_config(tmp_path / "net.yaml", switch)
+    config = job_config(tmp_path / "net.yaml", switch)
     losses = {}
     for how in ("--thc-gloo", "--netco"):
         out = tmp_path / f"losses{how}.json"
@@ -192,3 +192,29 @@ def test_torchrun_attach_lightning_strategy_equals_thc_over_gloo(switch, tmp_pat
         losses[how] = json.loads(out.read_text())
     assert len(losses["--netco"]) == STEPS
     assert losses["--netco"] == losses["--thc-gloo"]
+
+
+def _namespaces_missing() -> str | None:
+    from control_plane.testbed.isolate import IsolationError, check_available
+
+    try:
+        check_available()
+    except IsolationError as exc:
+        return str(exc)
+    return None
+
+
+@pytest.mark.skipif(_namespaces_missing() is not None, reason=f"{_namespaces_missing()}")
+def test_torchrun_two_nodes_attach_on_the_shaped_rack():
+    """``torchrun --nnodes 2``: one node per namespace of the rack, each rank binding its
+    namespace's address, links shaped to 100 Mbit/s (verified); the same losses as THC over
+    gloo across the same nodes."""
+    from control_plane.testbed.isolate import run_isolated
+
+    got = run_isolated("tests.support.attach_rack:two_nodes",
+                       {"link_mbps": 100.0, "steps": 10, "modes": ("--netco", "--thc-gloo")},
+                       timeout_s=600)
+    assert got["rack"]["measured_mbps"]          # the shaping was measured before use
+    runs = got["runs"]
+    assert len(runs["netco"]["losses"]) == 10
+    assert runs["netco"]["losses"] == runs["thc-gloo"]["losses"]

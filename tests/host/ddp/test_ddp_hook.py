@@ -86,6 +86,8 @@ def test_bytes_counted_per_step_match_wire_format(ranks):
     agree = 4 * (len(lay.chunks) + n)  # chunk norms + one non-finite flag per rank, float32
     assert f["history"] == [(0, padded // 2 + agree, padded + agree)]  # 4-bit up, 8-bit lanes down
     assert tuple(f["expected_bytes"]) == (padded // 2 + agree, padded + agree)
+    # readable right after backward: the step just completed (they read 0 before)
+    assert tuple(f["after_backward"]) == (padded // 2 + agree, padded + agree)
 
 
 def test_error_memory_survives_bucket_rebuild(ranks):
