@@ -44,14 +44,8 @@ import yaml
 
 from host.ddp.attach import CHECK_TIMEOUT_S, GIVE_UP_S
 from host.paths import REPO
-from host.softswitch.launch import (
-    free_tcp_port,
-    free_udp_port,
-    spawn_process,
-    stop_process,
-    switch_command,
-    wait_listening,
-)
+from host.softswitch.launch import UdpSwitch as Switch
+from host.softswitch.launch import stop_process
 from host.transport.job import JobSpec, NetworkAggregator
 from host.transport.jobfile import load
 from host.transport.ports import UdpEndpoint
@@ -60,27 +54,6 @@ from host.transport.session import JobCheckError, check_job
 EXAMPLE = REPO / "examples" / "train_ddp.py"
 NETCO = [sys.executable, "-c", "import sys; from control_plane.cli.main import main; "
                                "sys.exit(main())"]
-
-
-class Switch:
-    """The software target on two fixed UDP ports; restartable."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
-        self.ports = {1: free_udp_port(), 2: free_udp_port()}
-        self.grpc = free_tcp_port()
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        specs = [f"{n}=udp:127.0.0.1:{p}" for n, p in self.ports.items()]
-        log = self.workdir / "switch.log"
-        self.proc = spawn_process(switch_command(specs, self.grpc), log)
-        wait_listening(self.proc, self.grpc, log)
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.kill()
-        self.proc.wait(10)
 
 
 def netco(*args: str) -> None:
@@ -196,7 +169,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="netco-attach-bench-") as d:
         tmp = Path(d)
         os.environ.setdefault("NETCO_STATE_DIR", str(tmp / "state"))
-        sw = Switch(tmp)
+        sw = Switch(tmp, 2)
         sw.start()
         try:
             config = tmp / "net.yaml"

@@ -26,9 +26,9 @@ import finsy as fy
 from host.paths import REPO
 from host.softswitch.p4info import COMPILED_P4INFO, netco_p4info, write_p4info
 
-__all__ = ["AsyncLoop", "connect", "free_port", "free_tcp_port", "free_udp_port", "p4info_path",
-           "spawn_process", "start_switch_process", "stop_process", "switch_command",
-           "wait_listening"]
+__all__ = ["AsyncLoop", "UdpSwitch", "connect", "free_port", "free_tcp_port", "free_udp_port",
+           "p4info_path", "spawn_process", "start_switch_process", "stop_process",
+           "switch_command", "wait_listening"]
 
 
 _HANDED_OUT: set[int] = set()
@@ -161,6 +161,53 @@ def stop_process(proc: subprocess.Popen | None, grace: float = 10.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(5)
+
+
+class UdpSwitch:
+    """A software switch process on fixed loopback UDP ports that can crash and come back on
+    the same ports and P4Runtime address (an operator's restart: it starts empty).
+
+    Parameters
+    ----------
+    workdir : Path
+        Where its log goes (``switch.log``).
+    ports : dict or int
+        Switch port -> UDP port on 127.0.0.1, or how many ports (1..N, free UDP ports).
+    coords : int
+        ``--coords-per-packet``.
+    """
+
+    def __init__(self, workdir: Path, ports: dict[int, int] | int, coords: int = 256) -> None:
+        self.workdir = Path(workdir)
+        self.ports = ports if isinstance(ports, dict) else \
+            {n: free_udp_port() for n in range(1, ports + 1)}
+        self.coords = coords
+        self.grpc = free_tcp_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def address(self) -> str:
+        """Its P4Runtime address."""
+        return f"127.0.0.1:{self.grpc}"
+
+    def start(self) -> UdpSwitch:
+        """Start it (empty) and wait until its P4Runtime port accepts."""
+        specs = [f"{n}=udp:127.0.0.1:{p}" for n, p in self.ports.items()]
+        log = self.workdir / "switch.log"
+        self.proc = spawn_process(switch_command(specs, self.grpc, ["--coords-per-packet",
+                                                                    str(self.coords)]), log)
+        wait_listening(self.proc, self.grpc, log)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL (a crash: every entry and sum lost) and wait for it."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        """Terminate it (by PID)."""
+        stop_process(self.proc)
 
 
 def connect(loop: AsyncLoop, name: str, grpc_port: int, p4info: Path) -> fy.Switch:

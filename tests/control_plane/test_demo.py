@@ -8,6 +8,7 @@ import json
 import pytest
 
 from control_plane.cli.main import main
+from tests.support.rootless import needs_namespaces
 
 
 def test_demo_quick_falls_back_to_loopback_with_emulated_time(tmp_path, capsys, monkeypatch):
@@ -39,18 +40,10 @@ def test_demo_quick_falls_back_to_loopback_with_emulated_time(tmp_path, capsys, 
     assert thc["time_basis"] == none["time_basis"] == "emulated"
 
 
-def _namespaces() -> str | None:
-    from control_plane.testbed.isolate import IsolationError, check_available
-
-    try:
-        check_available()
-    except IsolationError as exc:
-        return str(exc)
-    return None
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(_namespaces() is not None, reason=f"{_namespaces()}")
+@needs_namespaces
 def test_demo_quick_on_the_shaped_rack_measures_time(tmp_path, capsys):
     out, png = tmp_path / "demo.json", tmp_path / "demo.png"
     rc = main(["demo", "--steps", "6", "--task", "digits", "--workers", "2", "--link-mbps", "100",
@@ -74,7 +67,7 @@ def test_demo_quick_on_the_shaped_rack_measures_time(tmp_path, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(_namespaces() is not None, reason=f"{_namespaces()}")
+@needs_namespaces
 def test_demo_as_an_unprivileged_user_measures_time():
     """The README's main job as uid 65534 (as root: ``setpriv``) with an ordinary user's PATH
     (no /usr/sbin): the rack is built in a user namespace and the time is measured."""

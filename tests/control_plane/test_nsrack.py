@@ -27,21 +27,12 @@ from control_plane.testbed.shaping import (
     rate_problems,
     tbf_args,
 )
-from tests.support.rootless import python_for
+from tests.support.rootless import needs_namespaces, python_for
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _namespaces_reason() -> str | None:
-    try:
-        check_available()
-    except IsolationError as exc:
-        return str(exc)
-    return None
-
-
-needs_ns = pytest.mark.skipif(_namespaces_reason() is not None,
-                              reason=f"{_namespaces_reason()}")
+needs_ns = needs_namespaces
 
 
 # -- pure parts ---------------------------------------------------------------------------

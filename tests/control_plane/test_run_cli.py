@@ -21,14 +21,8 @@ import yaml
 from control_plane.cli.main import main as netco_main
 from control_plane.tokens import TokenStore
 from host.paths import REPO
-from host.softswitch.launch import (
-    free_tcp_port,
-    free_udp_port,
-    spawn_process,
-    stop_process,
-    switch_command,
-    wait_listening,
-)
+from host.softswitch.launch import free_tcp_port
+from tests.support.switchproc import Switch
 
 NETCO = [sys.executable, "-m", "control_plane.cli.main"]
 
@@ -59,16 +53,11 @@ sys.exit(1)
 
 @pytest.fixture
 def switch(tmp_path: Path):
-    ports = {1: free_udp_port(), 2: free_udp_port()}
-    grpc = free_tcp_port()
-    log = tmp_path / "switch.log"
-    proc = spawn_process(switch_command([f"{n}=udp:127.0.0.1:{p}" for n, p in ports.items()], grpc),
-                         log)
+    sw = Switch(tmp_path, 2).start()
     try:
-        wait_listening(proc, grpc, log)
-        yield f"127.0.0.1:{grpc}", ports
+        yield sw.address, sw.ports
     finally:
-        stop_process(proc)
+        sw.stop()
 
 
 def config(tmp_path: Path, address: str, ports: dict[int, int]) -> Path:

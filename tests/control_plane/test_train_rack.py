@@ -7,21 +7,12 @@ import json
 import pytest
 
 from control_plane.cli.main import main
-from control_plane.testbed.isolate import IsolationError, check_available
-
-
-def _namespaces() -> str | None:
-    try:
-        check_available()
-    except IsolationError as exc:
-        return str(exc)
-    return None
-
+from tests.support.rootless import needs_namespaces
 
 TESTBEDS = [
     pytest.param("rack", 2, 200, "namespace rack", marks=[
         pytest.mark.slow,
-        pytest.mark.skipif(_namespaces() is not None, reason=f"{_namespaces()}")]),
+        needs_namespaces]),
     pytest.param("mininet", 4, 100, "Mininet rack", marks=[pytest.mark.root, pytest.mark.mininet]),
 ]
 
@@ -52,7 +43,7 @@ def test_train_on_a_testbed_reports_measured_time(tmp_path, capsys, testbed, wor
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(_namespaces() is not None, reason=f"{_namespaces()}")
+@needs_namespaces
 def test_the_racks_switch_gets_thc_granularity_of_the_run(tmp_path, capsys):
     # g = 63: 2 x 63 still fits 8-bit lanes; the switch's job must use g's table, or the
     # workers refuse ("codec g=63 but the job was set up for g=30")

@@ -15,6 +15,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -36,3 +38,20 @@ def python_for(uid: int) -> tuple[list[str], dict] | None:
         if res.returncode == 0:
             return cmd, env
     return None
+
+
+def namespaces_missing() -> str | None:
+    """Why a private network namespace cannot be made here (root or unprivileged user
+    namespaces, and ``unshare``), or None: the skip reason of every namespace-rack test."""
+    from control_plane.testbed.isolate import IsolationError, check_available
+
+    try:
+        check_available()
+    except IsolationError as exc:
+        return str(exc)
+    return None
+
+
+#: Skips a test that builds a namespace rack where namespaces cannot be made, saying why.
+needs_namespaces = pytest.mark.skipif(namespaces_missing() is not None,
+                                      reason=f"{namespaces_missing()}")

@@ -11,47 +11,10 @@ from pathlib import Path
 import yaml
 
 from host.paths import REPO
-from host.softswitch.launch import (
-    free_tcp_port,
-    free_udp_port,
-    spawn_process,
-    stop_process,
-    switch_command,
-    wait_listening,
-)
+from host.softswitch.launch import UdpSwitch
 
-
-class Switch:
-    """One ``python -m host.softswitch`` process on fixed ports; killed and restarted by PID."""
-
-    def __init__(self, workdir: Path, ports: dict[int, int] | int, coords: int = 256) -> None:
-        self.workdir = workdir
-        self.ports = ports if isinstance(ports, dict) else \
-            {n: free_udp_port() for n in range(1, ports + 1)}
-        self.coords = coords
-        self.grpc = free_tcp_port()
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.grpc}"
-
-    def start(self) -> Switch:
-        specs = [f"{n}=udp:127.0.0.1:{p}" for n, p in self.ports.items()]
-        log = self.workdir / "switch.log"
-        self.proc = spawn_process(switch_command(specs, self.grpc, ["--coords-per-packet",
-                                                                    str(self.coords)]), log)
-        wait_listening(self.proc, self.grpc, log)
-        return self
-
-    def kill(self) -> None:
-        """SIGKILL (a crash: every entry lost) and wait for it."""
-        assert self.proc is not None
-        self.proc.kill()
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        stop_process(self.proc)
+#: A software switch process on fixed UDP ports, restartable (the library's).
+Switch = UdpSwitch
 
 
 def job_config(path: Path, sw: Switch, members: int = 2, job: dict | None = None) -> Path:

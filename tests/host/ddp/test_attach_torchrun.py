@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from host.paths import REPO
+from tests.support.rootless import needs_namespaces
 from tests.support.switchproc import Switch, job_config, run_netco
 
 EXAMPLE = REPO / "examples" / "train_ddp.py"
@@ -194,17 +195,9 @@ def test_torchrun_attach_lightning_strategy_equals_thc_over_gloo(switch, tmp_pat
     assert losses["--netco"] == losses["--thc-gloo"]
 
 
-def _namespaces_missing() -> str | None:
-    from control_plane.testbed.isolate import IsolationError, check_available
-
-    try:
-        check_available()
-    except IsolationError as exc:
-        return str(exc)
-    return None
 
 
-@pytest.mark.skipif(_namespaces_missing() is not None, reason=f"{_namespaces_missing()}")
+@needs_namespaces
 def test_torchrun_two_nodes_attach_on_the_shaped_rack():
     """``torchrun --nnodes 2``: one node per namespace of the rack, each rank binding its
     namespace's address, links shaped to 100 Mbit/s (verified); the same losses as THC over

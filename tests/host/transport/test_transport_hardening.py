@@ -151,8 +151,9 @@ def restarts_mid_job(net: EmbeddedNetwork, aggs: list, xs: list, codec, restarts
                      iterations: int) -> tuple[list, int]:
     """Every worker runs ``iterations`` all-reduces while the switch is killed and restarted
     (then re-applied by the controller) ``restarts`` times, each while at least two all-reduces
-    remain for every worker (a worker that has finished its job answers nobody). Returns every
-    worker's results and the restarts done."""
+    remain for every worker (a worker that has finished its job answers nobody; the workers'
+    last three wait until every restart happened). Returns every worker's results and the
+    restarts done."""
     done = [0] * len(aggs)
     finished = threading.Event()
     count = [0]
@@ -169,8 +170,16 @@ def restarts_mid_job(net: EmbeddedNetwork, aggs: list, xs: list, codec, restarts
                 time.sleep(0.01)
 
     def work(r: int) -> list:
+        import time
+
         out = []
-        for _ in range(iterations):
+        for i in range(iterations):
+            if i == iterations - 3:
+                # a fast machine would otherwise finish before every restart happened: the
+                # last all-reduces wait for them (the restarts still hit rounds in flight)
+                end = time.monotonic() + 300
+                while count[0] < restarts and time.monotonic() < end:
+                    time.sleep(0.005)
             out.append(aggs[r].allreduce(xs[r], codec))
             done[r] += 1
         return out
