@@ -74,6 +74,10 @@ def main() -> None:
         print(f"{args.steps} steps, last loss {module.losses[-1]:.4f}", flush=True)
         if args.losses:
             Path(args.losses).write_text(json.dumps(module.losses))
+    # Lightning leaves the process group up; a gloo group still up when the interpreter
+    # finalises can abort the process ("terminate called without an active exception")
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

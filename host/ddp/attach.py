@@ -26,6 +26,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import socket
 import weakref
 from typing import Any
 
@@ -47,8 +48,8 @@ from host.transport.slots import SlotConfig
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ENV_GIVE_UP", "AttachError", "attach", "comm_state", "join", "open_over_group",
-           "raise_hook_error"]
+__all__ = ["ENV_GIVE_UP", "AttachError", "attach", "comm_state", "find_member", "join",
+           "open_over_group", "raise_hook_error"]
 
 #: Environment variable for :func:`attach`'s ``give_up`` (seconds).
 ENV_GIVE_UP = "NETCO_GIVE_UP"
@@ -111,9 +112,52 @@ def slot_config(job: JobFile, give_up: float) -> SlotConfig:
                       deadline=deadline, max_rto=max_rto, rto=min(SlotConfig.rto, max_rto))
 
 
+def _here(ip: str) -> bool:
+    """Whether this process can send from ``ip`` (an address of its network namespace)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.bind((ip, 0))
+        except OSError:
+            return False
+    return True
+
+
+def find_member(job: JobFile, rank: int, local_rank: int | None = None) -> int:
+    """Which member of ``job`` the process of torch.distributed rank ``rank`` is.
+
+    Member ``rank`` when its address is on this machine (the members' order is the ranks'
+    order: ``torchrun --standalone``, a static rendezvous). Otherwise the rendezvous numbered
+    the nodes in another order (``--rdzv-backend c10d`` does): the rank finds itself by
+    address, as the ``local_rank``-th (default ``$LOCAL_RANK``) of the members whose address is
+    on this machine.
+
+    Raises
+    ------
+    AttachError
+        No member's address is on this machine, or fewer than ``local_rank + 1``.
+    """
+    if rank < job.world and _here(job.members[rank].ip):
+        return rank
+    here = [m.rank for m in job.members if _here(m.ip)]
+    if local_rank is None:
+        try:
+            local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        except ValueError:
+            local_rank = 0
+    if 0 <= local_rank < len(here):
+        return here[local_rank]
+    m = job.member(rank) if rank < job.world else None
+    which = f"member {rank}'s address {m.ip} ({m.host})" if m else f"no member {rank}"
+    mine = ", ".join(f"{job.members[i].host} {job.members[i].ip}" for i in here) or "none"
+    raise AttachError(
+        f"job {job.name} rank {rank}: {which} is not on this machine, and of the members that "
+        f"are ({mine}) there is no local rank {local_rank}; run the ranks where their members' "
+        f"addresses are, or give the hosts this machine's addresses in the controller's file")
+
+
 def connect(job: JobFile, rank: int, give_up: float = GIVE_UP_S) -> NetworkAggregator:
-    """Rank ``rank``'s aggregator of ``job``: its member address bound, its switch's UDP
-    address as the destination (the round base is set by :func:`open_session`)."""
+    """Member ``rank``'s aggregator of ``job``: its address bound, its switch's UDP address as
+    the destination (the round base is set by :func:`open_session`)."""
     from host.transport.ports import UdpEndpoint
 
     m = job.member(rank)
@@ -173,9 +217,24 @@ def join(jf: JobFile, process_group: Any = None, give_up: float | None = None,
     agg: NetworkAggregator | None = None
     error: str | None = None
     check: JobCheck | None = None
+    member = -1
     try:
-        agg = connect(jf, rank, give)
-        check = check_job(agg, check_timeout)
+        member = find_member(jf, rank)
+    except AttachError as exc:
+        error = str(exc)
+    # every member taken by exactly one rank
+    chosen = torch.zeros(world, dtype=torch.float32, device=dev)
+    if member >= 0:
+        chosen[member] = 1.0
+    dist.all_reduce(chosen, group=pg)
+    twice = [jf.members[i].host for i in range(world) if chosen[i].item() > 1]
+    if error is None and twice:
+        error = (f"job {jf.name} rank {rank}: member(s) {', '.join(twice)} taken by more than "
+                 f"one rank (found by address); give each rank's machine its own member address")
+    try:
+        if error is None:
+            agg = connect(jf, member, give)
+            check = check_job(agg, check_timeout)
     except (AttachError, JobCheckError) as exc:
         error = str(exc)
     bad = _failed_ranks(error is None, rank, world, pg, dev)

@@ -41,20 +41,22 @@ def _netco(*args: str, env: dict) -> None:
 
 def _two_nodes(rack: NamespaceRack, mode: str, steps: int, env: dict,
                out: Path) -> tuple[float, float]:
-    """Run the example on both nodes in ``mode`` (``--netco``, ``--thc-gloo``, ``fp32``);
-    seconds from the start to both agents' exit, and the training loop's own seconds (rank
-    0's "N steps in S s")."""
-    master = rack.hosts[0].ip
+    """Run the example on both nodes in ``mode`` (``--netco``, ``--thc-gloo``, ``fp32``, or
+    ``reversed``: ``--netco`` with the nodes numbered against the members' order, so that each
+    rank finds its member by address); seconds from the start to both agents' exit, and the
+    training loop's own seconds (rank 0's "N steps in S s")."""
+    order = {h.rank: (1 - h.rank if mode == "reversed" else h.rank) for h in rack.hosts}
+    master = next(h.ip for h in rack.hosts if order[h.rank] == 0)
     port = str(29400 + int(time.monotonic() * 1000) % 500)
     procs = []
     t0 = time.monotonic()
-    for h in rack.hosts:
+    for h in sorted(rack.hosts, key=lambda h: order[h.rank]):
         cmd = ["nsenter", f"--net={h.netns_path}", sys.executable, "-m",
-               "torch.distributed.run", "--nnodes", "2", "--node_rank", str(h.rank),
+               "torch.distributed.run", "--nnodes", "2", "--node_rank", str(order[h.rank]),
                "--nproc_per_node", "1", "--master_addr", master, "--master_port", port,
                str(EXAMPLE), "--steps", str(steps), "--losses", str(out)]
         if mode != "fp32":
-            cmd.append(mode)
+            cmd.append("--netco" if mode == "reversed" else mode)
         log = out.with_name(f"{out.stem}.node{h.rank}.log")
         procs.append((subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT,
                                        cwd=REPO, env={**env, "GLOO_SOCKET_IFNAME": h.ifname}),

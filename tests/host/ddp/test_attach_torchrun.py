@@ -201,13 +201,18 @@ def test_torchrun_attach_lightning_strategy_equals_thc_over_gloo(switch, tmp_pat
 def test_torchrun_two_nodes_attach_on_the_shaped_rack():
     """``torchrun --nnodes 2``: one node per namespace of the rack, each rank binding its
     namespace's address, links shaped to 100 Mbit/s (verified); the same losses as THC over
-    gloo across the same nodes."""
+    gloo across the same nodes; and with the nodes numbered the other way round."""
     from control_plane.testbed.isolate import run_isolated
 
     got = run_isolated("tests.support.attach_rack:two_nodes",
-                       {"link_mbps": 100.0, "steps": 10, "modes": ("--netco", "--thc-gloo")},
-                       timeout_s=600)
+                       {"link_mbps": 100.0, "steps": 10,
+                        "modes": ("--netco", "--thc-gloo", "reversed")}, timeout_s=600)
     assert got["rack"]["measured_mbps"]          # the shaping was measured before use
     runs = got["runs"]
     assert len(runs["netco"]["losses"]) == 10
     assert runs["netco"]["losses"] == runs["thc-gloo"]["losses"]
+    # the nodes numbered against the members' order: each rank found its member by address
+    # (rank 0 is member h2; its rounding randomness is member 1's, so the losses differ a bit)
+    rev = runs["reversed"]["losses"]
+    assert len(rev) == 10 and rev[0] == runs["netco"]["losses"][0]
+    assert abs(rev[-1] - runs["netco"]["losses"][-1]) < 0.05 * runs["netco"]["losses"][-1]
