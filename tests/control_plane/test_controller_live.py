@@ -408,5 +408,7 @@ def test_a_fresh_software_target_is_configured_without_warnings(caplog) -> None:
         assert [r.getMessage() for r in caplog.records if r.name.startswith("finsy")] == []
         logging.getLogger("finsy").warning("Forwarding pipeline is not configured")
         logging.getLogger("finsy").warning("gNMI is not implemented")
-    assert [r.getMessage() for r in caplog.records] == ["Forwarding pipeline is not configured",
-                                                        "gNMI is not implemented"]
+    # finsy's records only: grpc's asyncio poller may log "Event loop is closed" from a loop
+    # an earlier asyncio.run closed (grpc aio, not finsy; CI saw it once)
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("finsy")] == [
+        "Forwarding pipeline is not configured", "gNMI is not implemented"]
