@@ -124,7 +124,18 @@ def load_config(path: str | Path) -> NetworkConfig:
         raise ConfigError([str(exc)], str(path)) from None
     except (yaml.YAMLError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError([syntax_error(path, exc)], str(path)) from exc
-    return parse_config(raw, base_dir=path.parent, source=str(path))
+    except RecursionError:
+        raise ConfigError([TOO_DEEP], str(path)) from None
+    try:
+        return parse_config(raw, base_dir=path.parent, source=str(path))
+    except RecursionError:
+        raise ConfigError([TOO_DEEP], str(path)) from None
+
+
+#: A file nested past the parser's recursion limit (a hostile or broken file): one line, not
+#: the parser's thousands of traceback lines.
+TOO_DEEP = ("nested too deeply for a desired-state file (lists or mappings inside each other "
+            "hundreds of levels deep); its structure is switches/hosts/links/jobs, a few levels")
 
 
 def syntax_error(path: Path, exc: Exception) -> str:

@@ -40,6 +40,7 @@ from pathlib import Path
 import grpc
 from finsy.proto import p4r, p4r_grpc, rpc_status
 from google.protobuf import any_pb2
+from google.protobuf.message import DecodeError
 
 from host.softswitch.entities import EntityStore, P4RuntimeError
 from host.softswitch.p4info import P4InfoIndex, parse_p4info
@@ -77,6 +78,59 @@ class _Stream:
     election_id: int | None
     out: queue.Queue
     arbitrated: bool = False
+
+
+class Undecodable:
+    """A request whose bytes are not the method's protobuf message: the servicer answers it
+    ``INVALID_ARGUMENT`` (gRPC's own deserializer failing gives ``INTERNAL``, which says the
+    server is at fault; issue 33, 7)."""
+
+    def __init__(self, message: str, size: int, why: str) -> None:
+        self.text = (f"the request is not a p4.v1.{message} ({size} bytes that do not decode: "
+                     f"{why})")
+
+
+def _lenient(message_cls):
+    """A request deserializer that gives :class:`Undecodable` instead of raising."""
+    def parse(data: bytes):
+        try:
+            return message_cls.FromString(data)
+        except DecodeError as exc:
+            return Undecodable(message_cls.__name__, len(data), str(exc) or "malformed")
+    return parse
+
+
+def _checked(method):
+    """``method`` behind a check: an :class:`Undecodable` request is ``INVALID_ARGUMENT``."""
+    def call(request, context):
+        if isinstance(request, Undecodable):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.text)
+        return method(request, context)
+    return call
+
+
+def add_service(service: P4RuntimeService, server: grpc.Server) -> None:
+    """Register ``service`` as ``p4.v1.P4Runtime`` on ``server`` (what the generated
+    ``add_P4RuntimeServicer_to_server`` does), with requests that do not decode answered
+    ``INVALID_ARGUMENT`` (:class:`Undecodable`) rather than gRPC's ``INTERNAL``."""
+    unary = {"Write": (p4r.WriteRequest, p4r.WriteResponse),
+             "SetForwardingPipelineConfig": (p4r.SetForwardingPipelineConfigRequest,
+                                             p4r.SetForwardingPipelineConfigResponse),
+             "GetForwardingPipelineConfig": (p4r.GetForwardingPipelineConfigRequest,
+                                             p4r.GetForwardingPipelineConfigResponse),
+             "Capabilities": (p4r.CapabilitiesRequest, p4r.CapabilitiesResponse)}
+    handlers = {name: grpc.unary_unary_rpc_method_handler(
+                    _checked(getattr(service, name)), request_deserializer=_lenient(req),
+                    response_serializer=resp.SerializeToString)
+                for name, (req, resp) in unary.items()}
+    handlers["Read"] = grpc.unary_stream_rpc_method_handler(
+        _checked(service.Read), request_deserializer=_lenient(p4r.ReadRequest),
+        response_serializer=p4r.ReadResponse.SerializeToString)
+    handlers["StreamChannel"] = grpc.stream_stream_rpc_method_handler(
+        service.StreamChannel, request_deserializer=_lenient(p4r.StreamMessageRequest),
+        response_serializer=p4r.StreamMessageResponse.SerializeToString)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("p4.v1.P4Runtime",
+                                                                          handlers),))
 
 
 class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
@@ -163,6 +217,9 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         def reader() -> None:
             try:
                 for req in request_iterator:
+                    if isinstance(req, Undecodable):
+                        failure.append((grpc.StatusCode.INVALID_ARGUMENT, req.text))
+                        break
                     which = req.WhichOneof("update")
                     if which == "arbitration":
                         err = self._arbitrate(s, req.arbitration)
@@ -420,7 +477,7 @@ def start_server(service: P4RuntimeService, address: str,
     workers = service.max_streams + UNARY_HEADROOM
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="p4rt"),
                          options=[("grpc.so_reuseport", 0)])
-    p4r_grpc.add_P4RuntimeServicer_to_server(service, server)
+    add_service(service, server)
     try:
         port = (server.add_secure_port(address, tls.credentials()) if tls
                 else server.add_insecure_port(address))

@@ -455,3 +455,18 @@ def test_examples_net_yaml_gives_the_readme_switch_udp_ports() -> None:
 
     cfg = load_config(REPO / "examples" / "net.yaml")
     assert cfg.switch("s1").udp == ((1, ("127.0.0.1", 47001)), (2, ("127.0.0.1", 47002)))
+
+
+@pytest.mark.parametrize(("name", "text"), [
+    ("deep.yaml", "switches: " + "[" * 5000 + "]" * 5000 + "\n"),
+    ("deep.toml", "switches = " + "[" * 5000 + "]" * 5000 + "\n"),
+    ("deep2.yaml", "jobs:\n" + "".join("  " * i + "- a:\n" for i in range(1, 1200))),
+])
+def test_a_file_nested_thousands_deep_is_one_line(tmp_path: Path, name, text):
+    """Issue 33 (7): 5,000 levels printed a 2,999-line RecursionError traceback."""
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        load_config(path)
+    (line,) = exc.value.lines()
+    assert "nested too deeply" in line and name in line

@@ -356,3 +356,32 @@ def test_streams_beyond_the_limit_are_refused_and_silent_ones_closed():
             s.close()
         ch.close()
         sw.stop()
+
+
+def test_undecodable_requests_are_invalid_argument():
+    """Issue 33 (7): bytes that are not the method's message were INTERNAL (gRPC's own
+    deserializer failing), which blames the server; they are the client's INVALID_ARGUMENT, on
+    every method, the stream too, and the server keeps serving."""
+    sw = SoftSwitch()
+    addr = sw.serve("127.0.0.1:0")
+    ch = grpc.insecure_channel(addr)
+    junk = b"\xff\xff\xff\xff\x0f"   # a truncated varint: no protobuf message decodes it
+    try:
+        for method in ("Write", "SetForwardingPipelineConfig", "GetForwardingPipelineConfig",
+                       "Capabilities"):
+            call = ch.unary_unary(f"/p4.v1.P4Runtime/{method}")
+            with pytest.raises(grpc.RpcError) as exc:
+                call(junk, timeout=10)
+            assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT, method
+            assert "do not decode" in exc.value.details()
+        with pytest.raises(grpc.RpcError) as exc:
+            list(ch.unary_stream("/p4.v1.P4Runtime/Read")(junk, timeout=10))
+        assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        with pytest.raises(grpc.RpcError) as exc:
+            list(ch.stream_stream("/p4.v1.P4Runtime/StreamChannel")(iter([junk]), timeout=10))
+        assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        stub = p4r_grpc.P4RuntimeStub(ch)          # still serving well-formed requests
+        assert stub.Capabilities(p4r.CapabilitiesRequest(), timeout=10).p4runtime_api_version
+    finally:
+        ch.close()
+        sw.stop()
