@@ -254,19 +254,25 @@ static void tx_free(tx_t *tx) {
 
 /* -- learned UDP reply ports ------------------------------------------------------------- */
 
+/* keys: job id << 32 | IPv4 address (host/softswitch/learned.py: results of two jobs with
+ * members on one address go to each job's own port) */
 typedef struct {
-    uint32_t *addr;
+    uint64_t *addr;
     int64_t *port, *count;
     Py_ssize_t cap;
 } learned_t;
 
-static int64_t learned_get(const learned_t *t, uint32_t addr, int64_t dflt) {
+static inline uint64_t learned_key(uint16_t job, uint32_t addr) {
+    return ((uint64_t)job << 32) | addr;
+}
+
+static int64_t learned_get(const learned_t *t, uint64_t addr, int64_t dflt) {
     for (int64_t k = 0; k < *t->count; k++)
         if (t->addr[k] == addr) return t->port[k];
     return dflt;
 }
 
-static void learned_put(learned_t *t, uint32_t addr, int64_t port) {
+static void learned_put(learned_t *t, uint64_t addr, int64_t port) {
     for (int64_t k = 0; k < *t->count; k++)
         if (t->addr[k] == addr) { t->port[k] = port; return; }
     if (*t->count >= t->cap) { *t->count = 0; return; }  /* the guard of SoftSwitch._learn */
@@ -294,7 +300,7 @@ static void build_tx(loop_t *L, tx_t *tx, Py_ssize_t nout, const learned_t *lt, 
         seen[b + 1] = v;
     }
     int nm = 0, nv = 0;
-    uint32_t last_addr = 0;
+    uint64_t last_addr = 0;
     int64_t last_port = -1;
     for (int s = 0; s < nseen; s++) {
         const int pn = seen[s];
@@ -331,9 +337,10 @@ static void build_tx(loop_t *L, tx_t *tx, Py_ssize_t nout, const learned_t *lt, 
                     dport = p->peer_port;
                 } else {
                     daddr = be32(row + OFF_DST);
-                    if (daddr != last_addr || last_port < 0) {
-                        last_addr = daddr;
-                        last_port = learned_get(lt, daddr, thc_port);
+                    const uint64_t k = learned_key(be16(msg + (OFF_JOB_ID - THC_OFFSET)), daddr);
+                    if (k != last_addr || last_port < 0) {
+                        last_addr = k;
+                        last_port = learned_get(lt, k, thc_port);
                     }
                     dport = (uint16_t)last_port;
                 }
@@ -892,7 +899,7 @@ PyObject *py_loop(PyObject *self, PyObject *args) {
     learned_t lt;
     if (take(ola, &bufs[nb++], 1, 0, "learned addr") < 0) goto done;
     lt.addr = bufs[nb - 1].v.buf;
-    lt.cap = bufs[nb - 1].v.len / 4;
+    lt.cap = bufs[nb - 1].v.len / 8;
     if (take(olp, &bufs[nb++], 1, 8 * lt.cap, "learned port") < 0) goto done;
     lt.port = bufs[nb - 1].v.buf;
     if (take(olc, &bufs[nb++], 1, 8, "learned count") < 0) goto done;
@@ -1059,12 +1066,13 @@ PyObject *py_loop(PyObject *self, PyObject *args) {
         if (r.nrelease) count(&L, S_RELEASE, r.nrelease);
         if (r.nparent) count(&L, S_PARENT, r.nparent);
         /* learn every sender's UDP port (all rows accepted) */
-        uint32_t last_a = 0;
+        uint64_t last_a = 0;
         int last_p = -1;
         for (Py_ssize_t j = lo; j < n; j++) {
             const int pi = L.port_index[X.inports[j]];
             if (pi < 0 || !L.ports[pi].udp) continue;
-            uint32_t a = ntohl(X.names[j].sin_addr.s_addr);
+            const uint8_t *bj = X.buf + (size_t)j * ROW_BYTES;
+            uint64_t a = learned_key(be16(bj + OFF_JOB_ID), ntohl(X.names[j].sin_addr.s_addr));
             int pt = ntohs(X.names[j].sin_port);
             if (a == last_a && pt == last_p) continue;
             last_a = a;

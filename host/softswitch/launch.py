@@ -175,10 +175,14 @@ class UdpSwitch:
         Switch port -> UDP port on 127.0.0.1, or how many ports (1..N, free UDP ports).
     coords : int
         ``--coords-per-packet``.
+    extra : sequence of str
+        More ``netco switch`` options (e.g. ``--no-c-loop``).
     """
 
-    def __init__(self, workdir: Path, ports: dict[int, int] | int, coords: int = 256) -> None:
+    def __init__(self, workdir: Path, ports: dict[int, int] | int, coords: int = 256,
+                 extra: Iterable[str] = ()) -> None:
         self.workdir = Path(workdir)
+        self.extra = list(extra)
         self.ports = ports if isinstance(ports, dict) else \
             {n: free_udp_port() for n in range(1, ports + 1)}
         self.coords = coords
@@ -195,7 +199,8 @@ class UdpSwitch:
         specs = [f"{n}=udp:127.0.0.1:{p}" for n, p in self.ports.items()]
         log = self.workdir / "switch.log"
         self.proc = spawn_process(switch_command(specs, self.grpc, ["--coords-per-packet",
-                                                                    str(self.coords)]), log)
+                                                                    str(self.coords),
+                                                                    *self.extra]), log)
         wait_listening(self.proc, self.grpc, log)
         return self
 

@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 
 #: Offset of the IPv4 destination address in a frame.
 _DST = fr.offset("dst")
+#: Offset of the THC header's job id in a frame (the learned ports' key: job and address).
+_JOB = fr.offset("job_id")
 
 #: Groups of datagrams received per UDP_GRO receive call of the C loop.
 GRO_MSGS = 16
@@ -263,12 +265,14 @@ class SoftSwitch:
         if rows.size == 0:
             return
         names = self.rxb.names[rows]
+        jobs = self.rxb.buf[rows, _JOB:_JOB + 2].view(">u2")[:, 0].astype(np.uint64)
         # a port's datagrams mostly come from one host: a handful of changes per batch
-        key = (names["addr"].astype(np.int64) << 16) | names["port"]
-        change = np.flatnonzero(key[1:] != key[:-1]) + 1
+        keys = (jobs << np.uint64(32)) | names["addr"].astype(np.uint64)
+        sport = names["port"].astype(np.int64)
+        change = np.flatnonzero((keys[1:] != keys[:-1]) | (sport[1:] != sport[:-1])) + 1
         learned = self.learned
-        for kk in key[[0, *change.tolist()]].tolist():
-            learned[kk >> 16] = kk & 0xFFFF   # (emptied when full: a guard)
+        for i in [0, *change.tolist()]:
+            learned[int(keys[i])] = int(sport[i])   # (emptied when full: a guard)
 
     def _send(self, out) -> None:
         n = out.n
@@ -288,8 +292,10 @@ class SoftSwitch:
             names = txb.names[:n]
             names["family"] = socket.AF_INET
             dst = out.buf[order, _DST:_DST + 4].view(">u4")[:, 0].astype(np.uint32)
+            job = out.buf[order, _JOB:_JOB + 2].view(">u2")[:, 0].astype(np.uint64)
             peer = self.p_peer[ports]
-            uniq, inv = np.unique(dst, return_inverse=True)
+            uniq, inv = np.unique((job << np.uint64(32)) | dst.astype(np.uint64),
+                                  return_inverse=True)
             get = self.learned.get
             learned = np.array([get(d, lay.THC_UDP_PORT) for d in uniq.tolist()], dtype=np.int64)[inv]
             names["addr"] = np.where(peer, self.p_peer_addr[ports], dst)

@@ -19,7 +19,7 @@ from control_plane.config import parse_config
 from control_plane.controller import Controller, run_sync
 from control_plane.embedded import EmbeddedNetwork
 from host.paths import REPO
-from host.softswitch.learned import LearnedPorts
+from host.softswitch.learned import LearnedPorts, key
 from host.softswitch.switch import SoftSwitch
 from host.thc import THCCodec
 from host.thc.simulate import allreduce as simulated_allreduce
@@ -90,7 +90,7 @@ def test_c_loop_and_python_loop_give_the_reference_sums(c_loop, monkeypatch):
     for g in got:
         assert torch.equal(g, ref)
     for ip, port in ports.items():
-        assert sw.learned[int.from_bytes(socket.inet_aton(ip), "big")] == port
+        assert sw.learned[key(net.job_id, int.from_bytes(socket.inet_aton(ip), "big"))] == port
     assert st["drops"].get(1, 0) >= 1                     # SHORT, counted
     assert st["rx"] == sum(st["drops"].values()) + sum(st["outcomes"].values())
     assert st["contributions"] == st["outcomes"]["contribution"]

@@ -12,6 +12,7 @@ import torch
 
 from control_plane.embedded import EmbeddedNetwork
 from host.softswitch.controls.common import Outputs
+from host.softswitch.learned import key
 from host.softswitch.netio import UdpPort
 from host.softswitch.pipeline import THC_OFF
 from host.softswitch.switch import SoftSwitch
@@ -77,7 +78,7 @@ def test_junk_from_a_member_address_teaches_no_reply_port(net):
         assert torch.equal(g, ref)
     learned = net.switch.learned
     for ip, port in ports.items():
-        assert learned[int.from_bytes(socket.inet_aton(ip), "big")] == port
+        assert learned[key(net.job_id, int.from_bytes(socket.inet_aton(ip), "big"))] == port
 
 
 def test_learned_table_holds_only_validated_senders(net):
