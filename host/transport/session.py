@@ -51,7 +51,7 @@ from host.protocol.layout import (
     Flag,
     MsgType,
 )
-from host.transport.job import NetworkAggregator
+from host.transport.job import NetworkAggregator, session_round_base
 from host.transport.jobfile import mask_token
 from host.transport.slots import SlotConfig, SlotTimeoutError
 
@@ -208,10 +208,9 @@ def check_job(agg: NetworkAggregator, timeout: float = 2.0) -> JobCheck:
 
 
 def first_candidate(now_us: int | None = None) -> int:
-    """The first round-base candidate of a session: the clock in µs mod 2³², even, never 0."""
-    if now_us is None:
-        now_us = time.time_ns() // 1000
-    return ((now_us % (1 << 32)) & ~1) or 2
+    """The first round-base candidate of a session: the clock's round base
+    (:func:`host.transport.job.session_round_base`, µs mod 2³²) made even, never 0."""
+    return (session_round_base(now_us) & ~1) or 2
 
 
 def open_session(agg: NetworkAggregator, base: int, slots: SlotConfig,

@@ -52,6 +52,16 @@ def namespaces_missing() -> str | None:
     return None
 
 
+def nsenter_missing() -> str | None:
+    """Why a process cannot be started in a rack's host namespace (``nsenter``), or None."""
+    if shutil.which("nsenter") is None:
+        return "nsenter not on PATH (apt-get install util-linux)"
+    return namespaces_missing()
+
+
 #: Skips a test that builds a namespace rack where namespaces cannot be made, saying why.
 needs_namespaces = pytest.mark.skipif(namespaces_missing() is not None,
                                       reason=f"{namespaces_missing()}")
+
+#: Skips a test that starts processes inside a rack's host namespaces (``nsenter``).
+needs_nsenter = pytest.mark.skipif(nsenter_missing() is not None, reason=f"{nsenter_missing()}")

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from host.paths import REPO
-from tests.support.rootless import needs_namespaces
+from tests.support.rootless import needs_nsenter
 from tests.support.switchproc import Switch, job_config, run_netco
 
 EXAMPLE = REPO / "examples" / "train_ddp.py"
@@ -197,7 +197,7 @@ def test_torchrun_attach_lightning_strategy_equals_thc_over_gloo(switch, tmp_pat
 
 
 
-@needs_namespaces
+@needs_nsenter
 def test_torchrun_two_nodes_attach_on_the_shaped_rack():
     """``torchrun --nnodes 2``: one node per namespace of the rack, each rank binding its
     namespace's address, links shaped to 100 Mbit/s (verified); the same losses as THC over
