@@ -12,9 +12,10 @@ import sys
 
 from setuptools import Extension, setup
 
-#: The generated C header of frame offsets and data-plane constants (p4/gen.py).
+#: The generated C header of frame offsets and data-plane constants (p4/gen.py), and the
+#: socket constants and UDP offload helpers the C loops share (hand-written), both there.
 LAYOUT_INCLUDE = ["host/protocol"]
-LAYOUT_HEADER = ["host/protocol/netco_layout.h"]
+LAYOUT_HEADER = ["host/protocol/netco_layout.h", "host/protocol/netco_sockets.h"]
 
 #: The C extensions are optional (every one has a Python fallback), except where
 #: NETCO_C_REQUIRED=1 asks for a build that fails on a compiler error (./dev.sh tries that first,

@@ -14,7 +14,8 @@ import pytest
 
 from host.paths import REPO
 
-SOURCES = ["setup.py", "pyproject.toml", "host/protocol/netco_layout.h", "host/thc/_fused.c",
+SOURCES = ["setup.py", "pyproject.toml", "host/protocol/netco_layout.h",
+           "host/protocol/netco_sockets.h", "host/thc/_fused.c",
            "host/transport/_slotloop.c", "host/softswitch/_fastpath.c",
            "host/softswitch/_swloop.c", "host/softswitch/_fastpath.h"]
 

@@ -38,21 +38,14 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#ifndef SOL_UDP
-#define SOL_UDP 17
-#endif
-#ifndef UDP_SEGMENT
-#define UDP_SEGMENT 103
-#endif
-#ifndef UDP_GRO
-#define UDP_GRO 104
-#endif
+/* SOL_UDP, UDP_SEGMENT, UDP_GRO and their control messages (shared with the slot loop). */
+#include "netco_sockets.h"
 /* Kernel limits: a UDP train is at most 64 KB and 128 segments (UDP_MAX_SEGMENTS). */
 #define TRAIN_BYTES 65536
 #define TRAIN_MAX_SEGS 128
 #define GSO_MAX_BYTES 65000
 #define RX_CTRL 64           /* SCM_TIMESTAMPNS (32) and UDP_GRO (24) */
-#define TX_CTRL CMSG_SPACE(sizeof(uint16_t))
+#define TX_CTRL NETCO_GSO_CTL_LEN
 
 /* the loop's totals, in the order of LOOP_STATS */
 enum { S_RX, S_TX, S_BATCHES, S_CONTRIB, S_TX_LOST, S_TX_REFUSED, S_LAST_ERROR, S_GRO_TRAINS,
@@ -362,15 +355,8 @@ static void build_tx(loop_t *L, tx_t *tx, Py_ssize_t nout, const learned_t *lt, 
                 }
                 tx->count[nm - 1]++;
                 if (tx->count[nm - 1] == 2) {
-                    uint8_t *c = tx->ctrl + (size_t)(nm - 1) * TX_CTRL;
-                    struct cmsghdr *cm = (struct cmsghdr *)c;
-                    cm->cmsg_level = SOL_UDP;
-                    cm->cmsg_type = UDP_SEGMENT;
-                    cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-                    uint16_t seg = (uint16_t)len;
-                    memcpy(CMSG_DATA(cm), &seg, sizeof(seg));
-                    cur->msg_hdr.msg_control = c;
-                    cur->msg_hdr.msg_controllen = TX_CTRL;
+                    netco_set_gso(&cur->msg_hdr, tx->ctrl + (size_t)(nm - 1) * TX_CTRL,
+                                  (uint16_t)len);
                 }
                 continue;
             }

@@ -32,17 +32,8 @@
 #include <sys/socket.h>
 #include <time.h>
 
-/* UDP segmentation offload (Linux >= 4.18) and receive coalescing (>= 5.0): the socket
- * options and control message types of <linux/udp.h>. */
-#ifndef SOL_UDP
-#define SOL_UDP 17
-#endif
-#ifndef UDP_SEGMENT
-#define UDP_SEGMENT 103
-#endif
-#ifndef UDP_GRO
-#define UDP_GRO 104
-#endif
+/* SOL_UDP, UDP_SEGMENT, UDP_GRO and their control messages (shared with the switch loop). */
+#include "netco_sockets.h"
 #define GSO_MAX_SEGS 64     /* datagrams per UDP_SEGMENT message (the kernel takes <= 64) */
 #define GRO_ROW 65536       /* a coalesced train: at most 64 KB */
 #define GRO_MSGS 32         /* trains per recvmmsg */
@@ -284,14 +275,7 @@ static int gso_messages(loop_t *L) {
         h->msg_iov = &L->gv[m];
         h->msg_iovlen = 1;
         if (c > 1) {
-            h->msg_control = L->gctl + (size_t)m * GSO_CTL;
-            h->msg_controllen = CMSG_SPACE(sizeof(uint16_t));
-            struct cmsghdr *cm = CMSG_FIRSTHDR(h);
-            cm->cmsg_level = SOL_UDP;
-            cm->cmsg_type = UDP_SEGMENT;
-            cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-            uint16_t seg = (uint16_t)len;
-            memcpy(CMSG_DATA(cm), &seg, sizeof(seg));
+            netco_set_gso(h, L->gctl + (size_t)m * GSO_CTL, (uint16_t)len);
         }
         L->gfirst[m] = k;
         k += c;
@@ -347,15 +331,17 @@ static int from_switch(const loop_t *L, int j) {
            && src->sin_port == sw->sin_port && src->sin_addr.s_addr == sw->sin_addr.s_addr;
 }
 
-/* The datagram size of a coalesced train (UDP_GRO control message), else len. */
-static int gro_segment(struct msghdr *m, int len) {
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c))
-        if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
-            int v;
-            memcpy(&v, CMSG_DATA(c), sizeof(v));
-            return v > 0 ? v : len;
-        }
-    return len;
+/* recvmmsg of up to n messages into the rx ring, without waiting: how many came, 0 when none
+ * waits (or a signal interrupted), -1 on an error (L->err). *msgs: the same, never negative. */
+static int recv_ring(loop_t *L, int n, int *msgs) {
+    int k = recvmmsg(L->fd, L->rxh, (unsigned)n, MSG_DONTWAIT, NULL);
+    *msgs = k > 0 ? k : 0;
+    if (k < 0) {
+        if (errno == EAGAIN || errno == EINTR) return 0;
+        L->err = errno;
+        return -1;
+    }
+    return k;
 }
 
 /* recv_batch with UDP_GRO: every message a train of datagrams of one size (the last may be
@@ -368,18 +354,13 @@ static int recv_gro(loop_t *L, const uint8_t **dg, int *dl, int *msgs) {
         L->rxh[j].msg_hdr.msg_control = L->rxctl + (size_t)j * GSO_CTL;
         L->rxh[j].msg_hdr.msg_controllen = GSO_CTL;
     }
-    int k = recvmmsg(L->fd, L->rxh, (unsigned)L->rx_msgs, MSG_DONTWAIT, NULL);
-    *msgs = k > 0 ? k : 0;
-    if (k < 0) {
-        if (errno == EAGAIN || errno == EINTR) return 0;
-        L->err = errno;
-        return -1;
-    }
+    int k = recv_ring(L, L->rx_msgs, msgs);
+    if (k < 0) return -1;
     int kept = 0;
     for (int j = 0; j < k; j++) {
         const uint8_t *p = L->rxbuf + (size_t)j * L->rx_row;
         int len = (int)L->rxh[j].msg_len;
-        int seg = gro_segment(&L->rxh[j].msg_hdr, len);
+        int seg = netco_gro_segment(&L->rxh[j].msg_hdr, len);
         if (!from_switch(L, j)) {
             /* a train is one flow (GRO coalesces one source's datagrams only): all of its
              * datagrams are foreign */
@@ -512,13 +493,8 @@ static int recv_batch(loop_t *L, const uint8_t **dg, int *dl, int *msgs) {
         L->rxh[j].msg_hdr.msg_flags = 0;
         if (!L->raw) L->rxh[j].msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
     }
-    int k = recvmmsg(L->fd, L->rxh, (unsigned)L->batch, MSG_DONTWAIT, NULL);
-    *msgs = k > 0 ? k : 0;
-    if (k < 0) {
-        if (errno == EAGAIN || errno == EINTR) return 0;
-        L->err = errno;
-        return -1;
-    }
+    int k = recv_ring(L, L->batch, msgs);
+    if (k < 0) return -1;
     int kept = 0;
     for (int j = 0; j < k; j++) {
         const uint8_t *p = L->rxbuf + (size_t)j * L->rx_row;

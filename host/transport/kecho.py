@@ -36,7 +36,7 @@ def build() -> Path | None:
     tmp = tempfile.mkdtemp(prefix="netco-kecho-")
     atexit.register(shutil.rmtree, tmp, True)
     out = Path(tmp) / "kecho"
-    include = Path(__file__).resolve().parents[1] / "protocol"   # netco_layout.h
+    include = Path(__file__).resolve().parents[1] / "protocol"   # netco_layout.h, netco_sockets.h
     r = subprocess.run([cc, "-O2", "-pthread", f"-I{include}", "-o", str(out), str(SOURCE)],
                        capture_output=True, text=True, check=False)
     if r.returncode != 0:
