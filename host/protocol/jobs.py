@@ -50,6 +50,15 @@ def job_problems(params: Mapping[str, int], *, pool_slots: int | None = None,
         v = params.get(flag)
         if v is not None and v not in (0, 1):
             out.append((flag, f"{v}: must be 0 or 1"))
+    if params.get("has_parent") == 1:
+        # a job with a parent sends its partials there: port 0 and address 0.0.0.0 name none
+        # (issue 33, 7: such a job was installed and its partials went nowhere)
+        if params.get("parent_port") == 0:
+            out.append(("parent_port", "0 with has_parent 1: give the port toward the parent "
+                                       "switch (ports are numbered from 1)"))
+        if params.get("parent_addr") == 0:
+            out.append(("parent_addr", "0.0.0.0 with has_parent 1: give the parent switch's "
+                                       "address"))
     return out
 
 

@@ -17,12 +17,20 @@ Implements what the netco controller uses, with the status codes of a real targe
 
 A controller disconnect changes nothing in the installed state.
 
-Bounded: at most ``max_streams`` StreamChannels at once (the excess is answered
-``RESOURCE_EXHAUSTED``), a stream that has not arbitrated within
-:data:`ARBITRATION_TIMEOUT_S` is closed, and the worker pool keeps :data:`UNARY_HEADROOM`
-threads beyond the streams so that Read, Write and pipeline RPCs always find one (idle streams
-cannot starve the controller). With TLS (:class:`TLSFiles`) and a client CA, only holders of a
-client certificate signed by that CA can connect at all (docs/security.md).
+Bounded (docs/security.md; issue 33, 6): streams that have arbitrated and streams still
+waiting to have separate capacities. At most ``max_streams`` arbitrated streams, and
+:data:`STREAMS_PER_PEER` of them from one peer address (the excess is answered
+``RESOURCE_EXHAUSTED`` at arbitration). At most ``max_pending`` streams wait for their first
+``MasterArbitrationUpdate`` (:data:`PENDING_PER_PEER` from one address): a new stream always
+gets in and the oldest waiting one (of the same address when it holds its share) is closed
+``RESOURCE_EXHAUSTED``, so streams that never arbitrate cannot take the capacity a controller
+needs, however often they are reopened; one that stays silent for
+:data:`ARBITRATION_TIMEOUT_S` is closed ``DEADLINE_EXCEEDED``. The worker pool keeps
+:data:`UNARY_HEADROOM` threads beyond the streams so that Read, Write and pipeline RPCs always
+find one, and the server accepts at most :data:`MAX_CONNECTIONS` TCP connections, closing
+those without an RPC for :data:`IDLE_CONNECTION_S`. With TLS (:class:`TLSFiles`) and a
+client CA, only holders of a client certificate signed by that CA can connect at all
+(docs/security.md).
 """
 
 from __future__ import annotations
@@ -50,10 +58,21 @@ log = logging.getLogger(__name__)
 API_VERSION = "1.3.0"
 NO_PIPELINE = "No forwarding pipeline config set for this device."
 ELECTION_USED = "Election id already exists"
-#: StreamChannels served at once by default; one more is answered RESOURCE_EXHAUSTED.
+_EVICT = object()
+#: Arbitrated StreamChannels served at once by default; one more is RESOURCE_EXHAUSTED.
 MAX_STREAMS = 32
-#: Worker threads beyond ``max_streams``: unary RPCs always find one.
+#: Arbitrated streams from one peer address (IP, any port).
+STREAMS_PER_PEER = 16
+#: Streams waiting for their first MasterArbitrationUpdate; a new one closes the oldest.
+MAX_PENDING = 8
+#: Waiting streams from one peer address; a new one from it closes its own oldest.
+PENDING_PER_PEER = 4
+#: Worker threads beyond the streams: unary RPCs always find one.
 UNARY_HEADROOM = 8
+#: TCP connections the server accepts at once (gRPC's ``max_allowed_incoming_connections``).
+MAX_CONNECTIONS = 128
+#: A connection without an RPC for this long is closed (gRPC's ``max_connection_idle_ms``).
+IDLE_CONNECTION_S = 30.0
 #: Seconds a new stream may stay silent before its first MasterArbitrationUpdate.
 ARBITRATION_TIMEOUT_S = 10.0
 #: Updates per WriteRequest. The per-update errors travel in the status trailer, and gRPC
@@ -78,6 +97,19 @@ class _Stream:
     election_id: int | None
     out: queue.Queue
     arbitrated: bool = False
+    peer: str = ""
+    evicted: bool = False
+
+
+def peer_host(peer: str) -> str:
+    """The address part of a gRPC peer string (``ipv4:10.0.0.1:5000`` -> ``10.0.0.1``,
+    ``ipv6:[::1]:5000`` -> ``::1``); other forms (``unix:…``) are returned whole."""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv4":
+        return rest.rpartition(":")[0]
+    if kind == "ipv6":
+        return rest.rpartition(":")[0].strip("[]")
+    return peer
 
 
 class Undecodable:
@@ -149,9 +181,12 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
     def __init__(self, device_id: int, on_commit: Callable[[EntityStore], None],
                  on_write: Callable[[EntityStore], None],
                  entry_check: Callable[..., None] | None = None,
-                 max_streams: int = MAX_STREAMS) -> None:
+                 max_streams: int = MAX_STREAMS, max_pending: int = MAX_PENDING) -> None:
         self.device_id = device_id
         self.max_streams = max_streams
+        self.max_pending = max_pending
+        self.streams_per_peer = STREAMS_PER_PEER
+        self.pending_per_peer = PENDING_PER_PEER
         self.arbitration_timeout = ARBITRATION_TIMEOUT_S
         self.on_commit = on_commit
         self.on_write = on_write
@@ -162,6 +197,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         self.saved: tuple[p4r.ForwardingPipelineConfig, EntityStore] | None = None
         self.streams: list[_Stream] = []
         self.highest: dict[str, int] = {}
+        self.evictions = 0
 
     # -- arbitration ----------------------------------------------------------------------
     def _primary(self, role: str) -> _Stream | None:
@@ -199,6 +235,12 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             for o in self.streams:
                 if o is not s and o.role == role and eid is not None and o.election_id == eid:
                     return grpc.StatusCode.INVALID_ARGUMENT, ELECTION_USED
+            if s.evicted:
+                return grpc.StatusCode.RESOURCE_EXHAUSTED, "closed before arbitrating"
+            if not s.arbitrated:
+                full = self._admit_arbitrated(s)
+                if full is not None:
+                    return grpc.StatusCode.RESOURCE_EXHAUSTED, full
             old_role = s.role
             s.role, s.election_id = role, eid
             s.arbitrated = True
@@ -209,8 +251,40 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                 self._announce(old_role)
         return None
 
+    def _admit_arbitrated(self, s: _Stream) -> str | None:
+        """Why ``s`` may not join the arbitrated streams, or None (caller holds the lock)."""
+        done = [o for o in self.streams if o.arbitrated]
+        if len(done) >= self.max_streams:
+            log.warning("P4Runtime stream from %s refused: %d arbitrated streams open", s.peer,
+                        len(done))
+            return (f"this target serves {self.max_streams} arbitrated P4Runtime streams at "
+                    "once; close idle ones")
+        mine = sum(o.peer == s.peer for o in done)
+        if mine >= self.streams_per_peer:
+            log.warning("P4Runtime stream from %s refused: %d arbitrated streams from that "
+                        "address", s.peer, mine)
+            return (f"this target serves {self.streams_per_peer} arbitrated P4Runtime streams "
+                    f"per address and {s.peer} holds them; close idle ones")
+        return None
+
+    def _admit_pending(self, s: _Stream) -> None:
+        """Add ``s`` to the streams, closing the oldest waiting one when the waiting ones
+        (of its address, or in all) are at their cap (caller holds the lock)."""
+        waiting = [o for o in self.streams if not o.arbitrated and not o.evicted]
+        same = [o for o in waiting if o.peer == s.peer]
+        victim = (same[0] if len(same) >= self.pending_per_peer
+                  else waiting[0] if len(waiting) >= self.max_pending else None)
+        if victim is not None:
+            victim.evicted = True
+            victim.out.put(_EVICT)
+            self.evictions += 1
+            if self.evictions in (1, 10, 100, 1000) or self.evictions % 10000 == 0:
+                log.warning("P4Runtime: %d streams closed before arbitrating to make room "
+                            "(now from %s)", self.evictions, s.peer)
+        self.streams.append(s)
+
     def StreamChannel(self, request_iterator, context) -> Iterator[p4r.StreamMessageResponse]:  # noqa: N802
-        s = _Stream("", None, queue.Queue())
+        s = _Stream("", None, queue.Queue(), peer=peer_host(context.peer()))
         done = object()
         failure: list[tuple[grpc.StatusCode, str]] = []
 
@@ -237,15 +311,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             s.out.put(done)
 
         with self.lock:
-            full = len(self.streams) >= self.max_streams
-            if not full:
-                self.streams.append(s)
-        if full:
-            log.warning("P4Runtime stream from %s refused: %d streams open", context.peer(),
-                        self.max_streams)
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          f"this target serves {self.max_streams} P4Runtime streams at once; "
-                          "close idle ones")
+            self._admit_pending(s)
         t = threading.Thread(target=reader, daemon=True, name="p4rt-stream")
         t.start()
         opened = time.monotonic()
@@ -262,6 +328,13 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                     continue
                 if msg is done:
                     break
+                if msg is _EVICT:
+                    if not s.arbitrated:
+                        failure.append((grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                        f"closed before arbitrating: more than "
+                                        f"{self.max_pending} streams were waiting to"))
+                        break
+                    continue
                 yield msg
         finally:
             with self.lock:
@@ -474,9 +547,11 @@ def start_server(service: P4RuntimeService, address: str,
     host, _, want = address.rpartition(":")
     if want.isdigit() and int(want):
         _check_free(host, int(want))
-    workers = service.max_streams + UNARY_HEADROOM
+    workers = service.max_streams + service.max_pending + UNARY_HEADROOM
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="p4rt"),
-                         options=[("grpc.so_reuseport", 0)])
+                         options=[("grpc.so_reuseport", 0),
+                                  ("grpc.max_allowed_incoming_connections", MAX_CONNECTIONS),
+                                  ("grpc.max_connection_idle_ms", int(IDLE_CONNECTION_S * 1000))])
     add_service(service, server)
     try:
         port = (server.add_secure_port(address, tls.credentials()) if tls

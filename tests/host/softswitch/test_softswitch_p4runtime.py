@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import socket
 import threading
+import time
 
 import finsy as fy
 import grpc
@@ -268,6 +270,8 @@ def test_invalid_entities_get_the_spec_codes(server):
     ({"mcast_grp": 9}, "mcast_grp"),
     ({"mcast_grp": 0}, "mcast_grp"),
     ({"index": 100}, "index"),
+    ({"parent": (0, "10.0.255.1")}, "parent_port"),   # issue 33 (7): was installed
+    ({"parent": (3, "0.0.0.0")}, "parent_addr"),
 ])
 def test_nonsensical_job_entries_are_refused_naming_the_field(server, change, field):
     _sw, _port, loop, client = server
@@ -335,9 +339,9 @@ def test_idle_streams_do_not_starve_reads_or_a_new_controller(server):
         ch.close()
 
 
-def test_streams_beyond_the_limit_are_refused_and_silent_ones_closed():
+def test_waiting_streams_beyond_the_limit_close_the_oldest_and_silent_ones_time_out():
     sw = SoftSwitch()
-    sw.service.max_streams = 4
+    sw.service.max_pending = 4
     sw.service.arbitration_timeout = 1.0
     addr = sw.serve("127.0.0.1:0")
     ch = grpc.insecure_channel(addr)
@@ -346,8 +350,10 @@ def test_streams_beyond_the_limit_are_refused_and_silent_ones_closed():
     try:
         outcomes = [s.next(timeout=10) for s in streams]
         codes = sorted(o.code().name for o in outcomes)
-        # two are refused at once; the four admitted never arbitrate and are closed after 1 s
+        # two are closed to make room for newer ones; the four left never arbitrate and are
+        # closed after 1 s
         assert codes == ["DEADLINE_EXCEEDED"] * 4 + ["RESOURCE_EXHAUSTED"] * 2
+        assert sw.service.evictions == 2
         a = Stream(stub)
         assert a.arbitrate(7).arbitration.status.code == grpc.StatusCode.OK.value[0]
         a.close()
@@ -384,4 +390,76 @@ def test_undecodable_requests_are_invalid_argument():
         assert stub.Capabilities(p4r.CapabilitiesRequest(), timeout=10).p4runtime_api_version
     finally:
         ch.close()
+        sw.stop()
+
+
+def test_streams_that_never_arbitrate_cannot_lock_the_controller_out(server):
+    """Issue 33 (6): 32 idle unauthenticated streams took every stream the target served
+    (``controller status``: RESOURCE_EXHAUSTED). Waiting streams have their own capacity and a
+    new one closes the oldest, so a controller always gets in and arbitrates."""
+    sw, port, loop, client = server
+    client(election_id=20)                          # pushes the pipeline
+    ch = grpc.insecure_channel(f"127.0.0.1:{port}")
+    stub = p4r_grpc.P4RuntimeStub(ch)
+    idle = [Stream(stub) for _ in range(40)]
+    try:
+        closed = [s.next(timeout=10) for s in idle[:32]]   # the oldest 32 make room
+        assert {c.code() for c in closed} == {grpc.StatusCode.RESOURCE_EXHAUSTED}
+        assert "before arbitrating" in closed[0].details()
+        c = client(election_id=30)                   # before the fix: RESOURCE_EXHAUSTED
+        assert c.is_primary
+        loop.run(c.insert(job_entities(3, W[:1])))
+        assert sw.service.evictions >= 32
+    finally:
+        for s in idle:
+            s.close()
+        ch.close()
+
+
+def test_arbitrated_streams_are_capped_per_address():
+    sw = SoftSwitch()
+    sw.service.streams_per_peer = 2
+    addr = sw.serve("127.0.0.1:0")
+    ch = grpc.insecure_channel(addr)
+    stub = p4r_grpc.P4RuntimeStub(ch)
+    streams = [Stream(stub) for _ in range(3)]
+    try:
+        assert streams[0].arbitrate(5).arbitration.status.code == grpc.StatusCode.OK.value[0]
+        assert streams[1].arbitrate(4).arbitration.status.code == \
+            grpc.StatusCode.ALREADY_EXISTS.value[0]
+        third = streams[2].arbitrate(9)
+        assert isinstance(third, grpc.RpcError)
+        assert third.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "per address" in third.details()
+    finally:
+        for s in streams:
+            s.close()
+        ch.close()
+        sw.stop()
+
+
+def test_tcp_connections_beyond_the_cap_are_closed(monkeypatch):
+    """Issue 33 (6): 1,000 TCP connections were all accepted and kept."""
+    from host.softswitch import server as server_mod
+
+    monkeypatch.setattr(server_mod, "MAX_CONNECTIONS", 4, raising=False)
+    sw = SoftSwitch()
+    addr = sw.serve("127.0.0.1:0")
+    host, _, port = addr.rpartition(":")
+    socks = []
+    try:
+        for _ in range(12):
+            socks.append(socket.create_connection((host, int(port)), timeout=5))
+        time.sleep(0.5)
+        closed = 0
+        for k in socks:
+            k.settimeout(0.2)
+            try:
+                closed += k.recv(1) == b""
+            except (TimeoutError, ConnectionResetError) as exc:
+                closed += isinstance(exc, ConnectionResetError)
+        assert closed >= 12 - 4
+    finally:
+        for k in socks:
+            k.close()
         sw.stop()
