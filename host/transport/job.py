@@ -601,23 +601,11 @@ class NetworkAggregator:
         return self._pool
 
 
-@dataclass(frozen=True)
-class NetworkSpec:
-    """How every worker of a job reaches its switch over UDP (picklable: goes to workers).
+@dataclass(frozen=True, kw_only=True)
+class _NetworkJob:
+    """The job knobs of :class:`NetworkSpec` and :class:`RawNetworkSpec` (keywords only), and
+    the aggregator they make of a rank's endpoint."""
 
-    Parameters
-    ----------
-    switch : tuple of (host, port)
-        The switch's UDP address for each rank (one entry: shared by all ranks).
-    ips : tuple of str
-        The address each rank binds (its IPv4 address in the controller's file).
-    job_id, num_slots, granularity, round_base, uplink, lane_bits, token, coords_per_packet :
-        as :class:`JobSpec`.
-    policy : {"exact", "partial"}
-    """
-
-    switch: tuple[tuple[str, int], ...]
-    ips: tuple[str, ...]
     job_id: int = 1
     num_slots: int = 64
     granularity: int = 30
@@ -628,22 +616,43 @@ class NetworkSpec:
     token: int = 0
     coords_per_packet: int = COORDS_PER_PACKET
 
-    def connect(self, rank: int, world: int) -> NetworkAggregator:
-        """The aggregator of worker ``rank`` (opens its socket)."""
-        from host.transport.ports import UdpEndpoint
-        from host.transport.slots import SlotConfig
-
-        if len(self.ips) < world:
-            raise ValueError(f"{len(self.ips)} worker addresses for {world} workers")
-        sw = self.switch[rank] if len(self.switch) > 1 else self.switch[0]
-        ep = UdpEndpoint(sw, bind=(self.ips[rank], 0))
+    def _aggregator(self, ep: Endpoint, rank: int, world: int) -> NetworkAggregator:
         spec = JobSpec(self.job_id, rank, world, self.num_slots, self.granularity, self.round_base,
                        self.uplink, self.lane_bits, self.token, self.coords_per_packet)
         return NetworkAggregator(ep, spec, SlotConfig(policy=self.policy))
 
 
 @dataclass(frozen=True)
-class RawNetworkSpec:
+class NetworkSpec(_NetworkJob):
+    """How every worker of a job reaches its switch over UDP (picklable: goes to workers).
+
+    Parameters
+    ----------
+    switch : tuple of (host, port)
+        The switch's UDP address for each rank (one entry: shared by all ranks).
+    ips : tuple of str
+        The address each rank binds (its IPv4 address in the controller's file).
+    job_id, num_slots, granularity, round_base, uplink, lane_bits, token, coords_per_packet :
+        as :class:`JobSpec` (these and ``policy`` by keyword only).
+    policy : {"exact", "partial"}
+    """
+
+    switch: tuple[tuple[str, int], ...]
+    ips: tuple[str, ...]
+
+    def connect(self, rank: int, world: int) -> NetworkAggregator:
+        """The aggregator of worker ``rank`` (opens its socket)."""
+        from host.transport.ports import UdpEndpoint
+
+        if len(self.ips) < world:
+            raise ValueError(f"{len(self.ips)} worker addresses for {world} workers")
+        sw = self.switch[rank] if len(self.switch) > 1 else self.switch[0]
+        ep = UdpEndpoint(sw, bind=(self.ips[rank], 0))
+        return self._aggregator(ep, rank, world)
+
+
+@dataclass(frozen=True)
+class RawNetworkSpec(_NetworkJob):
     """Like :class:`NetworkSpec`, over raw frames on interfaces inside network namespaces.
 
     Rank ``r`` opens a :class:`~host.transport.ports.RawEndpoint` on ``ifnames[r]`` inside the
@@ -665,25 +674,13 @@ class RawNetworkSpec:
     ips: tuple[str, ...]
     gateway_macs: tuple[str, ...]
     gateway_ips: tuple[str, ...]
-    job_id: int = 1
-    num_slots: int = 64
-    granularity: int = 30
-    round_base: int = 1
-    policy: str = "exact"
-    uplink: str = "indices"
-    lane_bits: int = 0
-    token: int = 0
-    coords_per_packet: int = COORDS_PER_PACKET
 
     def connect(self, rank: int, world: int) -> NetworkAggregator:
         """The aggregator of worker ``rank`` (opens its raw socket in the host's namespace)."""
         from host.netns import in_netns
         from host.transport.ports import RawEndpoint
-        from host.transport.slots import SlotConfig
 
         ep = in_netns(self.ns_pids[rank], lambda: RawEndpoint(
             self.ifnames[rank], self.macs[rank], self.gateway_macs[rank], self.ips[rank],
             self.gateway_ips[rank]))
-        spec = JobSpec(self.job_id, rank, world, self.num_slots, self.granularity, self.round_base,
-                       self.uplink, self.lane_bits, self.token, self.coords_per_packet)
-        return NetworkAggregator(ep, spec, SlotConfig(policy=self.policy))
+        return self._aggregator(ep, rank, world)
