@@ -91,11 +91,9 @@ def _network(args: argparse.Namespace, mode: str, say: Callable[..., None]) -> I
 
 def format_columns(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     """A table: the first column left-aligned, the others right-aligned, two spaces apart."""
-    cells = [header, *rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    return "\n".join(
-        "  ".join([r[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True))])
-        for r in cells)
+    from host.columns import format_columns as columns
+
+    return columns(header, rows)
 
 
 def time_line(basis: str, link_mbps: float, where: str) -> str:

@@ -36,8 +36,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--all", action="store_true",
                    help="list every plan; default: only the fastest plan of each layout "
                    "(degrees, microbatch, schedule, recompute, crossing)")
-    s.add_argument("--simulate", type=int, default=3, metavar="K",
-                   help="check the K best plans with the event simulation (default 3, 0 = off)")
+    s.add_argument("--simulate", type=int, default=None, metavar="K",
+                   help="check the K best plans and Megatron's default with the event "
+                   "simulation (default: every plan shown; 0 = off)")
     s.set_defaults(func=run_search)
 
     v = sub.add_parser("validate", help="calibrate on published runs, report held-out error")
@@ -64,13 +65,21 @@ def _load(path: str):
 
 
 def _fmt_breakdown(b: dict[str, float]) -> str:
-    return ", ".join(f"{k} {v:.3f} s" for k, v in b.items() if v > 5e-4)
+    from control_plane.scaleacross.cost import BREAKDOWN_LABELS, BREAKDOWN_SHOWN_S
+
+    return ", ".join(f"{BREAKDOWN_LABELS.get(k, k)} {v:.3f} s" for k, v in b.items()
+                     if v > BREAKDOWN_SHOWN_S)
+
+
+def _sim_ops(sc, pl) -> int:
+    """Schedule operations the event simulation of ``pl`` runs."""
+    return 2 * pl.pp * pl.interleave * pl.microbatches(sc.global_batch)
 
 
 def _simulate(sc, pl, eff=None) -> dict | None:
     from control_plane.scaleacross.simulate import simulate
 
-    ops = 2 * pl.pp * pl.interleave * pl.microbatches(sc.global_batch)
+    ops = _sim_ops(sc, pl)
     if ops > SIM_OPS_LIMIT:
         log.warning("not simulating: %d schedule ops", ops)
         return None
@@ -114,20 +123,40 @@ def run_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+#: How a plan's recomputation, crossing and schedule read in tables (the JSON keeps the codes).
+_RECOMPUTE = {"none": "none", "selective": "selective", "full": "full"}
+
+
+def _schedule(pl) -> str:
+    return f"interleaved, {pl.interleave} chunks" if pl.interleave > 1 else "1F1B"
+
+
+def _crossing(pl) -> str:
+    return {"none": "none (one building)", "dp": "DP", "pp": "PP"}.get(pl.cross, pl.cross)
+
+
+def _overlap(pl) -> str:
+    parts = [x for x, on in (("DP sync", pl.overlap_dp), ("EP comm.", pl.overlap_ep)) if on]
+    return " + ".join(parts) or "nothing"
+
+
 def _plan_str(pl) -> str:
-    s = f"tp{pl.tp} pp{pl.pp} dp{pl.dp}"
-    if pl.ep > 1:
-        s += f" ep{pl.ep}"
+    """One plan in words: degrees, micro-batch, schedule, recomputation, ZeRO, crossing."""
+    deg = f"TP {pl.tp} x PP {pl.pp} x DP {pl.dp}"
     if pl.cp > 1:
-        s += f" cp{pl.cp}"
-    s += f" mb{pl.microbatch} {pl.schedule}"
-    if pl.interleave > 1:
-        s += f"(v={pl.interleave})"
-    s += f" rc={pl.recompute} zero{pl.zero} cross={pl.cross}"
+        deg += f" x CP {pl.cp}"
+    if pl.ep > 1:
+        deg += f", EP {pl.ep}"
+    s = (f"{deg}, micro-batch {pl.microbatch}, {_schedule(pl)}, recompute {pl.recompute}, "
+         f"ZeRO-{pl.zero}, crosses buildings: {_crossing(pl)}")
     if pl.cross == "dp":
-        s += f" sync={pl.dp_sync}"
-    s += " ovl=" + ("dp" if pl.overlap_dp else "") + ("+ep" if pl.overlap_ep else "")
-    return s
+        s += f" ({pl.dp_sync} sync)"
+    return s + f", overlapped with compute: {_overlap(pl)}"
+
+
+#: The line under the tables that spells out their short column names.
+DEGREES_NOTE = ("TP, PP, DP, CP, EP: tensor-, pipeline-, data-, context- and expert-parallel "
+                "degrees (GPUs per group); ZeRO: optimizer-state sharding stage")
 
 
 def run_search(args: argparse.Namespace) -> int:
@@ -138,6 +167,9 @@ def run_search(args: argparse.Namespace) -> int:
 
     if args.top < 1:
         raise UsageError("--top: must be >= 1")
+    if args.simulate is not None and args.simulate < 0:
+        raise UsageError(f"--simulate {args.simulate}: give a number of plans >= 0")
+    n_sim = args.top if args.simulate is None else args.simulate
     sc = _load(args.scenario)
     try:
         res = search(sc, progress=not args.json and sys.stderr.isatty())
@@ -153,7 +185,7 @@ def run_search(args: argparse.Namespace) -> int:
     for i, (pl, met) in enumerate(top):
         row = {"rank": i + 1, "plan": pl.to_dict(), **met,
                "gain_vs_megatron_pct": 100 * (1 - met["iteration_s"] / base_t)}
-        if i < args.simulate:
+        if i < n_sim:
             row["simulated"] = _simulate(sc, pl)
         plans.append(row)
     out = {
@@ -165,29 +197,78 @@ def run_search(args: argparse.Namespace) -> int:
                              "breakdown": {k: float(rb[k][0]) for k in BREAKDOWN_KEYS},
                              "memory_gb_per_gpu": float(rb["memory_gb_per_gpu"][0])},
     }
+    if n_sim:
+        out["megatron_default"]["simulated"] = _simulate(sc, base)
     if args.plot:
-        rows = [(f"#{p['rank']} {_plan_str(pl)}", p["breakdown"])
+        rows = [(f"#{p['rank']}: {_plan_str(pl)}", p["breakdown"])
                 for p, (pl, _) in zip(plans, top, strict=True)]
-        rows.append((f"Megatron default {_plan_str(base)}", out["megatron_default"]["breakdown"]))
+        rows.append((f"Megatron default: {_plan_str(base)}", out["megatron_default"]["breakdown"]))
         title = f"{sc.name}: time per iteration of the {len(plans)} best plans vs Megatron's default"
         out["plot"] = str(plot_breakdown(rows, args.plot, title=title))
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
-    print(f"{sc.name}: priced {res.n_total} plans ({res.n_feasible} feasible) "
-          f"in {res.seconds:.2f} s")
-    for p, (pl, _) in zip(plans, top, strict=True):
-        sim = p.get("simulated")
-        simtxt = f", simulated {sim['iteration_s']:.3f} s" if sim else ""
-        vs = _vs_megatron(p["gain_vs_megatron_pct"])
-        print(f"#{p['rank']} {p['iteration_s']:.3f} s per iteration ({vs}){simtxt}"
-              f", {p['memory_gb_per_gpu']:.1f} GiB per GPU: {_plan_str(pl)}")
-        print(f"     {_fmt_breakdown(p['breakdown'])}")
-    print(f"Megatron default {base_t:.3f} s per iteration: {_plan_str(base)}")
-    print(f"     {_fmt_breakdown(out['megatron_default']['breakdown'])}")
+    print(search_tables(sc, res, plans, [pl for pl, _ in top], base, out["megatron_default"],
+                        n_sim))
     if args.plot:
         print(f"wrote {out['plot']}")
     return 0
+
+
+def search_tables(sc, res, plans: list[dict], layouts: list, base, megatron: dict,
+                  n_sim: int) -> str:
+    """The text of ``netco explore search``: a heading, three tables (time, layout, breakdown:
+    one row per plan and one for Megatron's default) and the lines that explain them."""
+    from control_plane.scaleacross.cost import BREAKDOWN_KEYS, BREAKDOWN_LABELS, BREAKDOWN_SHOWN_S
+    from host.columns import format_columns
+
+    rows = [(f"#{p['rank']}", p, pl) for p, pl in zip(plans, layouts, strict=True)]
+    rows.append(("Megatron default", megatron, base))
+    notes: dict[str, str] = {}
+
+    def simulated(i: int, p: dict, pl) -> str:
+        if p.get("simulated"):
+            return f"{p['simulated']['iteration_s']:.3f}"
+        if "simulated" in p:   # asked for, but too long to simulate
+            notes["too long"] = (f"too long: more than {SIM_OPS_LIMIT:,} schedule operations "
+                                 "to simulate")
+            return "too long"
+        notes["not run"] = (f"not run: --simulate {n_sim} checks the {n_sim} best plans"
+                            + (" and Megatron's default" if n_sim else "")
+                            + "; raise it to check more")
+        return "not run"
+
+    def versus(p: dict) -> str:
+        if "gain_vs_megatron_pct" not in p:
+            return "(reference)"
+        g = p["gain_vs_megatron_pct"]
+        return "same" if round(g, 1) == 0 else f"{abs(g):.1f}% {'less' if g > 0 else 'more'}"
+
+    timing = format_columns(
+        ("plan", "time per iteration (s)", "event simulation (s)", "vs Megatron's default",
+         "memory per GPU (GiB)"),
+        [(name, f"{p['iteration_s']:.3f}", simulated(i, p, pl), versus(p),
+          f"{p['memory_gb_per_gpu']:.1f}") for i, (name, p, pl) in enumerate(rows)])
+    layout = format_columns(
+        ("plan", "TP", "PP", "DP", "CP", "EP", "micro-batch", "schedule", "recompute", "ZeRO",
+         "crosses buildings", "DP sync", "overlapped with compute"),
+        [(name, str(pl.tp), str(pl.pp), str(pl.dp), str(pl.cp), str(pl.ep), str(pl.microbatch),
+          _schedule(pl), _RECOMPUTE.get(pl.recompute, pl.recompute), str(pl.zero),
+          _crossing(pl), pl.dp_sync, _overlap(pl)) for name, p, pl in rows],
+        align="lrrrrrrllrlll")
+    keys = [k for k in BREAKDOWN_KEYS
+            if any(p["breakdown"].get(k, 0) > BREAKDOWN_SHOWN_S for _, p, _ in rows)]
+    parts = format_columns(
+        ("plan", *(BREAKDOWN_LABELS[k] for k in keys)),
+        [(name, *(f"{p['breakdown'].get(k, 0.0):.3f}" for k in keys)) for name, p, _ in rows])
+    lines = [f"{sc.name}: priced {res.n_total} plans ({res.n_feasible} feasible) in "
+             f"{res.seconds:.2f} s; the {len(plans)} fastest"
+             + (" (one per layout)" if len(plans) > 1 else "") + " and Megatron's default:",
+             "", timing]
+    lines += [f"  {n}" for n in notes.values()]
+    lines += ["", "layout:", layout, f"  {DEGREES_NOTE}",
+              "", "time per iteration by part (s):", parts]
+    return "\n".join(lines)
 
 
 def _vs_megatron(gain_pct: float) -> str:

@@ -351,3 +351,12 @@ def evaluate(sc: Scenario, P: Plans, eff: Efficiency | None = None) -> dict[str,
 
 BREAKDOWN_KEYS = ("compute", "bubble", "tp_comm", "cp_comm", "ep_comm", "zero3_gather",
                   "pp_comm", "dp_comm", "optimizer")
+
+#: How the breakdown's parts are named in tables and plot legends (the JSON keeps the keys).
+BREAKDOWN_LABELS = {"compute": "compute", "bubble": "pipeline bubble",
+                    "tp_comm": "tensor-parallel comm.", "cp_comm": "context-parallel comm.",
+                    "ep_comm": "expert-parallel comm.", "zero3_gather": "ZeRO-3 gather",
+                    "pp_comm": "pipeline comm.", "dp_comm": "data-parallel sync",
+                    "optimizer": "optimizer step"}
+#: Parts shorter than this (seconds) in every row are left out of the tables and plots.
+BREAKDOWN_SHOWN_S = 5e-4

@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from control_plane.scaleacross.cost import BREAKDOWN_KEYS
+from control_plane.scaleacross.cost import BREAKDOWN_KEYS, BREAKDOWN_LABELS, BREAKDOWN_SHOWN_S
 
 __all__ = ["plot_breakdown"]
 
@@ -16,20 +16,21 @@ _COLORS = {"compute": "#4c72b0", "bubble": "#dd8452", "tp_comm": "#55a868", "cp_
 
 def plot_breakdown(rows: list[tuple[str, dict[str, float]]], path: str | Path,
                    title: str = "") -> Path:
-    """Horizontal stacked bars, one per ``(label, breakdown)``, fastest at the top."""
+    """Horizontal stacked bars, one per ``(label, breakdown)``, fastest at the top; the legend
+    names the parts as the tables of ``netco explore search`` do (:data:`BREAKDOWN_LABELS`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(11, 0.75 * len(rows) + 1.6))
-    labels = [textwrap.fill(r[0], 42) for r in rows][::-1]
+    fig, ax = plt.subplots(figsize=(12, 1.0 * len(rows) + 1.6))
+    labels = [textwrap.fill(r[0], 48) for r in rows][::-1]
     left = [0.0] * len(rows)
     for key in BREAKDOWN_KEYS:
         vals = [r[1].get(key, 0.0) for r in rows][::-1]
-        if not any(v > 0 for v in vals):
+        if not any(v > BREAKDOWN_SHOWN_S for v in vals):
             continue
-        ax.barh(labels, vals, left=left, color=_COLORS[key], label=key)
+        ax.barh(labels, vals, left=left, color=_COLORS[key], label=BREAKDOWN_LABELS[key])
         left = [a + b for a, b in zip(left, vals, strict=True)]
     ax.set_xlabel("time per iteration (s)")
     ax.set_title(title or "iteration time breakdown")

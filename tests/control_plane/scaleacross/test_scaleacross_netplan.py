@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 import pytest
@@ -124,3 +125,57 @@ def test_cli_validate_json(capsys):
     assert len(out["rows"]) == 13 and len(held) == 8
     errs = [abs(r["error_pct"]) for r in held if r["source"].startswith("Narayanan")]
     assert out["mape_heldout_table1_pct"] == pytest.approx(sum(errs) / len(errs), abs=0.02)
+
+
+def _timing_rows(text: str) -> list[str]:
+    """The rows of the first table of ``explore search`` (up to its first blank line)."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("plan "))
+    rows = []
+    for line in lines[start + 1:]:
+        if not line.strip() or line.startswith("  "):
+            break
+        rows.append(line)
+    return rows
+
+
+def test_cli_search_prints_tables_without_abbreviation_codes(tmp_path, capsys):
+    """Issue 36: a table with a header, no rc=/ovl=/cross=/v=/mb codes, and every row has the
+    simulated time or a reason stated under the table."""
+    path = _write(tmp_path, raw())
+    assert main(["explore", "search", path, "--top", "5"]) == 0
+    out = capsys.readouterr().out
+    for code in ("rc=", "ovl=", "cross=", "(v=", " mb1", " mb2", "sync="):
+        assert code not in out
+    assert "time per iteration (s)" in out and "event simulation (s)" in out
+    assert "TP, PP, DP, CP, EP: tensor-, pipeline-, data-, context- and expert-parallel" in out
+    rows = _timing_rows(out)
+    assert [r.split()[0] for r in rows] == ["#1", "#2", "#3", "#4", "#5", "Megatron"]
+    for r in rows:   # by default every plan shown is simulated, Megatron's default too
+        assert re.search(r"\d\.\d{3}\s+\d\.\d{3}\s", r), r
+    assert main(["explore", "search", path, "--top", "5", "--simulate", "2"]) == 0
+    out = capsys.readouterr().out
+    rows = _timing_rows(out)
+    assert all("not run" in r for r in rows[2:-1])
+    assert all(re.search(r"\d\.\d{3}\s+\d\.\d{3}\s", r) for r in (*rows[:2], rows[-1]))
+    assert "not run: --simulate 2 checks the 2 best plans and Megatron's default" in out
+
+
+def test_cli_search_plot_legend_uses_the_tables_names(tmp_path, monkeypatch, capsys):
+    import matplotlib.figure
+
+    figs = []
+    real = matplotlib.figure.Figure.savefig
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig",
+                        lambda fig, *a, **k: (figs.append(fig), real(fig, *a, **k))[1])
+    path = _write(tmp_path, raw())
+    assert main(["explore", "search", path, "--top", "2", "--plot", str(tmp_path / "p.png")]) == 0
+    out = capsys.readouterr().out
+    (ax,) = figs[0].axes
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "compute" in legend and not any("_" in t for t in legend)
+    lines = out.splitlines()
+    header = lines[lines.index("time per iteration by part (s):") + 1]
+    assert all(name in header for name in legend)
+    labels = " ".join(t.get_text() for t in ax.get_yticklabels())
+    assert "rc=" not in labels and "ovl=" not in labels and "Megatron default" in labels
