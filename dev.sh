@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The README's quick start: ./dev.sh demo | ./dev.sh test [pytest args] | ./dev.sh <netco args>
+#   ./dev.sh p4 [--src DIR] [--help]: build the P4 toolchain (PI, BMv2, p4c; tools/p4-toolchain.sh)
 #
 # Creates .venv (once), installs netco with its test extras into it (again whenever
 # pyproject.toml, setup.py or any C source or header under host/ changed) and runs the command.
@@ -11,6 +12,13 @@ cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
 VENV=${NETCO_VENV:-.venv}
 say() { echo "dev.sh: $*" >&2; }
+# ./dev.sh p4 [options]: build the P4 toolchain (PI, BMv2, p4c) into a prefix; needs no venv.
+[ "${1:-}" = p4 ] && { shift; exec tools/p4-toolchain.sh "$@"; }
+# A toolchain built by ./dev.sh p4 is on PATH for every command below (tests find BMv2/p4c by PATH).
+p4bin=${NETCO_P4_PREFIX:-/opt/p4tools}/bin
+if [ -x "$p4bin/simple_switch_grpc" ] && [[ ":$PATH:" != *":$p4bin:"* ]]; then
+  export PATH="$p4bin:$PATH"
+fi
 if [ ! -x "$VENV/bin/python" ]; then
   say "creating $VENV ($PY -m venv)"
   "$PY" -m venv "$VENV" || { say "'$PY -m venv' failed; on Debian: apt-get install python3-venv"; exit 2; }

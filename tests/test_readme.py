@@ -32,6 +32,9 @@ PLAN: dict[str, tuple[str, object]] = {
     "./dev.sh demo": ("skip", "dev.sh is what runs this suite; tests/control_plane/test_demo.py "
                               "runs netco demo"),
     "./dev.sh test": ("skip", "dev.sh is what runs this suite"),
+    "./dev.sh p4 --dry-run": ("run", []),
+    "./dev.sh p4": ("skip", "builds PI, BMv2 and p4c (about an hour, as root); "
+                            "tests/test_p4_toolchain.py checks its flags, --src and plan"),
     "netco thc make-inputs": ("run", []),
     "netco thc roundtrip": ("run", []),
     "netco thc table": ("run", []),
