@@ -72,6 +72,9 @@ class Compiled:
     job: dict[str, np.ndarray] = field(default_factory=dict)
     job_id: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
     has_table: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=bool))
+    #: per job number: the largest value a values-uplink lane may carry, the job's g (its THC
+    #: table's largest value); 255 (the lane's range: no bound) for a job without a table
+    value_top: np.ndarray = field(default_factory=lambda: np.full(1, 255, dtype=np.int64))
     #: (jobs + 1, 256, 2) uint32: packed byte -> (L[high nibble], L[low nibble])
     lut: np.ndarray = field(default_factory=lambda: np.zeros((1, 256, 2), dtype=np.uint32))
     sender_keys: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
@@ -131,6 +134,7 @@ def compile_store(store: EntityStore) -> Compiled:
     c.job = {p: np.array([r[p] for r in rows] + [0], dtype=np.int64) for p in JOB_PARAMS}
     c.job_id = np.array([*ids, 0], dtype=np.int64)
     c.has_table = np.zeros(n + 1, dtype=bool)
+    c.value_top = np.full(n + 1, 255, dtype=np.int64)
     c.lut = np.zeros((n + 1, 256, 2), dtype=np.uint32)
     load = idx.action(LOAD_TABLE).id
     b = np.arange(256)
@@ -143,6 +147,7 @@ def compile_store(store: EntityStore) -> Compiled:
         c.lut[jn, :, 0] = table[b >> 4]      # even element: high nibble (THC step 8)
         c.lut[jn, :, 1] = table[b & 0x0F]
         c.has_table[jn] = True
+        c.value_top[jn] = int(table.max())
     keys, sw = [], []
     c.presence = np.zeros((n + 1, PRESENCE_COLS), dtype=np.int64)
     sender = idx.action(SENDER).id

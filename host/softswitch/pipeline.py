@@ -250,6 +250,7 @@ class Pipeline(NativePath, ThcValidate, ThcLoad, ThcSlot, ThcAccumulate, ThcOutp
         reason = np.zeros(n, dtype=np.int64)
         if thc.any():
             self._validate(v, L, ports, thc, reason, cfg)             # ThcValidate, ThcLoad
+            self._check_values(b, v, thc, reason, cfg)                # values <= g (target only)
         reason[~thc & ~routable] = R.NOT_IPV4
         acc = np.flatnonzero(thc & (reason == 0))
         self.accepted = acc

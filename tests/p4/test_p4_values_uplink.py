@@ -13,7 +13,7 @@ import pytest
 from host.protocol import codec
 from host.protocol import layout as lay
 from host.protocol.layout import MsgType
-from tests.support.aggnet import WORKERS
+from tests.support.aggnet import WORKERS, SoftswitchNetwork
 from tests.support.frames import collect, thc_frame
 from tests.support.jobs import TABLE, new_job
 
@@ -45,3 +45,27 @@ def test_values_uplink_sums_like_indices(single_switch, n, lane):
             assert m.msg_type is MsgType.RESULT and m.header.lane_bits == lane
             assert m.header.count == n
             np.testing.assert_array_equal(m.values, want)
+
+
+def test_values_above_g_are_dropped_not_summed(single_switch):
+    """Issue 33 (5): a values-uplink DATA of 255 per lane on a job with g = 15 made the sum
+    (honest + 255) mod 256 with every lane still <= n·g; the software target drops it
+    (``MALFORMED``) and the round completes with the honest contributions."""
+    net = single_switch
+    if not isinstance(net, SoftswitchNetwork):
+        pytest.skip("the v1model program does not bound values-uplink lanes by g "
+                    "(docs/security.md, 'Members')")
+    hosts = WORKERS[:2]
+    job = new_job(net, hosts, lane_bits=8)
+    t = np.asarray(TABLE)
+    before = net.drop_counts("s0").get(int(lay.DropReason.MALFORMED), 0)
+    forged = np.full(C, 255)
+    net.send(hosts[0], values_frame(net, job, hosts[0], 0, slot=0, rnd=0, values=forged))
+    idxs = [np.arange(C) % 16, (np.arange(C) * 7) % 16]
+    for rank, h in enumerate(hosts):
+        net.send(h, values_frame(net, job, h, rank, slot=0, rnd=0, values=t[idxs[rank]]))
+    got = collect(net, hosts)
+    for h in hosts:
+        assert len(got[h]) == 1
+        np.testing.assert_array_equal(got[h][0].msg.values, t[idxs[0]] + t[idxs[1]])
+    assert net.drop_counts("s0").get(int(lay.DropReason.MALFORMED), 0) == before + 1

@@ -3,11 +3,15 @@ the drop reason of every THC frame, vectorized over the batch."""
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from host.protocol import layout as lay
 from host.softswitch.config import Compiled, sender_key
 from host.softswitch.controls.common import IS_NORM, IS_SWITCH_TYPE, IS_UP, PAY_OFF, R, T
+
+log = logging.getLogger(__name__)
 
 
 class ThcValidate:
@@ -63,3 +67,24 @@ class ThcValidate:
         r[v["version"] != lay.THC_VERSION] = R.BAD_VERSION
         r[(L < PAY_OFF) | (PAY_OFF + np.maximum(pbytes, 0) > L)] = R.SHORT
         reason[thc] = r[thc]
+
+    def _check_values(self, b, v, thc, reason, cfg: Compiled) -> None:
+        """Values-uplink DATA whose lanes exceed the job's g: ``MALFORMED`` (in place).
+
+        An honest worker sends table values L[q] in 0..g; a lane above g (255 on an 8-bit-lane
+        job) wrapped the sum modulo the lane width while every lane stayed within n·g, so no
+        worker could notice (issue 33, 5). With lanes bounded by g, what a member sends up adds
+        no more than an honest contribution could (docs/security.md, "Members").
+        """
+        vals = (thc & (reason == 0) & (v["msg_type"] == T.DATA)
+                & (v["lane_bits"] == lay.VALUE_BITS) & (v["version"] == lay.THC_VERSION))
+        if not vals.any():
+            return
+        rows = np.flatnonzero(vals)
+        jn = cfg.job_map[v["job_id"][rows].astype(np.int64)]
+        top = cfg.value_top[jn]
+        lanes = b[rows, PAY_OFF: PAY_OFF + self.coords]
+        bad = lanes.max(axis=1).astype(np.int64) > top
+        if bad.any():
+            reason[rows[bad]] = R.MALFORMED
+            log.debug("%d values-uplink frames with lanes above g dropped", int(bad.sum()))
