@@ -174,14 +174,42 @@ def _print_table(res: dict) -> None:
               f"{b['models_down']:11d} {m['models_per_round'][-1]:6d}")
     print("final, last3: mean client test accuracy in the last round / the last three; "
           "B: bytes over the whole run, all clients; models: in the last round")
-    s = res.get("summary") or {}
-    if "gain_pp" in s:
-        print(f"FIELDING vs best baseline ({s['best_baseline']}): {s['gain_pp']:+.2f} pp; "
-              f"rounds to target {s['fielding_rounds_to_target']} vs "
-              f"{s['best_baseline_rounds_to_target']}; repr/update bytes "
-              f"{s['repr_over_updates']:.4f}")
+    for line in summary_lines(res):
+        print(line)
     if "plot" in res:
         print(f"plot: {res['plot']}")
+
+
+def summary_lines(res: dict) -> list[str]:
+    """The lines under the table: FIELDING against the baseline with the best final accuracy,
+    rounds to target against the baseline(s) that reached it first, each one named."""
+    s = res.get("summary") or {}
+    lines = []
+    if "gain_pp" in s:
+        best = s["best_baseline"]
+
+        def rounds(n: int | None) -> str:
+            return "never" if n is None else str(n)
+
+        lines.append(f"FIELDING vs the best baseline by final accuracy ({best}): "
+                     f"{s['gain_pp']:+.2f} percentage points (mean of the last 3 rounds)")
+        fastest = s.get("fastest_baselines") or []
+        line = (f"rounds to target {res['target']:g}: FIELDING {rounds(s['fielding_rounds_to_target'])}"
+                f", {best} {rounds(s['best_baseline_own_rounds_to_target'])}")
+        if fastest and best not in fastest:
+            line += (f", fastest baseline {' and '.join(fastest)} "
+                     f"{rounds(s['best_baseline_rounds_to_target'])}")
+        elif not fastest:
+            line += ", no baseline reached it"
+        lines.append(line)
+    if s.get("repr_over_updates") is not None:
+        lines.append(f"FIELDING's representation bytes: {100 * s['repr_over_updates']:.2f}% of "
+                     "its model-update bytes")
+    if "oracle" in res["methods"]:
+        from control_plane.fielding.plot import ORACLE_NOTE
+
+        lines.append(ORACLE_NOTE)
+    return lines
 
 
 def run_flower(args: argparse.Namespace) -> int:

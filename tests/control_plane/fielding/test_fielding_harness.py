@@ -112,3 +112,54 @@ def test_cli_bad_input_is_usage_error(capsys):
     assert "--methods" in capsys.readouterr().err
     assert main(["fielding", "run", "--scenario", "label", "--tau", "0"]) == 2
     assert "tau" in capsys.readouterr().err
+
+
+def _fake_result() -> dict:
+    """A comparison shaped like :func:`compare`'s: ifca best at the end, fedavg and cfl first to
+    the target (the case of issue 36: 'rounds to target 9 vs 8' against ifca's 9)."""
+    from control_plane.fielding.harness import summarize
+
+    def method(acc: list[float], rtt: int | None) -> dict:
+        return {"accuracy": acc, "final_accuracy_mean_last": sum(acc[-3:]) / 3,
+                "rounds_to_target": rtt, "bytes": {"repr_over_updates": 0.0071}}
+
+    methods = {"fielding": method([0.8, 0.9, 0.95, 0.95], 2),
+               "fedavg": method([0.9, 0.91, 0.92, 0.92], 1),
+               "ifca": method([0.8, 0.89, 0.95, 0.95], 3),
+               "cfl": method([0.9, 0.91, 0.92, 0.92], 1),
+               "oracle": method([0.8, 0.9, 0.93, 0.93], 2)}
+    return {"scenario": "label", "dataset": "digits", "clients": 8, "rounds": 4, "seed": 0,
+            "drift_rounds": [2, 3], "target": 0.9, "methods": methods,
+            "summary": summarize(methods)}
+
+
+def test_summary_line_names_the_baseline_each_figure_compares_with():
+    from control_plane.fielding.cli import summary_lines
+
+    res = _fake_result()
+    s = res["summary"]
+    assert s["best_baseline"] == "ifca" and s["fastest_baselines"] == ["fedavg", "cfl"]
+    assert s["best_baseline_own_rounds_to_target"] == 3
+    lines = summary_lines(res)
+    assert lines[0].startswith("FIELDING vs the best baseline by final accuracy (ifca): +")
+    # each number next to the method it belongs to, as in the table
+    assert lines[1] == "rounds to target 0.9: FIELDING 2, ifca 3, fastest baseline fedavg and cfl 1"
+    assert any(line.startswith("oracle: one model per true group") for line in lines)
+
+
+def test_accuracy_plot_explains_the_oracle(tmp_path, monkeypatch):
+    import matplotlib.figure
+
+    from control_plane.fielding.plot import ORACLE_NOTE, plot_accuracy
+
+    figs = []
+    real = matplotlib.figure.Figure.savefig
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig",
+                        lambda fig, *a, **k: (figs.append(fig), real(fig, *a, **k))[1])
+    plot_accuracy(_fake_result(), tmp_path / "a.png")
+    fig = figs[0]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend[:4] == ["fielding", "fedavg", "ifca", "cfl (same curve as fedavg)"]
+    assert legend[4].startswith("oracle (")
+    caption = fig._supxlabel.get_text().replace("\n", " ")
+    assert caption == ORACLE_NOTE
