@@ -9,6 +9,7 @@ Everything here is pure (no I/O except reading the file in :func:`load_config`).
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import itertools
 import re
@@ -174,6 +175,23 @@ def parse_config(raw: Any, base_dir: Path | None = None, source: str = "") -> Ne
 # validation
 
 
+def _renamed(unknown: list, missing: list[str]) -> dict:
+    """Unknown keys that stand for missing required ones (unknown key -> the key meant): the
+    closest-spelled (``adress`` -> ``address``), else a lone unknown key for a lone missing one
+    (``addr`` for a host's ``ip``)."""
+    out: dict = {}
+    left = list(missing)
+    for k in unknown:
+        close = difflib.get_close_matches(k, left, n=1, cutoff=0.6) if isinstance(k, str) else []
+        if close:
+            out[k] = close[0]
+            left.remove(close[0])
+    rest = [k for k in unknown if k not in out]
+    if len(rest) == 1 and len(left) == 1:
+        out[rest[0]] = left[0]
+    return out
+
+
 def _names(items) -> str:
     names = [i.name for i in items]
     if not names:
@@ -190,12 +208,16 @@ class _Validator:
         #: Names of hosts and switches whose entries are invalid (their problems are
         #: reported there; a reference to them elsewhere is no second problem).
         self.broken: set[str] = set()
+        #: Fields reported missing: checking their (absent) value is no second problem.
+        self.missing: set[str] = set()
 
     def err(self, where: str, msg: str) -> None:
         ref = _UNKNOWN_REF.match(msg)
         if ref and ref.group(1) in self.broken:
             return
-        self.problems.append(f"{where}: {msg}")
+        line = f"{where}: {msg}"
+        if where not in self.missing and line not in self.problems:
+            self.problems.append(line)
 
     # -- scalar helpers ---------------------------------------------------------------------
     def mapping(self, where: str, val: Any, allowed: set[str], required: set[str]) -> dict | None:
@@ -203,14 +225,22 @@ class _Validator:
             self.err(where, f"must be a mapping with keys {', '.join(sorted(required | allowed))}, "
                             f"got {type(val).__name__}")
             return None
-        for k in val:
-            if k not in allowed | required:
-                close = ", ".join(sorted(allowed | required))
-                self.err(f"{where}.{k}", f"unknown field; allowed fields are {close}")
+        known = allowed | required
+        unknown = [k for k in val if k not in known]
+        renamed = _renamed(unknown, [k for k in sorted(required) if k not in val])
+        for k in unknown:
+            if k in renamed:
+                self.err(where, f"unknown key {k!r} (did you mean {renamed[k]!r}?)")
+            else:
+                self.err(f"{where}.{k}", f"unknown field; allowed fields are "
+                                         f"{', '.join(sorted(known, key=str))}")
         for k in sorted(required):
-            if k not in val:
+            if k not in val and k not in renamed.values():
                 self.err(f"{where}.{k}", "missing (required)")
-        return val
+                self.missing.add(f"{where}.{k}")
+        # A renamed key is one problem, reported above: its value is checked under the name
+        # meant, so nothing that refers to the entry (a host's name in a job) fails as well.
+        return {**val, **{meant: val[k] for k, meant in renamed.items()}} if renamed else val
 
     def list_of(self, where: str, val: Any, required: bool = True) -> list:
         if val is None:

@@ -470,3 +470,48 @@ def test_a_file_nested_thousands_deep_is_one_line(tmp_path: Path, name, text):
         load_config(path)
     (line,) = exc.value.lines()
     assert "nested too deeply" in line and name in line
+
+
+def _rename(section: str, index: int, key: str, typo: str):
+    def mutate(r) -> None:
+        entry = r[section][index]
+        entry[typo] = entry.pop(key)
+    return mutate
+
+
+@pytest.mark.parametrize(("section", "key", "typo"), [
+    ("hosts", "ip", "addr"), ("hosts", "ip", "address"), ("hosts", "name", "nmae"),
+    ("hosts", "attach", "attached"), ("switches", "address", "adress"), ("switches", "addr", "ip"),
+    ("switches", "name", "nmae"),
+])
+def test_a_misnamed_key_is_one_problem(section, key, typo) -> None:
+    """Issue 36: a renamed required key was three lines (unknown field, missing, ``None`` is not
+    an address), more when others referred to the entry's name; now one line naming the key
+    and the fix, and the entry's value is checked under the name meant."""
+    problems = bad(_rename(section, 1, key, typo))
+    assert problems == [f"{section}[1]: unknown key '{typo}' (did you mean '{key}'?)"]
+
+
+def test_a_misnamed_key_with_a_bad_value_names_the_value_once() -> None:
+    def mutate(r) -> None:
+        r["hosts"][1]["addr"] = "10.0.1.300"
+        del r["hosts"][1]["ip"]
+    assert bad(mutate) == ["hosts[1]: unknown key 'addr' (did you mean 'ip'?)",
+                           "hosts[1].ip: '10.0.1.300' is not an IPv4 address; write it like 10.0.0.1"]
+
+
+def test_a_missing_key_is_one_problem() -> None:
+    """A required key left out: 'missing', not also "None is not an IPv4 address"."""
+    assert bad(lambda r: r["hosts"][1].pop("ip")) == ["hosts[1].ip: missing (required)"]
+    assert bad(lambda r: r["switches"][2].pop("address")) == ["switches[2].address: missing (required)"]
+
+
+def test_unknown_keys_that_match_nothing_are_named_with_the_allowed_ones() -> None:
+    """Two unknown keys, one missing key, nothing alike: no guess; each problem once."""
+    def mutate(r) -> None:
+        r["hosts"][1].pop("ip")
+        r["hosts"][1].update({"colour": "red", "port": 3})
+    assert bad(mutate) == [
+        "hosts[1].colour: unknown field; allowed fields are attach, ip, mac, name",
+        "hosts[1].port: unknown field; allowed fields are attach, ip, mac, name",
+        "hosts[1].ip: missing (required)"]
