@@ -42,6 +42,21 @@ def run_workers(n: int, fn, timeout: float = 60.0) -> list:
     return out
 
 
+def close_all(aggs: list) -> None:
+    """Close every aggregator's endpoint."""
+    for a in aggs:
+        a.ep.close()
+
+
+def run_and_close(aggs: list, fn, timeout: float = 60.0) -> list:
+    """:func:`run_workers` with one thread per aggregator, then close every aggregator's
+    endpoint, also when a worker failed."""
+    try:
+        return run_workers(len(aggs), fn, timeout)
+    finally:
+        close_all(aggs)
+
+
 _BASE = {"next": 1}
 
 

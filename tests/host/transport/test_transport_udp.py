@@ -32,6 +32,7 @@ from tests.support.transport import (
     encode_all,
     new_session,
     packed_sums,
+    run_and_close,
     run_workers,
     sums_with_a_dying_worker,
     worker_data,
@@ -53,11 +54,7 @@ def test_exact_integer_sums(net, numel):
     want = packed_sums(codec, encs)
     base = new_session(net)
     aggs = [aggregator(net, r, base) for r in range(n)]
-    try:
-        got = run_workers(n, lambda r: aggs[r].sum_encoded(encs[r], codec))
-    finally:
-        for a in aggs:
-            a.ep.close()
+    got = run_and_close(aggs, lambda r: aggs[r].sum_encoded(encs[r], codec))
     assert_exact_sums(got, n, want)
 
 
@@ -109,11 +106,7 @@ def test_allreduce_equals_the_in_process_protocol(net):
     xs = worker_data(n, 20_000, 7)
     base = new_session(net)
     aggs = [aggregator(net, r, base) for r in range(n)]
-    try:
-        got = run_workers(n, lambda r: aggs[r].allreduce(xs[r], codec))
-    finally:
-        for a in aggs:
-            a.ep.close()
+    got = run_and_close(aggs, lambda r: aggs[r].allreduce(xs[r], codec))
     assert_bit_identical(codec, xs, got)  # same norms, keys and integer sums: bit-identical
 
 
@@ -127,11 +120,7 @@ def test_sums_stay_exact_under_faults(faults):
         slots = SlotConfig(rto=0.01, max_rto=0.1)
         aggs = [aggregator(net, r, 1, slots, **faults) for r in range(n)]
         t0 = time.monotonic()
-        try:
-            got = run_workers(n, lambda r: aggs[r].allreduce(xs[r], codec))
-        finally:
-            for a in aggs:
-                a.ep.close()
+        got = run_and_close(aggs, lambda r: aggs[r].allreduce(xs[r], codec))
         elapsed = time.monotonic() - t0
     assert_bit_identical(codec, xs, got)
     assert_faults_in_effect(faults, [a.ep.stats for a in aggs], aggs)
