@@ -115,8 +115,8 @@ def _choose_testbed(args: argparse.Namespace, say: Callable[..., None]) -> str:
     except IsolationError as exc:
         if args.testbed == "rack":
             raise UsageError(f"--testbed rack: {exc}") from exc
-        say(f"netco demo: no namespace rack here ({exc}); falling back to loopback: the time "
-            f"at {args.link_mbps:g} Mbit/s is EMULATED, not measured")
+        say(f"netco demo: no namespace rack here ({exc}); falling back to loopback (--testbed "
+            f"loopback): the time at {args.link_mbps:g} Mbit/s is EMULATED, not measured")
         return "loopback"
     return "rack"
 
@@ -129,7 +129,7 @@ def _train_pair(args, mode: str, steps: int, eval_every: int, lr: float | None, 
     from host.training.harness import TrainConfig, train
 
     if mode in ("rack", "mininet"):
-        from control_plane.testbed.isolate import IsolatedError
+        from control_plane.testbed.isolate import IsolatedError, IsolationError
         from control_plane.testbed.rackrun import run_on_rack
         from control_plane.testbed.shaping import ShapingError
         from control_plane.testbed.targets import TestbedError
@@ -152,6 +152,9 @@ def _train_pair(args, mode: str, steps: int, eval_every: int, lr: float | None, 
                               **where)
         except TestbedError as exc:
             raise UsageError(f"--testbed mininet: {str(exc).splitlines()[0]}") from None
+        except IsolationError as exc:   # checked before (_choose_testbed); the job's own check
+            raise UsageError(f"--testbed rack: {exc}; --testbed loopback runs without "
+                             "namespaces (time emulated)") from None
         except (IsolatedError, ShapingError) as exc:
             raise DemoError(str(exc)) from exc
         rack = {**out["rack"], "tbf": out["tbf"]}

@@ -22,11 +22,14 @@ import os
 import pickle
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from host import tools
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +40,11 @@ REPO = Path(__file__).resolve().parents[2]
 #: folders, an ordinary user's (Debian: /usr/local/bin:/usr/bin:/bin) does not. Inside its
 #: namespaces the job is root, so it gets them too.
 ADMIN_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
+#: What a job on a namespace rack runs inside its namespaces (found on :func:`admin_path`).
+RACK_TOOLS = ("ip", "tc", "sysctl")
+#: What the job's interpreter must manage inside the namespaces before anything else: the
+#: module :func:`run_isolated` starts (:func:`check_interpreter` tries it).
+JOB_MODULE = "control_plane.testbed.isolate"
 
 
 class IsolationError(RuntimeError):
@@ -70,8 +78,11 @@ def unshare_command() -> list[str]:
     return cmd
 
 
-def check_available() -> None:
-    """Raise :class:`IsolationError` (one line, with the reason) if namespaces cannot be made."""
+def check_available(python: str | None = None) -> None:
+    """Raise :class:`IsolationError` (one line, with the reason) if an isolated job cannot run
+    here: namespaces cannot be made, the rack's tools (:data:`RACK_TOOLS`) are missing, or the
+    interpreter ``python`` (default ``sys.executable``) cannot start the job inside them
+    (:func:`check_interpreter`)."""
     cmd = [*unshare_command(), "true"]
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
@@ -82,6 +93,89 @@ def check_available() -> None:
         kind = "user namespaces" if os.geteuid() != 0 else "network namespaces"
         raise IsolationError(f"{kind} unavailable ({why}); e.g. sysctl "
                              "kernel.unprivileged_userns_clone=1 or user.max_user_namespaces > 0")
+    gone = tools.missing(*RACK_TOOLS, path=admin_path(os.environ.get("PATH", os.defpath)))
+    if gone:
+        raise IsolationError(f"a namespace rack needs {gone}")
+    check_interpreter(python or sys.executable)
+
+
+def _job_env() -> dict[str, str]:
+    """The environment of the isolated job (:func:`run_isolated`)."""
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, ENV_MARK: "1", "PYTHONPATH": path,
+            "PATH": admin_path(os.environ.get("PATH", os.defpath)),
+            "NETCO_ROOTLESS": "1" if os.geteuid() != 0 else "0"}
+
+
+def _blocked(path: str) -> str | None:
+    """Why this process's user cannot execute ``path`` (a folder on the way it cannot enter, or
+    the file without execute permission for it), or None when the modes allow it.
+
+    Inside a user namespace the caller has no more access to files than its own uid and groups
+    give (capabilities held outside, e.g. CAP_DAC_OVERRIDE, do not reach files of unmapped
+    owners such as root's), so the modes are read for the uid and groups, not ``os.access``.
+    """
+    uid, gids = os.getuid(), {os.getgid(), *os.getgroups()}
+
+    def allowed(st: os.stat_result) -> bool:
+        if uid == 0:   # root passes every folder; a file needs some execute bit
+            return stat.S_ISDIR(st.st_mode) or bool(st.st_mode & 0o111)
+        if st.st_uid == uid:
+            return bool(st.st_mode & stat.S_IXUSR)
+        if st.st_gid in gids:
+            return bool(st.st_mode & stat.S_IXGRP)
+        return bool(st.st_mode & stat.S_IXOTH)
+
+    def owner(st: os.stat_result) -> str:
+        import pwd
+
+        try:
+            return pwd.getpwuid(st.st_uid).pw_name
+        except KeyError:
+            return str(st.st_uid)
+
+    real = os.path.realpath(path)
+    for p in dict.fromkeys([os.path.abspath(path), real]):
+        for d in [*reversed(Path(p).parents)]:
+            try:
+                st = os.stat(d)
+            except OSError:
+                continue
+            if not allowed(st):
+                return f"its directory {d} is mode {stat.S_IMODE(st.st_mode):04o} (owner {owner(st)})"
+    try:
+        st = os.stat(real)
+    except OSError as exc:
+        return f"{real}: {exc.strerror}"
+    if not allowed(st):
+        return f"{real} is mode {stat.S_IMODE(st.st_mode):04o} (owner {owner(st)})"
+    return None
+
+
+def check_interpreter(python: str) -> None:
+    """Raise :class:`IsolationError` (one line) unless ``python`` starts inside fresh
+    namespaces, as :func:`run_isolated` will start it, and imports the job's module there.
+
+    The caller may run an interpreter it cannot run in a user namespace: a venv whose Python
+    lives under another user's mode-0700 home works outside (e.g. with CAP_DAC_OVERRIDE) and
+    exits 126 inside. The line says whose permission fails and where.
+    """
+    cmd = [*unshare_command(), python, "-c", f"import {JOB_MODULE}"]
+    try:
+        res = subprocess.run(cmd, env=_job_env(), capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise IsolationError(f"cannot run {cmd[0]}: {exc}") from exc
+    if res.returncode == 0:
+        return
+    where = "the user namespace" if os.geteuid() != 0 else "a private namespace"
+    shown = python if os.path.realpath(python) == python else f"{python} -> {os.path.realpath(python)}"
+    last = (res.stderr.strip().splitlines() or [""])[-1]
+    if res.returncode in (126, 127):   # unshare could not execute it
+        why = _blocked(python) or last or "not executable"
+        raise IsolationError(f"{shown} is not executable by uid {os.getuid()} inside {where} "
+                             f"(exit {res.returncode}): {why}")
+    raise IsolationError(f"{shown} cannot start the job inside {where} (exit {res.returncode}): "
+                         f"{last or 'no message'}")
 
 
 def admin_path(path: str | None) -> str:
@@ -111,11 +205,8 @@ def run_isolated(target: str, kwargs: dict | None = None, *, timeout_s: float = 
         os.chmod(tmp, 0o700)
         src, dst = Path(tmp, "in.pkl"), Path(tmp, "out.pkl")
         src.write_bytes(pickle.dumps((target, kwargs or {})))
-        path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-        env = {**os.environ, ENV_MARK: "1", "PYTHONPATH": path,
-               "PATH": admin_path(os.environ.get("PATH", os.defpath)),
-               "NETCO_ROOTLESS": "1" if os.geteuid() != 0 else "0"}
-        cmd = [*prefix, sys.executable, "-m", "control_plane.testbed.isolate", str(src), str(dst)]
+        env = _job_env()
+        cmd = [*prefix, sys.executable, "-m", JOB_MODULE, str(src), str(dst)]
         log.debug("isolated: %s", " ".join(cmd))
         for stream in (sys.stdout, sys.stderr):   # the job writes to the same files
             if stream is not None:
