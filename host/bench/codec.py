@@ -21,13 +21,10 @@ import json
 import statistics
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import torch
-
-from host.thc import fused
-from host.thc.baselines import fp16, per_worker4, thc_roundtrip, uniform4_codec
-from host.thc.codec import THCCodec
-from host.thc.lanes import aggregate_packed
+if TYPE_CHECKING:  # torch and the codec load when the benchmark runs, not for --help (issue 36)
+    import torch
 
 
 def _median_time(fn: Callable[[], object], repeat: int) -> float:
@@ -42,6 +39,11 @@ def _median_time(fn: Callable[[], object], repeat: int) -> float:
 
 def throughput(n: int, repeat: int, backend: str) -> dict[str, float | int | str]:
     """Times of encode, decode, aggregate and clone for ``n`` Gaussian elements."""
+    import torch
+
+    from host.thc.codec import THCCodec
+    from host.thc.lanes import aggregate_packed
+
     codec = THCCodec(backend=backend)
     g = torch.Generator().manual_seed(n)
     x = torch.randn(n, generator=g)
@@ -75,6 +77,7 @@ def throughput(n: int, repeat: int, backend: str) -> dict[str, float | int | str
 
 def model_gradient(seed: int = 0) -> torch.Tensor:
     """A real gradient: a small CNN's on a batch of scikit-learn's digits (flattened)."""
+    import torch
     from sklearn.datasets import load_digits
 
     torch.manual_seed(seed)
@@ -97,6 +100,11 @@ def _nmse(est: torch.Tensor, x: torch.Tensor) -> float:
 
 def nmse_table(n: int, seed: int) -> dict[str, dict[str, float]]:
     """One encode/decode NMSE of THC and the baselines on three kinds of data."""
+    import torch
+
+    from host.thc.baselines import fp16, per_worker4, thc_roundtrip, uniform4_codec
+    from host.thc.codec import THCCodec
+
     g = torch.Generator().manual_seed(seed)
     data = {
         "gaussian": torch.randn(n, generator=g),
@@ -119,6 +127,10 @@ def nmse_table(n: int, seed: int) -> dict[str, dict[str, float]]:
 
 def run(sizes: list[int], repeat: int, backend: str, nmse_elements: int, seed: int) -> dict:
     """The whole benchmark as one JSON-able dict."""
+    import torch
+
+    from host.thc import fused
+
     torch.manual_seed(seed)
     return {
         "fused_available": fused.available(),

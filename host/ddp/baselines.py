@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch.distributed as dist
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+if TYPE_CHECKING:  # torch loads with the hooks: the names and specs need none (issue 36)
+    import torch.distributed as dist
 
-from host.ddp.hook import THCHookState, thc_hook
-from host.thc.config import THCConfig
+    from host.thc.config import THCConfig
 
 COMPRESSORS = ("none", "fp16", "powersgd", "thc")
 
@@ -67,6 +66,10 @@ def make_hook(spec: CompressorSpec, *, seed: int = 0, thc_config: THCConfig | No
     :class:`host.transport.job.NetworkAggregator`; default ``torch.distributed``.
     ``thc_pipelined`` (THC only): :class:`~host.ddp.hook.THCHookState`'s ``pipelined``.
     """
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    from host.ddp.hook import THCHookState, thc_hook
+
     if aggregator is not None and spec.kind != "thc":
         raise ValueError(f"compressor {spec.kind!r} cannot use an in-network aggregator: the "
                          "switch sums THC encodings only")

@@ -7,16 +7,14 @@ import json
 import os
 import sys
 from pathlib import Path
-
-import numpy as np
-import torch
+from typing import TYPE_CHECKING
 
 from host.errors import UsageError
-from host.thc.codec import F32_MAX, InputRangeError, NonFiniteError, THCCodec
-from host.thc.config import THCConfig, THCConfigError, parse_fraction
-from host.thc.lanes import LaneOverflowError
-from host.thc.simulate import allreduce
-from host.thc.table import optimal_table, predicted_nmse, table_cost
+
+if TYPE_CHECKING:  # numpy, torch and SciPy load where a command's work starts (issue 36)
+    import numpy as np
+
+    from host.thc.config import THCConfig
 
 
 def add_codec_args(p: argparse.ArgumentParser) -> None:
@@ -32,6 +30,8 @@ def add_codec_args(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> THCConfig:
     """Build a :class:`THCConfig` from :func:`add_codec_args` arguments."""
+    from host.thc.config import THCConfig, THCConfigError, parse_fraction
+
     try:
         return THCConfig(bits=args.bits, granularity=args.granularity,
                          clip_mass=parse_fraction(args.clip), block=args.block, seed=args.seed,
@@ -76,6 +76,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _load(path: str) -> np.ndarray:
+    import numpy as np
+
     p = Path(path)
     if not p.is_file():
         raise UsageError(f"{path}: no such file")
@@ -97,6 +99,10 @@ STEP = 1 << 20
 
 def _check_values(path: str, arr: np.ndarray) -> None:
     """Refuse NaN, Inf and values beyond float32's range (the codec works in float32)."""
+    import numpy as np
+
+    from host.thc.codec import F32_MAX
+
     flat = arr.reshape(-1)
     for i in range(0, flat.size, STEP):
         part = flat[i : i + STEP]
@@ -125,6 +131,8 @@ def check_output(path: str) -> None:
 
 def nmse(out: np.ndarray, arrays: list[np.ndarray]) -> float:
     """NMSE of ``out`` against the float64 mean of ``arrays``, in steps of :data:`STEP`."""
+    import numpy as np
+
     o = out.reshape(-1)
     flats = [a.reshape(-1) for a in arrays]
     err = denom = 0.0
@@ -140,6 +148,13 @@ def nmse(out: np.ndarray, arrays: list[np.ndarray]) -> float:
 
 
 def run_roundtrip(args: argparse.Namespace) -> int:
+    import numpy as np
+    import torch
+
+    from host.thc.codec import InputRangeError, NonFiniteError, THCCodec
+    from host.thc.lanes import LaneOverflowError
+    from host.thc.simulate import allreduce
+
     cfg = config_from_args(args)
     check_output(args.output)
     arrays = [_load(p) for p in args.inputs]
@@ -185,6 +200,8 @@ def run_roundtrip(args: argparse.Namespace) -> int:
 
 def make_inputs(workers: int, elements: int, seed: int = 0) -> list[np.ndarray]:
     """``workers`` float32 arrays: a shared signal plus each worker's own noise."""
+    import numpy as np
+
     rng = np.random.default_rng(seed)
     signal = rng.standard_normal(elements).astype(np.float32)
     return [signal + 0.5 * rng.standard_normal(elements).astype(np.float32)
@@ -192,6 +209,8 @@ def make_inputs(workers: int, elements: int, seed: int = 0) -> list[np.ndarray]:
 
 
 def run_make_inputs(args: argparse.Namespace) -> int:
+    import numpy as np
+
     if not 1 <= args.workers <= 256:
         raise UsageError(f"--workers {args.workers}: give 1..256")
     if args.elements < 1:
@@ -207,6 +226,8 @@ def run_make_inputs(args: argparse.Namespace) -> int:
 
 
 def run_table(args: argparse.Namespace) -> int:
+    from host.thc.table import optimal_table, predicted_nmse, table_cost
+
     cfg = config_from_args(args)
     opt = optimal_table(cfg.bits, cfg.granularity, cfg.clip_mass)
     info = {

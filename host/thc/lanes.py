@@ -6,12 +6,14 @@ A sum of ``n`` table values lies in ``0..n·g`` (THC reference, steps 9-10): 8-b
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 
 from host.protocol.layout import lane_bits_for
-from host.thc import fused
-from host.thc.packing import nibble_lookup
+
+if TYPE_CHECKING:  # torch loads where the aggregation runs: lane widths need none (issue 36)
+    import torch
 
 LANE_LIMITS = {8: 0xFF, 16: 0xFFFF, 32: 0xFFFF_FFFF}
 NUMPY_LANE = {8: np.uint8, 16: np.uint16, 32: np.uint32}
@@ -67,6 +69,11 @@ def aggregate_packed(
     This is what the switch or the software aggregator computes (THC reference, step 9): no
     floating point. ``lane`` defaults to :func:`lane_bits` for ``len(payloads)``.
     """
+    import torch
+
+    from host.thc import fused
+    from host.thc.packing import nibble_lookup
+
     n = len(payloads)
     lane = lane or lane_bits(n, g)
     check_capacity(n, g, lane)

@@ -29,6 +29,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F  # noqa: N812 - the usual alias
 
+from host.training.names import TASK_NAMES
+
 
 @dataclass
 class EvalResult:
@@ -389,8 +391,9 @@ class CharNGramTask(CharLMTask):
         return NGramLM(orders=self.orders)
 
 
-TASKS: dict[str, type[Task]] = {"digits": DigitsTask, "digits-wide": DigitsWideTask,
-                                "charlm": CharLMTask, "charlm-ngram": CharNGramTask}
+#: Task name (:data:`host.training.names.TASK_NAMES`, in its order) -> class.
+TASKS: dict[str, type[Task]] = dict(zip(
+    TASK_NAMES, (DigitsTask, DigitsWideTask, CharLMTask, CharNGramTask), strict=True))
 
 
 def make_task(name: str, seed: int = 0, lr: float | None = None) -> Task:
