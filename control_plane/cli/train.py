@@ -9,6 +9,7 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from host.ddp.baselines import COMPRESSORS, CompressorSpec, compare_set
 from host.errors import UsageError
@@ -16,12 +17,13 @@ from host.exporter import add_metrics_arguments
 from host.protocol import layout as lay
 from host.protocol.jobs import lane_problem, width_problem
 from host.protocol.layout import COORDS_PER_PACKET
-from host.thc.config import THCConfig, THCConfigError
 from host.thc.lanes import LaneOverflowError, lane_bits
-from host.training.harness import TrainConfig, TrainingError, train
+from host.training.names import TASK_NAMES
 from host.training.report import TARGET_WINDOW, gaps, plot_comparison, summarize
-from host.training.tasks import TASKS, make_task
-from host.transport.job import NetworkSpec, session_round_base
+
+if TYPE_CHECKING:  # torch and SciPy load where the work starts, not for --help (issue 36)
+    from host.thc.config import THCConfig
+    from host.transport.job import NetworkSpec
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +33,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "plain all-reduce. Writes a JSON report with per-step loss, held-out metric, bytes per "
         "worker and compute/communication time; --compare runs every compressor and plots them."
     )
-    parser.add_argument("--task", choices=sorted(TASKS), required=True,
+    parser.add_argument("--task", choices=sorted(TASK_NAMES), required=True,
                         help="digits (CNN, held-out accuracy), digits-wide (5.4 M-parameter "
                         "MLP), charlm (transformer, bits/char) or charlm-ngram (5.3 M hashed "
                         "n-gram embeddings, bits/char)")
@@ -150,6 +152,8 @@ def _validate(args: argparse.Namespace) -> THCConfig:
                          f"use --start-iter 0 with {tb}")
     if args.testbed in ("mininet", "buildings") and args.workers != 4:
         raise UsageError(f"--workers={args.workers}: {tb} has 4 hosts; use --workers 4")
+    from host.thc.config import THCConfig, THCConfigError  # SciPy: after the cheap checks
+
     try:
         cfg = THCConfig(granularity=args.granularity)
         lane_bits(args.workers, cfg.granularity)
@@ -206,6 +210,8 @@ def _token(text: str) -> int:
 @contextlib.contextmanager
 def network_for(args: argparse.Namespace, thc: THCConfig) -> Iterator[NetworkSpec | None]:
     """The THC runs' :class:`NetworkSpec` (starting the embedded target when asked), or None."""
+    from host.transport.job import NetworkSpec
+
     if args.aggregator != "network":
         yield None
         return
@@ -246,6 +252,8 @@ def network_for(args: argparse.Namespace, thc: THCConfig) -> Iterator[NetworkSpe
 
 def session(network: NetworkSpec) -> NetworkSpec:
     """``network`` with a fresh round base: the switch keeps the rounds of earlier runs."""
+    from host.transport.job import session_round_base
+
     return dataclasses.replace(network, round_base=session_round_base())
 
 
@@ -285,6 +293,10 @@ class RackRunError(RuntimeError):
 
 def run(args: argparse.Namespace) -> int:
     thc_cfg = _validate(args)
+    # torch loads here, after every usage error (issue 36)
+    from host.training.harness import TrainConfig, TrainingError, train
+    from host.training.tasks import make_task
+
     task = make_task(args.task, seed=args.seed)
     target = args.target if args.target is not None else task.default_target
     if args.compare:
