@@ -181,9 +181,6 @@ class DemoError(RuntimeError):
 
 
 def run(args: argparse.Namespace) -> int:
-    from host.training.harness import TrainingError
-    from host.training.report import TARGET_WINDOW, plot_comparison, summarize
-    from host.training.tasks import make_task
     if not 1 <= args.workers <= 8:
         raise UsageError(f"--workers={args.workers}: the demo runs 1..8 workers (8-bit lanes)")
     if not args.link_mbps > 0:
@@ -202,6 +199,11 @@ def run(args: argparse.Namespace) -> int:
         writable_file(args.plot, "--plot")
     except OptionError as exc:
         raise UsageError(str(exc)) from None
+    # torch loads here, after every usage error (issue 36)
+    from host.training.harness import TrainingError
+    from host.training.report import TARGET_WINDOW, plot_comparison, summarize
+    from host.training.tasks import make_task
+
     task = make_task(args.task, seed=args.seed)
     steps = (QUICK_STEPS[args.task] if args.quick else args.steps) or task.default_steps
     lr = QUICK_LR[args.task] if args.quick else None

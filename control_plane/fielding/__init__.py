@@ -7,9 +7,27 @@ Harness: :mod:`.scenarios`, :mod:`.models`, :mod:`.methods` (baselines), :mod:`.
 Flower: :mod:`.flower` (imported on demand; needs ``flwr``).
 """
 
-from control_plane.fielding.clusterer import ClusterUpdate, FieldingClusterer, carry_models
-from control_plane.fielding.config import ConfigError, FieldingConfig
-from control_plane.fielding.jobs import diff_jobs, jobs_for
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+#: Imported on first use (PEP 562): ``netco fielding --help`` and its usage errors load
+#: :mod:`.config` only, not scikit-learn (issue 36).
+_EXPORTS = {
+    "ClusterUpdate": "control_plane.fielding.clusterer",
+    "FieldingClusterer": "control_plane.fielding.clusterer",
+    "carry_models": "control_plane.fielding.clusterer",
+    "ConfigError": "control_plane.fielding.config",
+    "FieldingConfig": "control_plane.fielding.config",
+    "diff_jobs": "control_plane.fielding.jobs",
+    "jobs_for": "control_plane.fielding.jobs",
+}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from control_plane.fielding.clusterer import ClusterUpdate, FieldingClusterer, carry_models
+    from control_plane.fielding.config import ConfigError, FieldingConfig
+    from control_plane.fielding.jobs import diff_jobs, jobs_for
 
 __all__ = [
     "ClusterUpdate",
@@ -20,3 +38,12 @@ __all__ = [
     "diff_jobs",
     "jobs_for",
 ]
+
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

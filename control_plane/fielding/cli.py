@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from control_plane.fielding.config import ConfigError, FieldingConfig
+from control_plane.fielding.config import METHODS, ConfigError, FieldingConfig
 
 #: Default target accuracy per dataset (softmax regression tops out near 0.95 on digits and
 #: 0.78 on the synthetic mixture).
@@ -103,18 +103,6 @@ def _fielding_config(args: argparse.Namespace) -> FieldingConfig:
 
 def run(args: argparse.Namespace) -> int:
     """Run the comparison; print a table (or JSON) and optionally write PNGs."""
-    from tqdm import tqdm
-
-    from control_plane.fielding.harness import (
-        METHODS,
-        BaselineParams,
-        HarnessConfig,
-        compare,
-    )
-    from control_plane.fielding.models import LocalTraining
-    from control_plane.fielding.plot import plot_accuracy
-    from control_plane.fielding.scenarios import make_scenario
-
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     bad = [m for m in methods if m not in METHODS]
     if bad or not methods:
@@ -128,6 +116,14 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.target <= 1:
         raise _usage(f"--target {args.target}: an accuracy in (0, 1]")
     fcfg = _fielding_config(args)
+    # scikit-learn, SciPy and matplotlib load here, after every usage error (issue 36)
+    from tqdm import tqdm
+
+    from control_plane.fielding.harness import BaselineParams, HarnessConfig, compare
+    from control_plane.fielding.models import LocalTraining
+    from control_plane.fielding.plot import plot_accuracy
+    from control_plane.fielding.scenarios import make_scenario
+
     base = BaselineParams(feddrift_delta=args.feddrift_delta,
                           cfl_eps1=args.cfl_eps[0], cfl_eps2=args.cfl_eps[1])
     hcfg = HarnessConfig(hidden=args.hidden,
@@ -214,10 +210,10 @@ def summary_lines(res: dict) -> list[str]:
 
 def run_flower(args: argparse.Namespace) -> int:
     """Run the Flower strategy end to end and print accuracy and clusters per round."""
-    from control_plane.fielding.flower import run_engine, run_local
-
     if args.clients < 8 or args.rounds < 3:
         raise _usage("--clients must be >= 8 and --rounds >= 3")
+    from control_plane.fielding.flower import run_engine, run_local  # Flower: after the checks
+
     if args.engine == "local":
         out = run_local(args.scenario, args.clients, args.rounds, args.seed)
     else:

@@ -18,6 +18,9 @@ log = logging.getLogger(__name__)
 REPRESENTATIONS = ("hist", "hist+embed")
 #: How a cluster created by a global re-clustering gets its first model.
 INIT_POLICIES = ("nearest-centre", "max-overlap", "fresh")
+#: The methods a comparison runs (:func:`control_plane.fielding.harness.compare`); here, not
+#: in the harness, so ``netco fielding run`` checks ``--methods`` without scikit-learn.
+METHODS = ("fielding", "fedavg", "ifca", "cfl", "feddrift", "oracle")
 
 
 class ConfigError(ValueError):

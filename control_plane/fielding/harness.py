@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from control_plane.fielding.config import FieldingConfig
+from control_plane.fielding.config import METHODS, FieldingConfig
 from control_plane.fielding.methods import (
     CFL,
     IFCA,
@@ -30,9 +30,6 @@ from control_plane.fielding.models import LocalTraining, Model
 from control_plane.fielding.scenarios import Scenario
 
 log = logging.getLogger(__name__)
-
-METHODS = ("fielding", "fedavg", "ifca", "cfl", "feddrift", "oracle")
-
 
 @dataclass(frozen=True)
 class BaselineParams:

@@ -12,6 +12,22 @@ batched I/O), :mod:`~host.softswitch.server` (P4Runtime), :mod:`~host.softswitch
 :mod:`~host.softswitch.launch` (start one as a process and drive it over P4Runtime).
 """
 
-from host.softswitch.switch import SoftSwitch
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 __all__ = ["SoftSwitch"]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from host.softswitch.switch import SoftSwitch
+
+
+def __getattr__(name: str) -> object:
+    """``SoftSwitch`` on first use (PEP 562): the P4Runtime server's grpc/finsy load with the
+    switch, not with ``netco switch --help`` or another submodule (issue 36)."""
+    if name != "SoftSwitch":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from host.softswitch.switch import SoftSwitch
+
+    globals()[name] = SoftSwitch
+    return SoftSwitch
