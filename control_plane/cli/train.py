@@ -108,8 +108,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                      help="the job's token with --switch IP:PORT (set_job.token as the "
                           "controller installed it: `netco controller apply --json`, 'tokens'); "
                           "the embedded switch's is taken from its controller")
-    parser.add_argument("--out", help="JSON report path (default netco-train-TASK.json)")
-    parser.add_argument("--plot", help="PNG path with --compare (default netco-train-TASK.png)")
+    parser.add_argument("--out", help="JSON report path (default netco-train-TASK-RUN.json, RUN "
+                        "naming the run: compare, thc, thc-network, fp16, ...: one run's report "
+                        "never replaces another's; with --plot only: beside the PNG)")
+    parser.add_argument("--plot", help="PNG path, written with every report (default: the "
+                        "report's path with .png)")
     parser.add_argument("--json", action="store_true", help="print the JSON report to stdout")
     parser.add_argument("--no-progress", action="store_true",
                         help="no per-step progress (a bar on a terminal, plain lines otherwise)")
@@ -172,16 +175,73 @@ def _validate(args: argparse.Namespace) -> THCConfig:
     return cfg
 
 
+def run_name(args: argparse.Namespace) -> str:
+    """What names one run's files: ``compare``, or the compressor's label (``thc``, ``fp16``,
+    ``powersgd-r4``, ``thc-noef``), with ``-network`` when a switch sums it and ``-TESTBED`` on
+    a testbed."""
+    if args.compare:
+        name = "compare"
+    else:
+        name = CompressorSpec(args.compressor or "thc", rank=args.powersgd_rank,
+                              error_feedback=not args.no_error_feedback).label
+        if args.aggregator == "network":
+            name += "-network"
+    return name + (f"-{args.testbed}" if args.testbed else "")
+
+
+def report_paths(args: argparse.Namespace) -> tuple[Path, Path]:
+    """(JSON report, PNG plot) of the run: ``--out`` and ``--plot``; one given, the other
+    beside it with its suffix; neither, ``netco-train-TASK-RUN.json/.png`` (:func:`run_name`),
+    so that runs of different compressors or aggregators never overwrite each other's files
+    and a report always has the plot of the same run beside it."""
+    if args.out:
+        out = Path(args.out)
+        return out, Path(args.plot) if args.plot else out.with_suffix(".png")
+    if args.plot:
+        png = Path(args.plot)
+        return png.with_suffix(".json"), png
+    stem = f"netco-train-{args.task}-{run_name(args)}"
+    return Path(f"{stem}.json"), Path(f"{stem}.png")
+
+
+def network_lines(args: argparse.Namespace, network: NetworkSpec) -> list[str]:
+    """What ``--aggregator network`` says before training: the switch and where its
+    statistics are served."""
+    where = ("the embedded software target on loopback" if args.switch == "embedded"
+             else "the switch")
+    addrs = [f"{h}:{p}" for h, p in network.switch]
+    if len(set(addrs)) > 1:
+        addrs = [f"{a} (rank {r})" for r, a in enumerate(addrs)]
+    lines = [f"netco train: THC sums through {where} at UDP {', '.join(dict.fromkeys(addrs))} (job "
+             f"{network.job_id}, {args.workers} workers bound to {', '.join(network.ips)})"]
+    if args.metrics_port:
+        urls = [f"http://{args.metrics_address}:{args.metrics_port + r}/metrics"
+                for r in range(args.workers)]
+        lines.append(f"netco train: metrics of rank 0..{args.workers - 1} at " + ", ".join(urls))
+    elif args.metrics_port == 0:
+        lines.append(f"netco train: metrics of each rank on a free port of {args.metrics_address}"
+                     " (give --metrics-port N for http://ADDRESS:N+rank/metrics)")
+    else:
+        lines.append("netco train: no metrics served (--metrics-port N serves rank r's at "
+                     f"http://{args.metrics_address}:N+r/metrics)")
+    return lines
+
+
 def _print_table(summaries: dict[str, dict], gap: dict[str, dict], metric: str, link: float | None,
                  basis: str = "emulated", where: str = "namespace rack") -> None:
-    head = (f"{'compressor':<13}{metric:>14}{'gap':>9}{'up/fp32':>9}{'down/fp32':>10}"
+    from host.training.report import display_name
+
+    names = {k: display_name(k, s.get("aggregator")) for k, s in summaries.items()}
+    w = max(13, *(len(n) + 2 for n in names.values()))
+    head = (f"{'compressor':<{w}}{metric:>14}{'gap':>9}{'up/fp32':>9}{'down/fp32':>10}"
             f"{'steps to target':>16}")
     if link:
         head += f"{'meas. s' if basis == 'measured' else 'emul. s':>12}"
     print(head)
     for name, s in summaries.items():
         g = gap.get(name, {}).get("metric_gap")
-        line = (f"{name:<13}{s['final_metric']:>14.4f}{(f'{g + 0.0:+.4f}' if g is not None else '-'):>9}"
+        line = (f"{names[name]:<{w}}{s['final_metric']:>14.4f}"
+                f"{(f'{g + 0.0:+.4f}' if g is not None else '-'):>9}"
                 f"{s['uplink_vs_fp32']:>9.3f}{s['downlink_vs_fp32']:>10.3f}"
                 f"{(str(s['steps_to_target']) if s['steps_to_target'] else '-'):>16}")
         if link:
@@ -293,12 +353,6 @@ class RackRunError(RuntimeError):
 
 def run(args: argparse.Namespace) -> int:
     thc_cfg = _validate(args)
-    # torch loads here, after every usage error (issue 36)
-    from host.training.harness import TrainConfig, TrainingError, train
-    from host.training.tasks import make_task
-
-    task = make_task(args.task, seed=args.seed)
-    target = args.target if args.target is not None else task.default_target
     if args.compare:
         specs = compare_set((1, 4))
     else:
@@ -307,7 +361,21 @@ def run(args: argparse.Namespace) -> int:
     progress = not args.no_progress and ((not args.json) or sys.stderr.isatty())
     runs, summaries = [], {}
     basis = "measured" if args.testbed or not args.link_mbps else "emulated"
-    rack = None
+    rack = network = None
+    out, png = report_paths(args)
+    try:   # before minutes of training, not after them
+        from host.errors import OptionError, writable_file
+
+        writable_file(str(out), "--out")
+        writable_file(str(png), "--plot")
+    except OptionError as exc:
+        raise UsageError(str(exc)) from None
+    # torch loads here, after every usage error (issue 36)
+    from host.training.harness import TrainConfig, TrainingError, train
+    from host.training.tasks import make_task
+
+    task = make_task(args.task, seed=args.seed)
+    target = args.target if args.target is not None else task.default_target
     if args.testbed:
         if args.compare:  # the comparison of docs/training.md, on the rack
             specs = [CompressorSpec("thc"), CompressorSpec("none"), CompressorSpec("fp16"),
@@ -324,6 +392,9 @@ def run(args: argparse.Namespace) -> int:
             summaries[spec.label]["aggregator"] = r.get("aggregator")
     else:
         with network_for(args, thc_cfg) as network:
+            if network is not None:
+                for line in network_lines(args, network):
+                    print(line, file=sys.stderr, flush=True)
             for spec in specs:
                 net = session(network) if network is not None and spec.kind == "thc" else None
                 cfg = TrainConfig(task=args.task, spec=spec, workers=args.workers,
@@ -357,13 +428,12 @@ def run(args: argparse.Namespace) -> int:
                        "once and downloads the aggregate once (docs/training.md)",
         "summary": summaries, "gaps_vs_none": gap, "runs": runs,
     }
-    out = Path(args.out or f"netco-train-{args.task}.json")
+    report["report_path"], report["plot_path"] = str(out), str(png)
+    if network is not None and not args.testbed:
+        report["switch"] = [f"{h}:{p}" for h, p in network.switch]
+    plot_comparison(runs, str(png), link_mbps=args.link_mbps, target=target, time_basis=basis,
+                    summaries=summaries)
     out.write_text(json.dumps(report, indent=1))
-    report["report_path"] = str(out)
-    if args.compare:
-        png = args.plot or f"netco-train-{args.task}.png"
-        plot_comparison(runs, png, link_mbps=args.link_mbps, target=target, time_basis=basis)
-        report["plot_path"] = png
     if args.json:
         json.dump(report, sys.stdout)
         print()
@@ -371,5 +441,5 @@ def run(args: argparse.Namespace) -> int:
         _print_table(summaries, gap, task.metric_name, args.link_mbps, basis,
                      rack["kind"] if rack else "namespace rack")
         print(f"steps to target: {report['target_rule']} ({target:g}), every compressor alike")
-        print(f"report: {out}" + (f", plot: {report['plot_path']}" if args.compare else ""))
+        print(f"report: {out}, plot: {png}")
     return 0

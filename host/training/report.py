@@ -166,26 +166,70 @@ def gaps(summaries: dict[str, dict], higher_is_better: bool, reference: str = "n
     return out
 
 
+#: How tables and plot legends name the compressors (the JSON keeps the short labels).
+DISPLAY_NAMES = {"none": "fp32 all-reduce", "fp16": "fp16 all-reduce", "thc": "THC",
+                 "thc-noef": "THC without error feedback"}
+
+
+def display_name(label: str, aggregator: str | None = None) -> str:
+    """A compressor's name in tables and legends: ``none`` is ``fp32 all-reduce``,
+    ``powersgd-r4`` ``PowerSGD rank 4``, ``thc-noef`` ``THC without error feedback``; a THC run
+    summed by a switch (``aggregator="network"``) says ``via switch``."""
+    if label.startswith("powersgd-r"):
+        name = f"PowerSGD rank {label.removeprefix('powersgd-r')}"
+    else:
+        name = DISPLAY_NAMES.get(label, label)
+    if aggregator == "network" and label.startswith("thc"):
+        name = name.replace("THC", "THC via switch", 1)
+    return name
+
+
+def time_axis_label(time_basis: str, link_mbps: float) -> str:
+    """The time axis of :func:`plot_comparison`: says 'emulated' (or 'measured') once."""
+    if time_basis == "measured":
+        return f"measured wall-clock time, links shaped to {link_mbps:g} Mbit/s (s)"
+    return f"emulated time, {link_mbps:g} Mbit/s per worker (s)"
+
+
+def summaries_rule(summaries: Mapping[str, dict] | None) -> str:
+    """The time-to-target rule of ``summaries`` in a few words, for a legend."""
+    s = next(iter((summaries or {}).values()), {})
+    w = s.get("target_window", 1)
+    what = f"mean of {w} evaluations" if w > 1 else "one evaluation"
+    return what + (", held to the end" if s.get("target_held") else "")
+
+
 def plot_comparison(runs: Sequence[dict], path: str, *, link_mbps: float | None = None,
                     target: float | None = None, labels: Mapping[str, str] | None = None,
-                    time_basis: str = "emulated") -> None:
+                    time_basis: str = "emulated", summaries: Mapping[str, dict] | None = None,
+                    speedup: tuple[str, str] | None = None) -> None:
     """One PNG: metric vs step, metric vs cumulative bytes (per worker, sent + received) and,
     with ``link_mbps``, metric vs time: the emulated time (``time_basis="emulated"``) or the
     measured wall-clock time of the steps on shaped links (``"measured"``); one line per
-    compressor.
+    compressor, each with its own colour, dashes and markers at the evaluations.
 
-    ``labels`` maps a run's compressor to its name in the legend and title (default: the
-    compressor's label, as the tables print it); one legend under all panels names every line
-    and the target."""
+    ``labels`` maps a run's compressor to its name in the legend and title (default:
+    :func:`display_name`, as the tables print it); one legend under all panels names every
+    line, the target and the time-to-target marks. ``summaries`` (from :func:`summarize`, by
+    compressor) marks where each run reached the target by the summary's rule (a star on the
+    step and time panels). ``speedup``, two compressors ``(fast, slow)``, annotates the time
+    panel with how much sooner the first reached the target."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import NullFormatter
 
+    def name_of(run: dict) -> str:
+        return (labels or {}).get(run["compressor"],
+                                  display_name(run["compressor"], run.get("aggregator")))
+
     panels = 3 if link_mbps else 2
-    fig, axes = plt.subplots(1, panels, figsize=(5.2 * panels, 4.2), constrained_layout=True)
-    styles = ("-", "--", "-.", ":")
+    fig, axes = plt.subplots(1, panels, figsize=(5.2 * panels, 4.6), constrained_layout=True)
+    styles = ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1)))
+    markers = ("o", "s", "^", "v", "D", "x")
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    marks = []   # (panel, x, colour) of each time-to-target point
     for i, run in enumerate(runs):
         recs = run["records"]
         steps, metric, mbytes, secs = [], [], [], []
@@ -199,32 +243,60 @@ def plot_comparison(runs: Sequence[dict], path: str, *, link_mbps: float | None 
                 metric.append(r["metric"])
                 mbytes.append(total / 1e6)
                 secs.append(wall if time_basis == "measured" else r.get("emulated_s"))
-        label = (labels or {}).get(run["compressor"], run["compressor"])
-        # Dashes keep a run visible where another one follows it step for step.
-        style = {"label": label, "linestyle": styles[i % len(styles)]}
+        color = colors[i % len(colors)]
+        # Own colour, dashes and markers keep a run visible where another follows it closely.
+        style = {"label": name_of(run), "linestyle": styles[i % len(styles)], "color": color,
+                 "marker": markers[i % len(markers)], "markersize": 3.5, "lw": 1.4,
+                 "alpha": 0.9}
         axes[0].plot(steps, metric, **style)
         axes[1].plot(mbytes, metric, **style)
         if link_mbps:
             axes[2].plot(secs, metric, **style)
+        s = (summaries or {}).get(run["compressor"])
+        if s and s.get("steps_to_target") and target is not None:
+            marks.append((0, s["steps_to_target"], color))
+            if link_mbps and s.get("time_to_target_s") is not None:
+                marks.append((2, s["time_to_target_s"], color))
     name = runs[0]["metric_name"].replace("_", " ")
     axes[0].set_xlabel("step")
     axes[1].set_xlabel("MB sent + received per worker (cumulative)")
     axes[1].set_xscale("log")
     axes[1].xaxis.set_minor_formatter(NullFormatter())  # minor labels of a short log axis overlap
     if link_mbps:
-        axes[2].set_xlabel(
-            f"measured wall-clock time, links shaped to {link_mbps:g} Mbit/s (s)"
-            if time_basis == "measured" else
-            f"emulated time at {link_mbps:g} Mbit/s per worker (s, emulated)")
+        axes[2].set_xlabel(time_axis_label(time_basis, link_mbps))
     for ax in axes:
         ax.set_ylabel(f"held-out {name}")
         ax.grid(alpha=0.3)
         if target is not None:
             ax.axhline(target, color="grey", lw=0.8, ls="--", label=f"target {name} {target:g}")
-    handles, names = axes[0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="outside lower center", ncol=min(len(names), 4), frameon=False)
+    star = {"marker": "*", "markersize": 13, "markeredgecolor": "black", "markeredgewidth": 0.6,
+            "linestyle": "none"}
+    for panel, x, color in marks:
+        axes[panel].plot([x], [target], color=color, zorder=5, **star)
+    if speedup and summaries and link_mbps:
+        fast, slow = (summaries.get(k, {}).get("time_to_target_s") for k in speedup)
+        names = {r["compressor"]: name_of(r) for r in runs}
+        if fast and slow:
+            axes[2].annotate(
+                f"{names.get(speedup[0], speedup[0])} reaches the target\n"
+                f"{slow / fast:.1f}x sooner ({fast:.1f} s vs {slow:.1f} s)",
+                xy=(fast, target), xytext=(0.97, 0.06), textcoords="axes fraction",
+                ha="right", va="bottom", fontsize=9,
+                bbox={"boxstyle": "round", "fc": "white", "ec": "grey"},
+                arrowprops={"arrowstyle": "->", "color": "black"})
+            axes[2].annotate("", xy=(fast, target), xytext=(slow, target),
+                             arrowprops={"arrowstyle": "<->", "color": "black", "lw": 1.2})
+    handles, names_ = axes[0].get_legend_handles_labels()
+    if marks:
+        from matplotlib.lines import Line2D
+
+        handles.append(Line2D([], [], markerfacecolor="white", **star))
+        names_.append(f"reached the target ({summaries_rule(summaries)}; star in the run's colour)")
+    fig.legend(handles, names_, loc="outside lower center", ncol=min(len(names_), 4),
+               frameon=False)
     r0 = runs[0]
-    compared = " vs ".join((labels or {}).get(r["compressor"], r["compressor"]) for r in runs)
+    compared = " vs ".join(name_of(r) for r in runs) if len(runs) <= 3 else \
+        f"{len(runs)} compressors"
     fig.suptitle(f"{r0['task']}, {r0['workers']} workers, seed {r0['seed']}: held-out {name} of "
                  f"{compared}")
     fig.savefig(path, dpi=110)

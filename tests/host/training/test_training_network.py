@@ -57,7 +57,14 @@ def test_cli_network_flag(tmp_path, capsys):
     assert rc == 0
     rep = json.loads(out.read_text())
     assert rep["summary"]["thc"]["aggregator"] == "network"
-    capsys.readouterr()
+    # issue 36: it says where the switch is and where metrics are (none here), and the
+    # report's plot is beside it
+    err = capsys.readouterr().err
+    assert ("THC sums through the embedded software target on loopback at UDP "
+            f"{rep['switch'][0]}") in err
+    assert "no metrics served" in err
+    assert rep["plot_path"] == str(out.with_suffix(".png"))
+    assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_cli_network_refuses_bad_switch(capsys):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -295,3 +296,91 @@ def test_plot_names_runs_as_the_tables_do(tmp_path, monkeypatch):
         "THC via switch", "fp32 all-reduce", "target accuracy 0.3"]
     assert all(ax.get_legend() is None for ax in fig.axes)
     assert "THC via switch vs fp32 all-reduce" in fig._suptitle.get_text()
+
+
+def _fake_runs(names=("none", "fp16", "powersgd-r1", "powersgd-r4", "thc", "thc-noef")):
+    return [{"task": "digits", "workers": 2, "seed": 0, "metric_name": "accuracy", "compressor": c,
+             "higher_is_better": True, "params": 1000,
+             "records": [_run(i, 0.1 * i + 0.01 * k, 100, 200, 0.01) | {"emulated_s": 0.1 * i}
+                         for i in range(1, 8)]} for k, c in enumerate(names)]
+
+
+def test_compare_plot_has_the_tables_names_one_emulated_label_and_target_marks(tmp_path,
+                                                                                monkeypatch):
+    """Issue 36: no internal names (none, thc-noef) in the legend, 'emulated' once on the
+    time axis, time to target marked; the demo's pair annotated with the speedup."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from host.training.report import display_name
+
+    figs = []
+    monkeypatch.setattr(plt, "close", figs.append)
+    runs = _fake_runs()
+    sums = {r["compressor"]: summarize(r, target=0.45, link_mbps=100.0) for r in runs}
+    plot_comparison(runs, str(tmp_path / "p.png"), link_mbps=100.0, target=0.45, summaries=sums)
+    (fig,) = figs
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    names = [display_name(r["compressor"]) for r in runs]
+    assert names == ["fp32 all-reduce", "fp16 all-reduce", "PowerSGD rank 1", "PowerSGD rank 4",
+                     "THC", "THC without error feedback"]
+    assert legend[:6] == names and any(t.startswith("reached the target (") for t in legend)
+    assert not {"none", "thc-noef", "powersgd-r1"} & set(legend)
+    xlabel = fig.axes[2].get_xlabel()
+    assert xlabel.count("emulated") == 1
+    stars = [ln for ax in (fig.axes[0], fig.axes[2]) for ln in ax.get_lines()
+             if ln.get_marker() == "*"]
+    assert len(stars) == 2 * len(runs)   # step and time panels, one per run
+    time_stars = sorted(ln.get_xdata()[0] for ln in fig.axes[2].get_lines() if ln.get_marker() == "*")
+    assert time_stars == sorted(s["time_to_target_s"] for s in sums.values())
+    # the demo's pair: the two points and the speedup
+    figs.clear()
+    pair = _fake_runs(("thc", "none"))
+    pair[0]["aggregator"] = "network"
+    sums = {r["compressor"]: summarize(r, target=0.45, link_mbps=100.0) for r in pair}
+    sums["thc"]["time_to_target_s"] = sums["none"]["time_to_target_s"] / 3
+    plot_comparison(pair, str(tmp_path / "q.png"), link_mbps=100.0, target=0.45, summaries=sums,
+                    speedup=("thc", "none"))
+    (fig,) = figs
+    assert [t.get_text() for t in fig.legends[0].get_texts()][:2] == ["THC via switch",
+                                                                      "fp32 all-reduce"]
+    notes = [c.get_text() for c in fig.axes[2].texts]
+    assert any("THC via switch reaches the target" in t and "3.0x sooner" in t for t in notes)
+
+
+def _train_args(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    cli.configure(p)
+    return p.parse_args(["--task", "digits", *argv])
+
+
+def test_report_files_are_named_per_run_and_come_in_pairs():
+    """Issue 36: a --compare run's JSON is not overwritten by a later single run, and a
+    report's PNG is always the same run's."""
+    paths = {argv: cli.report_paths(_train_args(*argv)) for argv in [
+        ("--compare",), (), ("--aggregator", "network"), ("--compressor", "fp16"),
+        ("--compressor", "powersgd", "--powersgd-rank", "1"), ("--no-error-feedback",)]}
+    jsons = [str(j) for j, _ in paths.values()]
+    assert len(set(jsons)) == len(jsons)
+    assert jsons[:3] == ["netco-train-digits-compare.json", "netco-train-digits-thc.json",
+                         "netco-train-digits-thc-network.json"]
+    for j, png in paths.values():
+        assert png == j.with_suffix(".png")
+    assert cli.report_paths(_train_args("--out", "r/x.json")) == (Path("r/x.json"), Path("r/x.png"))
+    assert cli.report_paths(_train_args("--plot", "y.png")) == (Path("y.json"), Path("y.png"))
+
+
+def test_network_lines_name_the_switch_and_the_metrics_urls():
+    from host.transport.job import NetworkSpec
+
+    net = NetworkSpec((("127.0.0.1", 9000), ("127.0.0.1", 9001)), ("127.0.0.11", "127.0.0.12"),
+                      job_id=3, num_slots=8)
+    args = _train_args("--aggregator", "network", "--workers", "2", "--metrics-port", "9300")
+    lines = cli.network_lines(args, net)
+    assert "127.0.0.1:9000 (rank 0), 127.0.0.1:9001 (rank 1)" in lines[0]
+    assert "job 3" in lines[0]
+    assert lines[1].endswith("http://127.0.0.1:9300/metrics, http://127.0.0.1:9301/metrics")
+    lines = cli.network_lines(_train_args("--aggregator", "network", "--workers", "2"), net)
+    assert "no metrics served" in lines[1] and "--metrics-port N" in lines[1]
