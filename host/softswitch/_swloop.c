@@ -49,11 +49,30 @@
 
 /* the loop's totals, in the order of LOOP_STATS */
 enum { S_RX, S_TX, S_BATCHES, S_CONTRIB, S_TX_LOST, S_TX_REFUSED, S_LAST_ERROR, S_GRO_TRAINS,
-       S_GSO_TRAINS, S_CPU_NS, S_RESENT, S_RETX_UP, S_RELEASE, S_PARENT, S_SPLIT, S_COUNT };
+       S_GSO_TRAINS, S_CPU_NS, S_RESENT, S_RETX_UP, S_RELEASE, S_PARENT, S_SPLIT,
+       S_LIMITED, S_TRIPS, S_TRIP_SOURCE, S_TRIP_FRAMES, S_COUNT };
 const char *const loop_stat_names[S_COUNT] = {"rx", "tx", "batches", "contributions", "tx_lost",
                                               "tx_refused", "last_error", "gro_trains",
                                               "gso_trains", "cpu_ns", "resent", "retx_up",
-                                              "release", "parent_result", "split_batches"};
+                                              "release", "parent_result", "split_batches",
+                                              "rate_limited", "rate_trips", "rate_trip_source",
+                                              "rate_trip_frames"};
+/* Per-source rate limit of frames that fail validation (issue 33, 4; docs/security.md): a
+ * source (IPv4 address and UDP port) whose frames the reference drops before any state
+ * (rejected_stateless) more than the limit (opts' invalid_limit, default RL_LIMIT_DEFAULT;
+ * 0: none) times in one RL_WINDOW_NS is held for
+ * RL_PENALTY_NS: every frame from it is dropped here (S_LIMITED), before validation, the
+ * job's token included. One socket can then try at most that many tokens per RL_WINDOW_NS +
+ * RL_PENALTY_NS and cannot keep the Python path busy with its junk; a member's own socket
+ * never sends such frames, so a flood from its address on other ports leaves it alone. */
+#define RL_SLOTS 4096
+#define RL_LIMIT_DEFAULT 1000   /* SoftSwitch.invalid_limit, netco switch --invalid-limit */
+#define RL_WINDOW_NS 1000000000LL
+#define RL_PENALTY_NS 2000000000LL
+typedef struct {
+    uint64_t src;          /* IPv4 address << 16 | UDP port; 0: free */
+    int64_t n, window, until;
+} rl_t;
 const int loop_stat_count = S_COUNT;
 /* ctl flags (uint8): stop, configuration changed */
 enum { CTL_STOP, CTL_CHANGED };
@@ -635,6 +654,61 @@ static Py_ssize_t partition_rejected(rx_t *X, Py_ssize_t n, uint8_t *pbuf,
     return m;
 }
 
+/* The source of a frame (whole row, IPv4 long enough for UDP), or 0. */
+static inline uint64_t rl_source(const uint8_t *f, int64_t len) {
+    if (len < THC_OFFSET || be16(f + OFF_ETHERTYPE) != ETHERTYPE_IPV4) return 0;
+    return ((uint64_t)be32(f + OFF_SRC) << 16) | be16(f + OFF_SPORT);
+}
+
+static inline rl_t *rl_slot(rl_t *rl, uint64_t src) {
+    return &rl[(src * 0x9E3779B97F4A7C15ull) >> 52];   /* Fibonacci hash, 12 bits */
+}
+
+/* Count a rejected frame of source src at time t; a source past RL_LIMIT in its window is
+ * held until t + RL_PENALTY_NS (reported once: S_TRIPS, S_TRIP_SOURCE, S_TRIP_FRAMES). A
+ * slot another source shares is taken over once its window and penalty are over. */
+static void rl_note(rl_t *rl, int64_t *rl_until, uint64_t src, int64_t t, int64_t limit,
+                    const loop_t *L) {
+    rl_t *e = rl_slot(rl, src);
+    if (e->until > t) return;                       /* held (this source or another): no count */
+    if (e->src != src || t - e->window >= RL_WINDOW_NS) {
+        e->src = src;
+        e->window = t;
+        e->n = 0;
+    }
+    if (++e->n == limit + 1) {
+        e->until = t + RL_PENALTY_NS;
+        if (e->until > *rl_until) *rl_until = e->until;
+        count(L, S_TRIPS, 1);
+        __atomic_store_n(&L->sstats[S_TRIP_SOURCE], (int64_t)src, __ATOMIC_RELAXED);
+        __atomic_store_n(&L->sstats[S_TRIP_FRAMES], e->n, __ATOMIC_RELAXED);
+    }
+}
+
+/* Drop the rows (0..n-1, whole rows) whose source is held, keeping the others in order;
+ * returns the rows kept. */
+static Py_ssize_t rl_drop_held(rx_t *X, Py_ssize_t n, rl_t *rl, int64_t t, const loop_t *L) {
+    Py_ssize_t k = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        const uint8_t *f = X->buf + (size_t)j * ROW_BYTES;
+        const uint64_t src = rl_source(f, X->lens[j]);
+        if (src) {
+            const rl_t *e = rl_slot(rl, src);
+            if (e->src == src && e->until > t) continue;
+        }
+        if (k != j) {
+            memcpy(X->buf + (size_t)k * ROW_BYTES, f, ROW_BYTES);
+            X->names[k] = X->names[j];
+            X->lens[k] = X->lens[j];
+            X->inports[k] = X->inports[j];
+            X->stamps[k] = X->stamps[j];
+        }
+        k++;
+    }
+    if (k < n) count(L, S_LIMITED, n - k);
+    return k;
+}
+
 /* -- the loop's own memory, kept between calls (a capsule: new_memory()) ------------------- */
 
 typedef struct {
@@ -656,6 +730,10 @@ typedef struct {
     struct sockaddr_in *pnames;
     int64_t *pvals;
     fp_scratch_t scratch;
+    /* the rate limit's sources (kept across runs and reallocations) and when the last
+     * penalty ends (0: none running) */
+    rl_t rl[RL_SLOTS];
+    int64_t rl_until;
 } mem_t;
 
 static void mem_release(mem_t *m) {
@@ -675,8 +753,16 @@ static int mem_ensure(mem_t *m, Py_ssize_t batch, Py_ssize_t cap, int np, int tm
         return 0;
     fp_scratch_t keep = m->scratch;
     m->scratch = (fp_scratch_t){0};
+    rl_t *rl = malloc(sizeof(m->rl));
+    if (rl) memcpy(rl, m->rl, sizeof(m->rl));
+    const int64_t rl_until = m->rl_until;
     mem_release(m);
     m->scratch = keep;
+    if (rl) {
+        memcpy(m->rl, rl, sizeof(m->rl));
+        m->rl_until = rl_until;
+        free(rl);
+    }
     m->batch = batch;
     m->cap = cap;
     m->np = np;
@@ -792,8 +878,10 @@ const char *loop_doc =
     "  learned: (addr uint32, port int64, count int64[1]) UDP reply ports\n"
     "  counters: (contributions, results, resent, drops) int64 arrays\n"
     "  opts: (batch, timeout_ms, send_thread, udp_template, gso_segments, gro_msgs, gso_off\n"
-    "         [, spin_us]): spin_us, with nothing to receive poll that long (sched_yield\n"
-    "         between tries) before sleeping (host/busywait.py; default 0)\n"
+    "         [, spin_us[, invalid_limit]]): spin_us, with nothing to receive poll that long\n"
+    "         (sched_yield between tries) before sleeping (host/busywait.py; default 0);\n"
+    "         invalid_limit, frames failing validation per source and second before the\n"
+    "         source is held for 2 s (default 1000, 0: no limit)\n"
     "-> (reason, n, several_ports): reason 0 stop, 1 configuration changed, 2 a batch of n rows\n"
     "   for the Python pipeline is in rx (several_ports: order it by rx stamps), 3 timeout_ms\n"
     "   passed (Python's signal handlers run between calls).";
@@ -814,12 +902,13 @@ PyObject *py_loop(PyObject *self, PyObject *args) {
     }
     Py_ssize_t batch;
     int timeout_ms, send_thread, gso_segments, gro_msgs, spin_us = 0;
+    long long invalid_limit = RL_LIMIT_DEFAULT;
     PyObject *otmpl, *ogsooff;
-    if (!PyArg_ParseTuple(oopts, "niiOiiO|i", &batch, &timeout_ms, &send_thread, &otmpl,
-                          &gso_segments, &gro_msgs, &ogsooff, &spin_us))
+    if (!PyArg_ParseTuple(oopts, "niiOiiO|iL", &batch, &timeout_ms, &send_thread, &otmpl,
+                          &gso_segments, &gro_msgs, &ogsooff, &spin_us, &invalid_limit))
         return NULL;
-    if (spin_us < 0) {
-        PyErr_SetString(PyExc_ValueError, "loop(): spin_us < 0");
+    if (spin_us < 0 || invalid_limit < 0) {
+        PyErr_SetString(PyExc_ValueError, "loop(): spin_us < 0 or invalid_limit < 0");
         return NULL;
     }
     const int64_t spin_ns = (int64_t)spin_us * 1000;
@@ -1011,6 +1100,17 @@ PyObject *py_loop(PyObject *self, PyObject *args) {
         }
         if (err) break;
         if (n == 0) continue;
+        int64_t t_rl = 0;
+        if (mem->rl_until) {          /* a source is held: its frames go first */
+            t_rl = now_ns();
+            if (t_rl >= mem->rl_until) {
+                mem->rl_until = 0;
+            } else {
+                fill_rows(&X, n);
+                n = rl_drop_held(&X, n, mem->rl, t_rl, &L);
+                if (n == 0) continue;
+            }
+        }
         several = nports > 1;
         /* pass 0: the whole batch; pass 1, where fp_batch did not take it: the frames the
          * reference drops before any state go to the front (rows 0..lo-1, left to Python
@@ -1023,6 +1123,14 @@ PyObject *py_loop(PyObject *self, PyObject *args) {
                 fill_rows(&X, n);   /* whole rows from here on: the partition, Python */
                 lo = partition_rejected(&X, n, mem->pbuf, mem->pnames, mem->pvals, &K, job_map,
                                         jobs, has_job, njobs);
+                /* the rejected rows: 0..lo-1 (lo == n: all of them) */
+                if (lo && invalid_limit) {
+                    if (!t_rl) t_rl = now_ns();
+                    for (Py_ssize_t j = 0; j < lo; j++) {
+                        const uint64_t src = rl_source(X.buf + (size_t)j * ROW_BYTES, X.lens[j]);
+                        if (src) rl_note(mem->rl, &mem->rl_until, src, t_rl, invalid_limit, &L);
+                    }
+                }
                 if (lo == 0 || lo == n) { lo = 0; break; }
             }
             const Py_ssize_t m = n - lo;

@@ -26,7 +26,7 @@ from host.exporter import add_metrics_arguments
 from host.files import write_atomic
 from host.protocol import generated_dataplane as dp
 from host.protocol import layout as lay
-from host.softswitch.controls.common import ABSENT_AFTER, ABSENT_SILENCE
+from host.softswitch.controls.common import ABSENT_AFTER, ABSENT_SILENCE, INVALID_LIMIT
 
 __all__ = ["configure", "run"]
 
@@ -50,6 +50,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              f"needed) after {ABSENT_AFTER} deadline releases in a row without it, "
                              "the first this long ago (default %(default)s; docs/protocol.md, "
                              "'Absent contributors')")
+    parser.add_argument("--invalid-limit", type=int, default=INVALID_LIMIT, metavar="N",
+                        help="frames failing validation one source (address and UDP port) may "
+                             "send per second before its frames are all dropped for 2 s, with a "
+                             "log line and a metric (default %(default)s; 0: no limit; C loop "
+                             "only; docs/security.md, 'Rate limit')")
     parser.add_argument("--coords-per-packet", type=int, default=lay.COORDS_PER_PACKET, metavar="W",
                         help="packet width: coordinates per DATA/RESULT packet, one of "
                              f"{', '.join(map(str, lay.PACKET_WIDTHS))} (default %(default)s, the P4 "
@@ -130,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
                         coords=args.coords_per_packet, absent_silence=args.absent_silence)
         sw.send_thread = args.send_thread
         sw.spin_us = args.spin_us
+        sw.invalid_limit = args.invalid_limit
         if args.c_loop is not None:
             sw.c_loop = args.c_loop and sw.c_loop_available()
         if args.p4info:

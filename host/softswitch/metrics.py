@@ -81,6 +81,10 @@ class SwitchCollector:
              st["tx_lost"]),
             ("netco_switch_batches", "Receive batches processed", st["batches"]),
             ("netco_switch_errors", "Batches lost to a data-plane error (logged)", sw.errors),
+            ("netco_switch_rate_limited", "Frames dropped because their source sent too many "
+             "invalid ones (docs/security.md, rate limit)", st["rate_limit"]["dropped"]),
+            ("netco_switch_rate_limit_trips", "Times a source was held by the rate limit",
+             st["rate_limit"]["trips"]),
         ):
             m = CounterMetricFamily(name, doc, labels=["switch"])
             m.add_metric([self.name], float(value))

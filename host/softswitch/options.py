@@ -102,6 +102,9 @@ def _check(args: Namespace) -> None:
     if not 0 <= args.device_id <= MAX_DEVICE_ID:
         raise OptionError(f"--device-id {args.device_id}: P4Runtime device ids are 0..2^64-1")
     parse_hostport(args.grpc, "--grpc")
+    limit = getattr(args, "invalid_limit", 0)
+    if not 0 <= limit <= 1 << 40:
+        raise OptionError(f"--invalid-limit {limit}: give frames per second >= 0 (0: no limit)")
     silence = getattr(args, "absent_silence", 0.0)
     if not math.isfinite(silence) or silence < 0:
         raise OptionError(f"--absent-silence {silence}: give a number of seconds >= 0")

@@ -19,6 +19,7 @@ like loading a program onto a P4 target.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import select
@@ -37,7 +38,7 @@ from host.protocol import framing as fr
 from host.protocol import generated_dataplane as dp
 from host.protocol import layout as lay
 from host.softswitch import config as cfgmod
-from host.softswitch.controls.common import ABSENT_SILENCE
+from host.softswitch.controls.common import ABSENT_SILENCE, INVALID_LIMIT
 from host.softswitch.controls.native import LOOP_STATS, native_jobs
 from host.softswitch.entities import EntityStore
 from host.softswitch.learned import LearnedPorts
@@ -65,6 +66,11 @@ def _at(field: str) -> slice:
     """The bytes of header ``field`` in a frame (:data:`host.protocol.framing.FIELDS`)."""
     off, bits = fr.FIELDS[field]
     return slice(off, off + bits // 8)
+
+
+def _source(key: int) -> str:
+    """``ADDRESS:PORT`` of a rate-limit source key (IPv4 address << 16 | UDP port)."""
+    return f"{ipaddress.IPv4Address(key >> 16)}:{key & 0xFFFF}"
 
 
 class SoftSwitch:
@@ -109,6 +115,9 @@ class SoftSwitch:
         self.send_thread = True
         #: microseconds the C loop polls before it sleeps (host/busywait.py; set before :meth:`run`)
         self.spin_us = SPIN_US
+        #: frames failing validation one source (address and UDP port) may send per second
+        #: before the C loop holds it for 2 s (0: no limit; docs/security.md, "Rate limit")
+        self.invalid_limit = INVALID_LIMIT
         self._spare_out = Outputs(256)
         self._tx_pool: ThreadPoolExecutor | None = None
         self._tx_future: Future | None = None
@@ -134,6 +143,7 @@ class SoftSwitch:
         #: ``partition_rejected``)
         self.c_handoff_frames = 0
         self.c_events = 0
+        self._rate_trips = 0    # the C loop's rate-limit trips already logged
         self._c_memory = None   # the C loop's buffers (kept between its runs)
         self._port_tables()
 
@@ -407,11 +417,13 @@ class SoftSwitch:
                 (self.learned.addr, self.learned.port, self.learned.count),
                 (c.contributions, c.results, c.resent, c.drops),
                 (self.batch, max(1, int(timeout * 1000)), int(self.send_thread),
-                 self.udp_template, GSO_SEGMENTS, GRO_MSGS, gso_off, self.spin_us))
+                 self.udp_template, GSO_SEGMENTS, GRO_MSGS, gso_off, self.spin_us,
+                 self.invalid_limit))
         finally:
             for p, off in zip(ports, gso_off.tolist(), strict=False):
                 if off and getattr(p, "gso", None) is not None:
                     p.gso.disabled = True
+        self._report_rate_limit()
         if reason != 2:   # stop, a configuration change, or time to run signal handlers
             self.c_events += reason in (0, 1)
             return 0
@@ -419,6 +431,20 @@ class SoftSwitch:
         self.c_handoff_frames += n
         self._process_received(n, self.stamps if several else None)
         return n
+
+    def _report_rate_limit(self) -> None:
+        """One warning line per source the C loop's rate limit held (``_swloop.c``, RL_*;
+        docs/security.md): its address and how many invalid frames it sent in one second."""
+        trips = int(self.cstats[LOOP_STATS["rate_trips"]]) if "rate_trips" in LOOP_STATS else 0
+        if trips == self._rate_trips:
+            return
+        src = int(self.cstats[LOOP_STATS["rate_trip_source"]])
+        frames = int(self.cstats[LOOP_STATS["rate_trip_frames"]])
+        log.warning("rate limit: %s sent more than %d frames that fail validation within 1 s; "
+                    "its frames are dropped for 2 s (%d sources held so far, %d frames dropped; "
+                    "netco switch --invalid-limit)", _source(src), frames - 1, trips,
+                    int(self.cstats[LOOP_STATS["rate_limited"]]))
+        self._rate_trips = trips
 
     def _send_beside(self, out: Outputs) -> None:
         """Send ``out`` on the send thread once the previous batch is out; the pipeline
@@ -523,4 +549,8 @@ class SoftSwitch:
             "c_loop": {"batches": cs.get("batches", 0), "cpu_ns": cs.get("cpu_ns", 0),
                        "handoffs": self.c_handoffs, "handoff_frames": self.c_handoff_frames,
                        "split_batches": cs.get("split_batches", 0), "events": self.c_events},
+            # the per-source rate limit of frames that fail validation (C loop; _swloop.c)
+            "rate_limit": {"dropped": cs.get("rate_limited", 0), "trips": cs.get("rate_trips", 0),
+                           "last_source": _source(cs["rate_trip_source"])
+                           if cs.get("rate_trips") else None},
         }

@@ -95,6 +95,10 @@ ABSENT_AFTER = 4
 #: late (a slower step, a worker starting after the others) is heard from well within it, and
 #: is never raced past (docs/protocol.md, "Absent contributors")
 ABSENT_SILENCE = 0.05
+#: Frames failing validation one source (IPv4 address and UDP port) may send per second before
+#: the C switch loop holds it for 2 s (``_swloop.c``, RL_*; ``netco switch --invalid-limit``;
+#: docs/security.md, "Rate limit"); 0: no limit.
+INVALID_LIMIT = 1000
 
 
 class Pending:
