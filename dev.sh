@@ -22,6 +22,15 @@ fi
 if [ ! -x "$VENV/bin/python" ]; then
   say "creating $VENV ($PY -m venv)"
   "$PY" -m venv "$VENV" || { say "'$PY -m venv' failed; on Debian: apt-get install python3-venv"; exit 2; }
+  # A venv whose interpreter other users cannot reach (root's pyenv under /root, mode 0700) is
+  # its owner's alone: another user's netco cannot start it in a user namespace (the demo then
+  # runs on loopback, time emulated).
+  why=$("$VENV/bin/python" -m host.tools --others-cannot-run "$VENV/bin/python" 2>/dev/null || true)
+  if [ -n "$why" ]; then
+    say "warning: other users cannot run $VENV/bin/python ($(readlink -f "$VENV/bin/python")): $why;"
+    say "  for a venv everyone can use, build it from an interpreter they can run, e.g." \
+        "PYTHON=/usr/bin/python3 NETCO_VENV=/opt/netco-venv ./dev.sh"
+  fi
 fi
 if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
   say "installing ${NETCO_TORCH:-torch==2.13.0} (needs the package index; a few minutes)"
@@ -48,6 +57,24 @@ if [ ! -f "$stamp" ] || [ -n "$(changed)" ]; then
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[dev]"
   fi
   touch "$stamp"
+fi
+# ./dev.sh test: the Debian packages of the binaries the tests run (host/tools.py TEST_TOOLS).
+# As root with apt-get, install those missing (NETCO_APT=0: don't); otherwise say which are
+# missing: the tests that need them skip, naming the package.
+if [ "${1:-}" = test ]; then
+  sbin=$PATH; [ "$(id -u)" = 0 ] || sbin="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
+  need=$(PATH=$sbin "$VENV/bin/python" -m host.tools --missing 2>/dev/null || true)
+  if [ -n "$need" ] && [ "$(id -u)" = 0 ] && [ "${NETCO_APT:-1}" != 0 ] && command -v apt-get >/dev/null; then
+    say "installing the Debian packages the tests use: $need (apt-get; NETCO_APT=0 skips this)"
+    # shellcheck disable=SC2086
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $need >/dev/null 2>&1 \
+      || { apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive \
+           apt-get install -y -qq --no-install-recommends $need >/dev/null 2>&1; } \
+      || say "apt-get install $need failed: the tests needing them skip, naming the package"
+  elif [ -n "$need" ]; then
+    why="not root"; [ "$(id -u)" != 0 ] || why="NETCO_APT=0 or no apt-get"
+    say "not installed ($why): $need; the tests needing them skip (apt-get install $need)"
+  fi
 fi
 # Mininet comes from Debian (apt-get install mininet); let the venv import it, also when it was
 # installed after the venv.

@@ -8,7 +8,9 @@ the tests' ``tools`` marker (tests/conftest.py) skips with the same line.
 
 ``python -m host.tools [--missing] [BINARY ...]`` prints the Debian packages of the given
 binaries (default: :data:`TEST_TOOLS`, what the test suite runs), only those not on ``PATH``
-with ``--missing``, one line, for ``apt-get install``: ``./dev.sh`` and ``.ci/run`` use it.
+with ``--missing``, one line, for ``apt-get install``: ``./dev.sh test`` uses it.
+``python -m host.tools --others-cannot-run PATH`` prints why other users cannot execute
+``PATH`` (nothing when they can): ``./dev.sh`` warns of a venv private to its owner.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import dataclasses
 import os
 import shutil
 import sys
+from pathlib import Path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,7 +140,60 @@ def packages(binaries: tuple[str, ...] | list[str], only_missing: bool = False,
         if TOOLS[b].package and not (only_missing and which(b, path) is not None)))
 
 
+def exec_blocked(path: str, uid: int | None = None, gids: set[int] | None = None) -> str | None:
+    """Why user ``uid`` with groups ``gids`` (default: this process's) cannot execute ``path``
+    (a folder on the way, the link's or the file's own, it cannot enter; or the file without
+    an execute bit for it), or None when the modes allow it. ``uid=-1``: any other user.
+
+    Read from the modes, not ``os.access``: inside a user namespace the caller has no more
+    access than its uid and groups give (capabilities held outside, e.g. CAP_DAC_OVERRIDE, do
+    not reach files of owners the namespace does not map, such as root's).
+    """
+    import pwd
+    import stat
+
+    if uid is None:
+        uid, gids = os.getuid(), {os.getgid(), *os.getgroups()}
+    gids = gids or set()
+
+    def allowed(st: os.stat_result) -> bool:
+        if uid == 0:   # root passes every folder; a file needs some execute bit
+            return stat.S_ISDIR(st.st_mode) or bool(st.st_mode & 0o111)
+        if st.st_uid == uid:
+            return bool(st.st_mode & stat.S_IXUSR)
+        if st.st_gid in gids:
+            return bool(st.st_mode & stat.S_IXGRP)
+        return bool(st.st_mode & stat.S_IXOTH)
+
+    def mode(st: os.stat_result) -> str:
+        try:
+            owner = pwd.getpwuid(st.st_uid).pw_name
+        except KeyError:
+            owner = str(st.st_uid)
+        return f"mode {stat.S_IMODE(st.st_mode):04o} (owner {owner})"
+
+    real = os.path.realpath(path)
+    for p in dict.fromkeys([os.path.abspath(path), real]):
+        for d in reversed(Path(p).parents):
+            try:
+                st = os.stat(d)
+            except OSError:
+                continue
+            if not allowed(st):
+                return f"its directory {d} is {mode(st)}"
+    try:
+        st = os.stat(real)
+    except OSError as exc:
+        return f"{real}: {exc.strerror}"
+    return None if allowed(st) else f"{real} is {mode(st)}"
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--others-cannot-run"] and len(argv) == 2:
+        why = exec_blocked(argv[1], uid=-1)
+        if why:
+            print(why)
+        return 0
     only_missing = "--missing" in argv
     names = [a for a in argv if a != "--missing"] or list(TEST_TOOLS)
     unknown = [n for n in names if n not in TOOLS]

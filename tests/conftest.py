@@ -11,10 +11,10 @@ import functools
 import importlib.machinery
 import importlib.util
 import os
-import shutil
 
 import pytest
 
+from host import tools
 from host.paths import P4_BUILD_SCRIPT
 
 
@@ -54,22 +54,25 @@ def _missing(marker: str) -> str | None:
     if marker == "root":
         return None if os.geteuid() == 0 else "needs root (network namespaces, raw sockets)"
     if marker == "bmv2":
-        return None if shutil.which("simple_switch_grpc") else "simple_switch_grpc (BMv2) not on PATH"
+        return tools.missing("simple_switch_grpc")
     if marker == "p4c":
-        return None if shutil.which("p4c") else "p4c not on PATH"
+        return tools.missing("p4c")
     if marker == "mininet":
-        reason = mininet_missing()
-        if reason is None and not shutil.which("brctl"):
-            reason = "brctl not on PATH (apt-get install bridge-utils)"
-        return reason
+        return mininet_missing() or tools.missing(*tools.MININET_TEST_TOOLS)
     if marker == "tshark":
-        return None if shutil.which("tshark") else "tshark not on PATH (apt-get install tshark)"
+        return tools.missing("tshark")
     if marker == "tofino":
         return None if _tofino_compiler() else (
             "open-source Tofino backend of p4c not found or not runnable "
             "(NETCO_TOFINO_P4C, or p4c-tofino on PATH answering --version)"
         )
     return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "tools(*binaries): runs these binaries (host.tools.TOOLS); skips naming the "
+                   "Debian package of each one missing")
 
 
 @pytest.fixture(autouse=True)
@@ -87,3 +90,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 reason = _missing(marker)
                 if reason:
                     item.add_marker(pytest.mark.skip(reason=reason))
+        needed = [b for m in item.iter_markers("tools") for b in m.args]
+        reason = tools.missing(*dict.fromkeys(needed)) if needed else None
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=reason))

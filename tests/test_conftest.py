@@ -47,10 +47,11 @@ def test_a_real_mininet_package_is_found(conftest, tmp_path):
     assert conftest.mininet_missing([str(REPO), str(tmp_path)]) is None
 
 
-def test_the_skip_reason_names_what_is_missing(conftest, monkeypatch):
+def test_the_skip_reason_names_what_is_missing(conftest, monkeypatch, tmp_path):
     monkeypatch.setattr(conftest, "mininet_missing", lambda search_path=None: None)
-    monkeypatch.setattr(conftest.shutil, "which", lambda tool: None)
-    assert "brctl" in conftest._missing("mininet")
+    monkeypatch.setenv("PATH", str(tmp_path))   # nothing on it
+    reason = conftest._missing("mininet")
+    assert "brctl" in reason and "ping" in reason
+    assert "apt-get install bridge-utils mininet iproute2 ethtool nftables iputils-ping" in reason
     monkeypatch.setattr(conftest, "mininet_missing", lambda search_path=None: "Mininet gone")
-    monkeypatch.setattr(conftest.shutil, "which", lambda tool: f"/usr/sbin/{tool}")
     assert conftest._missing("mininet") == "Mininet gone"

@@ -22,7 +22,6 @@ import os
 import pickle
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
@@ -107,51 +106,6 @@ def _job_env() -> dict[str, str]:
             "NETCO_ROOTLESS": "1" if os.geteuid() != 0 else "0"}
 
 
-def _blocked(path: str) -> str | None:
-    """Why this process's user cannot execute ``path`` (a folder on the way it cannot enter, or
-    the file without execute permission for it), or None when the modes allow it.
-
-    Inside a user namespace the caller has no more access to files than its own uid and groups
-    give (capabilities held outside, e.g. CAP_DAC_OVERRIDE, do not reach files of unmapped
-    owners such as root's), so the modes are read for the uid and groups, not ``os.access``.
-    """
-    uid, gids = os.getuid(), {os.getgid(), *os.getgroups()}
-
-    def allowed(st: os.stat_result) -> bool:
-        if uid == 0:   # root passes every folder; a file needs some execute bit
-            return stat.S_ISDIR(st.st_mode) or bool(st.st_mode & 0o111)
-        if st.st_uid == uid:
-            return bool(st.st_mode & stat.S_IXUSR)
-        if st.st_gid in gids:
-            return bool(st.st_mode & stat.S_IXGRP)
-        return bool(st.st_mode & stat.S_IXOTH)
-
-    def owner(st: os.stat_result) -> str:
-        import pwd
-
-        try:
-            return pwd.getpwuid(st.st_uid).pw_name
-        except KeyError:
-            return str(st.st_uid)
-
-    real = os.path.realpath(path)
-    for p in dict.fromkeys([os.path.abspath(path), real]):
-        for d in [*reversed(Path(p).parents)]:
-            try:
-                st = os.stat(d)
-            except OSError:
-                continue
-            if not allowed(st):
-                return f"its directory {d} is mode {stat.S_IMODE(st.st_mode):04o} (owner {owner(st)})"
-    try:
-        st = os.stat(real)
-    except OSError as exc:
-        return f"{real}: {exc.strerror}"
-    if not allowed(st):
-        return f"{real} is mode {stat.S_IMODE(st.st_mode):04o} (owner {owner(st)})"
-    return None
-
-
 def check_interpreter(python: str) -> None:
     """Raise :class:`IsolationError` (one line) unless ``python`` starts inside fresh
     namespaces, as :func:`run_isolated` will start it, and imports the job's module there.
@@ -171,7 +125,7 @@ def check_interpreter(python: str) -> None:
     shown = python if os.path.realpath(python) == python else f"{python} -> {os.path.realpath(python)}"
     last = (res.stderr.strip().splitlines() or [""])[-1]
     if res.returncode in (126, 127):   # unshare could not execute it
-        why = _blocked(python) or last or "not executable"
+        why = tools.exec_blocked(python) or last or "not executable"
         raise IsolationError(f"{shown} is not executable by uid {os.getuid()} inside {where} "
                              f"(exit {res.returncode}): {why}")
     raise IsolationError(f"{shown} cannot start the job inside {where} (exit {res.returncode}): "

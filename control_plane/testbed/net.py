@@ -36,7 +36,6 @@ import dataclasses
 import json
 import logging
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -63,6 +62,7 @@ from control_plane.testbed.targets import (
 )
 from control_plane.testbed.workload import TestbedWorkloads
 from host.protocol.layout import THC_UDP_PORT
+from host.tools import MININET_TESTBED, MissingToolError, require, require_command
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,7 @@ HOST_NFT = f"""table inet netco_host {{
 
 
 def _run(argv: list[str], stdin: str | None = None, timeout: float = 20.0) -> str:
+    require_command(argv)   # a missing tool names its package (MissingToolError), not ENOENT
     p = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)}: {(p.stderr or p.stdout).strip()}")
@@ -86,6 +87,7 @@ def _run(argv: list[str], stdin: str | None = None, timeout: float = 20.0) -> st
 def _in(pid: int):
     """Runner for commands inside the namespaces of process ``pid`` (a Mininet node)."""
     def run(argv: list[str], stdin: str | None = None) -> str:
+        require_command(argv)   # mnexec would only say "No such file or directory"
         return _run(["mnexec", "-a", str(pid), *argv], stdin)
     return run
 
@@ -125,9 +127,8 @@ def _wait_port(port: int, proc: subprocess.Popen, timeout: float, what: str, log
 
 
 def _offloads_off(run, dev: str) -> None:
-    # Raw-frame switches copy frames verbatim: a checksum left to "hardware" would stay wrong.
-    if shutil.which("ethtool") is None:
-        return
+    # Raw-frame switches copy frames verbatim: a checksum left to "hardware" would stay wrong
+    # (ethtool is required: Testbed.preflight).
     with contextlib.suppress(RuntimeError):
         run(["ethtool", "-K", dev, "tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off"])
 
@@ -228,16 +229,13 @@ class Testbed(TestbedWorkloads):
         except ImportError as exc:
             raise TestbedError("Mininet is not importable: apt-get install mininet; in a venv add "
                                "/usr/lib/python3/dist-packages via a .pth file (./dev.sh does)") from exc
-        missing = [t for t in ("mnexec", "ip", "tc") if shutil.which(t) is None]
-        if missing:
-            raise TestbedError(f"missing tools: {', '.join(missing)} (apt-get install mininet iproute2)")
-        for tool, what in (("ethtool", "checksum offloads stay on: ordinary TCP/UDP through the "
-                                       "switches may arrive with bad checksums (THC is unaffected)"),
-                           ("nft", "hosts answer THC results with ICMP port unreachable (counted "
-                                   "as NO_ROUTE drops); links with loss and no delay cannot be built")):
-            if shutil.which(tool) is None:
-                self.notes.append(f"{tool} missing: {what}")
-                log.warning("%s missing: %s", tool, what)
+        # ethtool: checksum offloads off (else ordinary TCP/UDP through the raw-frame switches
+        # arrives with bad checksums: gloo ranks go missing); nft: hosts must not answer THC
+        # results with ICMP port unreachable, and lossy links without delay need its drop rule
+        try:
+            require(*MININET_TESTBED, why="by a Mininet testbed")
+        except MissingToolError as exc:
+            raise TestbedError(str(exc)) from None
         taken = [i for i in self.plan.root_interfaces if Path(f"/sys/class/net/{i}").exists()]
         if taken:
             raise TestbedError(f"interfaces {', '.join(taken)} already exist: another testbed with tag "
@@ -365,8 +363,7 @@ class Testbed(TestbedWorkloads):
                  "nud", "permanent"])
             # THC results are read by raw sockets (before netfilter); the host's IP stack must not
             # answer them with ICMP port unreachable, which the switch would count as NO_ROUTE.
-            if shutil.which("nft") is not None:
-                run(["nft", "-f", "-"], HOST_NFT)
+            run(["nft", "-f", "-"], HOST_NFT)
             if self.link_mbps is not None:  # uplink: the host's egress; downlink: the switch's
                 run(["tc", "qdisc", "replace", "dev", h.ifname, "root", *tbf_args(self.link_mbps)])
                 _run(["tc", "qdisc", "replace", "dev", h.switch_if, "root",
@@ -577,10 +574,16 @@ class Testbed(TestbedWorkloads):
         return _in(self.node_pid(host))(argv, stdin)
 
     def ping(self, src: str, dst: str, count: int = 1, timeout: float = 2.0) -> bool:
-        """True when ``src`` gets ``count`` echo replies from ``dst`` (routed by the switches)."""
+        """True when ``src`` gets ``count`` echo replies from ``dst`` (routed by the switches).
+
+        Raises :class:`~host.tools.MissingToolError` (naming iputils-ping) when ``ping`` is missing:
+        no reply and no ping are not the same answer.
+        """
         ip = self.cfg.host(dst).ip
         try:
             out = self.cmd(src, ["ping", "-n", "-c", str(count), "-W", f"{timeout:g}", ip])
+        except MissingToolError:
+            raise
         except RuntimeError:
             return False
         return f"{count} received" in out

@@ -22,7 +22,7 @@ from control_plane.testbed.impair.probe import check, measure, open_probe_socket
 from host.netns import in_netns
 from host.paths import REPO
 
-pytestmark = pytest.mark.root
+pytestmark = [pytest.mark.root, pytest.mark.tools("ip", "tc", "sysctl")]
 
 
 def _sh(cmd: list[str], stdin: str | None = None) -> str:
@@ -121,6 +121,7 @@ def test_forwarder_impairments_measured(chain, imp):
         assert st["duplicated"] == res.duplicates
 
 
+@pytest.mark.tools("nft")
 def test_bridge_mode_loss_and_rate(chain):
     imp = Impairment(loss_pct=2, bandwidth_mbps=20)
     configure(imp, "a1", "b1", "bridge", chain.run_node)

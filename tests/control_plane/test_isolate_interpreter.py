@@ -52,15 +52,6 @@ def test_an_interpreter_that_cannot_import_the_job_is_named(tmp_path):
         isolate.check_available(str(fake))
 
 
-def _as_user_with_dac_override(python: str) -> list[str]:
-    """``setpriv`` prefix: uid/gid :data:`UID`, no groups, but CAP_DAC_OVERRIDE and
-    CAP_DAC_READ_SEARCH as ambient capabilities, so that it can run ``python`` from a folder
-    only root may enter, as long as it is not inside a user namespace."""
-    caps = "+dac_override,+dac_read_search"
-    return ["setpriv", f"--reuid={UID}", f"--regid={UID}", "--clear-groups", f"--inh-caps={caps}",
-            f"--ambient-caps={caps}", python]
-
-
 @pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.tools("setpriv", "unshare")
@@ -68,48 +59,51 @@ def test_demo_falls_back_to_loopback_when_the_interpreter_cannot_run_in_the_name
     """``netco demo`` as an unprivileged user whose interpreter sits in a mode-0700 folder of
     root's: one line naming the interpreter, uid and folder, then the loopback run with the
     time labelled emulated (was: ``IsolationError ... exited 126`` and a traceback)."""
-    with tempfile.TemporaryDirectory(prefix="netco-interp-test-") as tmp:
-        _demo_with_unusable_interpreter(Path(tmp))
-
-
-def _demo_with_unusable_interpreter(tmp_path: Path) -> None:
     # not under pytest's tmp_path: /tmp/pytest-of-root is itself mode 0700
-    tmp_path.chmod(0o755)
-    private = tmp_path / "root-only"
-    private.mkdir(mode=0o700)
-    python = private / "python"
-    python.symlink_to(os.path.realpath(sys.executable))
-    work = tmp_path / "work"
-    work.mkdir()
-    work.chmod(0o777)   # the user writes its report here
-    # the venv's packages and the repository, for the base interpreter the symlink names
-    paths = [str(REPO), *dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))]
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(work),
-           "PYTHONPATH": os.pathsep.join(paths)}
-    probe = subprocess.run([*_as_user_with_dac_override(str(python)), "-c", "import os, torch; "
-                            "print(os.geteuid())"], env=env, capture_output=True, text=True,
-                           timeout=120)
-    if probe.returncode != 0 or probe.stdout.strip() != str(UID):
-        pytest.skip(f"cannot run {python} as uid {UID} with ambient capabilities here "
-                    f"({(probe.stderr.strip().splitlines() or ['?'])[-1]})")
-    userns = subprocess.run(["setpriv", f"--reuid={UID}", f"--regid={UID}", "--clear-groups",
-                             "unshare", "--user", "--map-root-user", "true"], capture_output=True)
-    if userns.returncode != 0:
-        pytest.skip(f"uid {UID} cannot make user namespaces here (the fallback this tests is the "
-                    "one for an unusable interpreter)")
-    argv = ["-m", "control_plane.cli.main", "demo", "--task", "digits", "--workers", "2",
-            "--steps", "2", "--json", "--no-progress", "--out", "r.json", "--plot", "r.png"]
-    res = subprocess.run([*_as_user_with_dac_override(str(python)), *argv], env=env, cwd=work,
-                         capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert "Traceback" not in res.stderr, res.stderr[-2000:]
-    lines = [ln for ln in res.stderr.splitlines() if "no namespace rack here" in ln]
-    assert len(lines) == 1, res.stderr[-2000:]
-    line = lines[0]
-    assert f"{python} -> " in line and f"not executable by uid {UID} inside the user namespace" in line
-    assert f"(exit 126): its directory {private} is mode 0700 (owner root)" in line
-    assert "falling back to loopback (--testbed loopback)" in line and "EMULATED" in line
-    rep = json.loads((work / "r.json").read_text())
-    assert rep["testbed"] == "loopback" and rep["time_basis"] == "emulated"
-    assert {s["time_basis"] for s in rep["summary"].values()} == {"emulated"}
-    assert Path(work / "r.png").stat().st_size > 0
+    with tempfile.TemporaryDirectory(prefix="netco-interp-test-") as tmp:
+        tmp_path = Path(tmp)
+        tmp_path.chmod(0o755)
+        # uid/gid UID, no groups, but CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH as ambient
+        # capabilities: it may run a Python from a folder only root may enter, as long as it
+        # is not inside a user namespace
+        caps = "+dac_override,+dac_read_search"
+        as_user = ["setpriv", f"--reuid={UID}", f"--regid={UID}", "--clear-groups",
+                   f"--inh-caps={caps}", f"--ambient-caps={caps}"]
+        private = tmp_path / "root-only"
+        private.mkdir(mode=0o700)
+        python = private / "python"
+        python.symlink_to(os.path.realpath(sys.executable))
+        work = tmp_path / "work"
+        work.mkdir()
+        work.chmod(0o777)   # the user writes its report here
+        # the venv's packages and the repository, for the base interpreter the symlink names
+        paths = [str(REPO), *dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))]
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(work),
+               "PYTHONPATH": os.pathsep.join(paths)}
+        probe = subprocess.run([*as_user, str(python), "-c", "import os, torch; "
+                                "print(os.geteuid())"], env=env, capture_output=True, text=True,
+                               timeout=120)
+        if probe.returncode != 0 or probe.stdout.strip() != str(UID):
+            pytest.skip(f"cannot run {python} as uid {UID} with ambient capabilities here "
+                        f"({(probe.stderr.strip().splitlines() or ['?'])[-1]})")
+        userns = subprocess.run(["setpriv", f"--reuid={UID}", f"--regid={UID}", "--clear-groups",
+                                 "unshare", "--user", "--map-root-user", "true"], capture_output=True)
+        if userns.returncode != 0:
+            pytest.skip(f"uid {UID} cannot make user namespaces here (the fallback this tests is the "
+                        "one for an unusable interpreter)")
+        argv = ["-m", "control_plane.cli.main", "demo", "--task", "digits", "--workers", "2",
+                "--steps", "2", "--json", "--no-progress", "--out", "r.json", "--plot", "r.png"]
+        res = subprocess.run([*as_user, str(python), *argv], env=env, cwd=work,
+                             capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0, res.stderr[-2000:]
+        assert "Traceback" not in res.stderr, res.stderr[-2000:]
+        lines = [ln for ln in res.stderr.splitlines() if "no namespace rack here" in ln]
+        assert len(lines) == 1, res.stderr[-2000:]
+        line = lines[0]
+        assert f"{python} -> " in line and f"not executable by uid {UID} inside the user namespace" in line
+        assert f"(exit 126): its directory {private} is mode 0700 (owner root)" in line
+        assert "falling back to loopback (--testbed loopback)" in line and "EMULATED" in line
+        rep = json.loads((work / "r.json").read_text())
+        assert rep["testbed"] == "loopback" and rep["time_basis"] == "emulated"
+        assert {s["time_basis"] for s in rep["summary"].values()} == {"emulated"}
+        assert Path(work / "r.png").stat().st_size > 0

@@ -32,6 +32,7 @@ import sys
 from collections.abc import Callable
 
 from control_plane.testbed.impair.params import Impairment, ImpairmentError
+from host.tools import require
 
 BRIDGE = "ncbr0"
 NFT_TABLE = "netco_impair"
@@ -167,15 +168,21 @@ def configure(imp: Impairment, if_a: str, if_b: str, mode: str, run: Runner) -> 
     ------
     ImpairmentError
         If a command fails or the read-back misses a qdisc or the drop rule.
+    host.tools.MissingToolError
+        If a binary it runs (``ip``, ``tc``, ``nft`` for a lossy bridge) is not on ``PATH``:
+        the message names the Debian package.
     """
-    for cmd in setup_commands(imp, if_a, if_b, mode):
+    cmds = setup_commands(imp, if_a, if_b, mode)
+    rules = nft_ruleset(imp) if mode == "bridge" else ""
+    require(*dict.fromkeys(c[0] for c in cmds if c[0] != "sysctl"), *(["nft"] if rules else []),
+            why=f"by the impairment node's {mode} mode")
+    for cmd in cmds:
         try:
             run(cmd)
         except RuntimeError as exc:
             if cmd[0] == "sysctl":
                 continue  # IPv6 may be compiled out
             raise ImpairmentError(f"impairment node {if_a}/{if_b}: {exc}") from exc
-    rules = nft_ruleset(imp) if mode == "bridge" else ""
     if rules:
         try:
             run(["nft", "-f", "-"], rules)
