@@ -149,11 +149,6 @@ def nmse(out: np.ndarray, arrays: list[np.ndarray]) -> float:
 
 def run_roundtrip(args: argparse.Namespace) -> int:
     import numpy as np
-    import torch
-
-    from host.thc.codec import InputRangeError, NonFiniteError, THCCodec
-    from host.thc.lanes import LaneOverflowError
-    from host.thc.simulate import allreduce
 
     cfg = config_from_args(args)
     check_output(args.output)
@@ -161,6 +156,12 @@ def run_roundtrip(args: argparse.Namespace) -> int:
     for path, a in zip(args.inputs[1:], arrays[1:], strict=True):
         if a.shape != arrays[0].shape:
             raise UsageError(f"{path}: shape {a.shape} differs from {args.inputs[0]}'s {arrays[0].shape}")
+    import torch  # the work starts: torch after the usage errors (issue 36)
+
+    from host.thc.codec import InputRangeError, NonFiniteError, THCCodec
+    from host.thc.lanes import LaneOverflowError
+    from host.thc.simulate import allreduce
+
     tensors = [torch.from_numpy(np.ascontiguousarray(a)) for a in arrays]
     codec = THCCodec(cfg)
     for path, t in zip(args.inputs, tensors, strict=True):
