@@ -239,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
     }
     Path(args.out).write_text(json.dumps(report, indent=1))
     plot_comparison(runs, args.plot, link_mbps=args.link_mbps, target=target, labels=LABELS,
-                    time_basis=basis)
+                    time_basis=basis, summaries=summaries, speedup=("thc", "none"))
     if args.json:
         print(json.dumps({k: v for k, v in report.items() if k != "runs"}))
         return 0
@@ -257,6 +257,8 @@ def run(args: argparse.Namespace) -> int:
         ("bits / coordinate up", f"{8 * thc_s['bytes_sent_per_step'] / p:.2f}",
          f"{8 * none_s['bytes_sent_per_step'] / p:.2f}"),
         (f"time to {target:g} accuracy (s, {basis})", sec(tt["thc"]), sec(tt["none"])),
+        (f"speedup to {target:g} accuracy", *((f"{report['speedup_to_target']:.1f}x", "1x")
+                                              if report["speedup_to_target"] else ("-", "-"))),
         (f"time, all {steps} steps (s, {basis})", f"{thc_s['time_s']:.1f}",
          f"{none_s['time_s']:.1f}"),
     ]

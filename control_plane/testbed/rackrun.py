@@ -62,15 +62,28 @@ def open_testbed(testbed: str, workers: int, link_mbps: float | None, *,
 
 
 def describe(rep: dict) -> str:
-    """One line: what the testbed is and what its links measured."""
+    """What the testbed is, then a table of the rates its links measured (Mbit/s)."""
+    from host.columns import format_columns
+
     how = rep.get("target") or ("rootless" if rep.get("rootless") else "root")
-    line = (f"{rep['kind']} up ({how}): {rep['workers']} hosts, "
-            f"links {rep['link_mbps']} Mbit/s, measured {rep['measured_mbps']}")
+
+    def rate(v: object) -> str:
+        return f"{v:.1f}" if isinstance(v, int | float) else "-"
+
+    rows = [(host, rate(m.get("up")), rate(m.get("down")))
+            for host, m in sorted((rep.get("measured_mbps") or {}).items())]
     for w in rep.get("wan", []):
         m = w.get("measured") or {}
-        rates = {d: r.get("rate_mbps") for d, r in m.items()}
-        line += f"; WAN {w['link']}: {w['asked']} ({w['mode']}), measured {rates}"
-    return line
+        dirs = sorted(m)
+        rows.append((f"WAN {w['link']} ({w['asked']}, {w['mode']})",
+                     *(rate((m.get(d) or {}).get("rate_mbps")) for d in dirs[:2]),
+                     *(["-"] * (2 - len(dirs[:2])))))
+    head = (f"{rep['kind']} up ({how}): {rep['workers']} hosts, links shaped to "
+            f"{rep['link_mbps']:g} Mbit/s; measured rates (up: host to switch):")
+    wan = bool(rep.get("wan"))
+    table = format_columns(("link", "up" + (" / a->b" if wan else "") + " (Mbit/s)",
+                            "down" + (" / b->a" if wan else "") + " (Mbit/s)"), rows)
+    return head + "\n" + "\n".join(f"  {line}" for line in table.splitlines())
 
 
 def _say(msg: str) -> None:
@@ -112,13 +125,15 @@ def train_compare(task: str, workers: int, link_mbps: float | None, specs: list[
                       num_slots=num_slots, **options) as rack:
         rep = rack.report()
         if not quiet:
-            _say(f"  {describe(rep)}")
+            _say("\n".join(f"  {line}" for line in describe(rep).splitlines()))
         runs = []
         for sd in specs:
             spec = CompressorSpec(**sd)
             net = rack.network_spec() if spec.kind == "thc" else None
             if not quiet:
-                _say(f"  {spec.label} on the rack ...")
+                from host.training.report import display_name
+
+                _say(f"  {display_name(spec.label, 'network' if net else None)} on the rack ...")
             t0 = time.perf_counter()
             emb = getattr(rack, "embedded", None)   # the namespace rack's software target
             pid = emb.proc.pid if emb is not None and emb.proc else None
@@ -210,7 +225,7 @@ def allreduce_bench(workers: int, link_mbps: float | None, elements: int, *, rep
     with open_testbed(testbed, workers, link_mbps, **options) as rack:
         rep = rack.report()
         if not quiet:
-            _say(f"  {describe(rep)}")
+            _say("\n".join(f"  {line}" for line in describe(rep).splitlines()))
         spec = rack.network_spec()
         res = run_workers(_allreduce_worker, workers,
                           (elements, repeats, spec, seed, check, tuple(which)),

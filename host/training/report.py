@@ -286,6 +286,12 @@ def plot_comparison(runs: Sequence[dict], path: str, *, link_mbps: float | None 
                 arrowprops={"arrowstyle": "->", "color": "black"})
             axes[2].annotate("", xy=(fast, target), xytext=(slow, target),
                              arrowprops={"arrowstyle": "<->", "color": "black", "lw": 1.2})
+        else:
+            missed = [names.get(k, k) for k, t in zip(speedup, (fast, slow), strict=True) if not t]
+            axes[2].text(0.97, 0.06, f"target not reached by {' nor '.join(missed)}\n"
+                         "in this run: no speedup to show", transform=axes[2].transAxes,
+                         ha="right", va="bottom", fontsize=9,
+                         bbox={"boxstyle": "round", "fc": "white", "ec": "grey"})
     handles, names_ = axes[0].get_legend_handles_labels()
     if marks:
         from matplotlib.lines import Line2D

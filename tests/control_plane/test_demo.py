@@ -185,3 +185,45 @@ def test_demo_on_a_mininet_rack_trains_like_loopback(tmp_path, capsys, switch):
     loss = {k: [r["loss"] for r in v["runs"][0]["records"]] for k, v in runs.items()}
     assert loss["rack"] == loss["loopback"]
     assert runs["rack"]["network_stats"]["min_count"] == 4
+
+
+def _fake_run(compressor: str, aggregator: str, nbytes: int) -> dict:
+    recs = [{"step": i, "loss": 1.0, "metric": min(1.0, 0.3 * i), "eval_loss": 1.0, "bytes_sent": nbytes,
+             "bytes_received": nbytes, "compute_s": 0.01, "comm_s": 0.0, "wall_s": 0.01}
+            for i in range(1, 6)]
+    return {"compressor": compressor, "aggregator": aggregator, "records": recs, "params": 1000,
+            "higher_is_better": True, "metric_name": "accuracy", "task": "digits", "workers": 2,
+            "seed": 0, "steps": 5}
+
+
+def test_demo_plot_marks_both_times_to_target_and_the_speedup(tmp_path, capsys, monkeypatch):
+    """Issue 36: the demo's plot marks the two time-to-target points and the speedup, and the
+    table says the speedup."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from control_plane.cli import demo
+
+    runs = [_fake_run("thc", "network", 2_000), _fake_run("none", "torch.distributed", 200_000)]
+    monkeypatch.setattr(demo, "_train_pair",
+                        lambda *a, **k: (runs, [], "software switch on loopback", None))
+    figs = []
+    monkeypatch.setattr(plt, "close", figs.append)
+    out, png = tmp_path / "d.json", tmp_path / "d.png"
+    assert main(["demo", "--testbed", "loopback", "--task", "digits", "--steps", "5",
+                 "--out", str(out), "--plot", str(png)]) == 0
+    text = capsys.readouterr().out
+    rep = json.loads(out.read_text())
+    tt = rep["time_to_target_s"]
+    assert tt["thc"] < tt["none"]
+    (fig,) = figs
+    ax = fig.axes[2]
+    stars = sorted(ln.get_xdata()[0] for ln in ax.get_lines() if ln.get_marker() == "*")
+    assert stars == pytest.approx(sorted(tt.values()))
+    notes = " ".join(t.get_text() for t in ax.texts)
+    assert f"{rep['speedup_to_target']:.1f}x sooner" in notes and "THC via switch" in notes
+    assert ax.get_xlabel().count("emulated") == 1
+    row = next(line for line in text.splitlines() if line.startswith("speedup to"))
+    assert f"{rep['speedup_to_target']:.1f}x" in row

@@ -175,3 +175,18 @@ def _exact_run(tmp_path: Path, size: int, seed: int) -> tuple[dict, np.ndarray]:
     else:
         subprocess.run([sys.executable, "-c", code], check=True, timeout=600)
     return json.loads((tmp_path / "rep.json").read_text()), np.load(tmp_path / "res.npy")
+
+
+def test_rack_description_is_a_table_of_rates_not_a_dict():
+    """Issue 36: the demo printed the measured rates as a raw Python dict."""
+    from control_plane.testbed.rackrun import describe
+
+    text = describe({"kind": "namespace rack", "rootless": True, "workers": 2, "link_mbps": 100.0,
+                     "measured_mbps": {"h2": {"up": 96.04, "down": 95.2},
+                                       "h1": {"up": 95.31, "down": 94.8}}})
+    lines = text.splitlines()
+    assert lines[0] == ("namespace rack up (rootless): 2 hosts, links shaped to 100 Mbit/s; "
+                        "measured rates (up: host to switch):")
+    assert lines[1].split() == ["link", "up", "(Mbit/s)", "down", "(Mbit/s)"]
+    assert [ln.split() for ln in lines[2:]] == [["h1", "95.3", "94.8"], ["h2", "96.0", "95.2"]]
+    assert "{" not in text and "'" not in text
