@@ -4,7 +4,9 @@ scenario."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -40,6 +42,20 @@ def run_workers(n: int, fn, timeout: float = 60.0) -> list:
         if e is not None:
             raise e
     return out
+
+
+@contextlib.contextmanager
+def in_background(fn: Callable[[threading.Event], None]) -> Iterator[None]:
+    """Run ``fn(stop)`` on a daemon thread for the ``with`` block; after it, set ``stop`` and
+    wait up to 5 s for the thread."""
+    stop = threading.Event()
+    th = threading.Thread(target=fn, args=(stop,), daemon=True)
+    th.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        th.join(5)
 
 
 def close_all(aggs: list) -> None:

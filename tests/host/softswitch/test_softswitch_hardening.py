@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from host.thc import THCCodec
 from host.thc.simulate import allreduce as simulated_allreduce
 from host.transport.job import JobSpec, NetworkAggregator
 from host.transport.ports import UdpEndpoint
-from tests.support.transport import run_workers, worker_data
+from tests.support.transport import in_background, run_and_close, worker_data
 
 
 @pytest.fixture(scope="module")
@@ -40,15 +41,14 @@ def _aggs(net, base):
 
 
 def test_junk_from_a_member_address_teaches_no_reply_port(net):
-    """H1: one-byte datagrams from each member's address (another UDP port) during an
-    all-reduce: the switch keeps sending results to the port that sent valid contributions."""
+    """H1: one-byte datagrams from each member's address (another UDP port) before and during
+    an all-reduce: the switch keeps sending results to the port that sent valid contributions."""
     codec = THCCodec()
     xs = worker_data(2, 40_000, 9)
     aggs = _aggs(net, 5000)
-    stop = threading.Event()
     junk = [0]
 
-    def spray() -> None:
+    def spray(stop: threading.Event) -> None:
         socks = []
         for r in range(net.workers):
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -62,16 +62,13 @@ def test_junk_from_a_member_address_teaches_no_reply_port(net):
         for s, _ in socks:
             s.close()
 
-    th = threading.Thread(target=spray, daemon=True)
-    th.start()
-    try:
-        got = run_workers(2, lambda r: aggs[r].allreduce(xs[r], codec))
-        ports = {net.address(r).ip: a.ep.address[1] for r, a in enumerate(aggs)}
-    finally:
-        stop.set()
-        th.join(5)
-        for a in aggs:
-            a.ep.close()
+    ports = {net.address(r).ip: a.ep.address[1] for r, a in enumerate(aggs)}
+    with in_background(spray):
+        for _ in range(5000):   # junk flows before the all-reduce starts, not only by chance
+            if junk[0] > 10:
+                break
+            time.sleep(0.001)
+        got = run_and_close(aggs, lambda r: aggs[r].allreduce(xs[r], codec))
     assert junk[0] > 10
     ref = simulated_allreduce(codec, xs, round=0).average
     for g in got:

@@ -23,7 +23,7 @@ from host.transport.job import JobSpec, NetworkAggregator
 from host.transport.ports import UdpEndpoint
 from host.transport.slots import FAST_FLOOR, SlotConfig
 from tests.support.scripted import AbsentHoldingSwitch, deadline_exchange, deadline_exchanges
-from tests.support.transport import run_workers, worker_data
+from tests.support.transport import in_background, run_and_close, run_workers, worker_data
 
 NATIVE = [pytest.param(True, id="c-loop"), pytest.param(False, id="python-loop")]
 
@@ -71,10 +71,9 @@ def test_forged_results_from_another_address_change_no_sum(native):
         aggs = _aggregators(net, base, native)
         forged = _forged_results(net.job_id, 16, base, numel // 256 // 16 + 2)
         targets = [a.ep.address for a in aggs]
-        stop = threading.Event()
         sent = [0]
 
-        def flood() -> None:
+        def flood(stop: threading.Event) -> None:
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
                 s.bind(("127.0.0.99", 0))
                 while not stop.is_set():
@@ -83,15 +82,8 @@ def test_forged_results_from_another_address_change_no_sum(native):
                             s.sendto(d, t)
                             sent[0] += 1
 
-        th = threading.Thread(target=flood, daemon=True)
-        th.start()
-        try:
-            got = run_workers(n, lambda r: aggs[r].allreduce(xs[r], codec))
-        finally:
-            stop.set()
-            th.join(5)
-            for a in aggs:
-                a.ep.close()
+        with in_background(flood):
+            got = run_and_close(aggs, lambda r: aggs[r].allreduce(xs[r], codec))
     assert sent[0] > 1000
     ref = simulated_allreduce(codec, xs, round=0).average
     for a, g in zip(aggs, got, strict=True):
