@@ -7,7 +7,9 @@ workers' transport and the controller, as measurements. Prints one JSON object::
      "far_future_rounds":     {"stalled", "error", ...},
      "switch_restarts":       {"restarts", "deadlocks", "exact", "repairs", ...},
      "dead_rank_partial":     {"healthy_pkt_s", "dead_pkt_s", "ratio", "exact_where_full", ...},
-     "idle_streams":          {"streams", "status_s", "answered"}}
+     "idle_streams":          {"streams", "status_s", "answered"},
+     "start_flood", "replay", "cross_job", "token_flood", "values_above_g": ...}
+    (every class also "held": true when what it checks held)
 
 Every class runs on loopback (no root): one ``python -m host.softswitch`` process configured
 by the controller (``control_plane.embedded.EmbeddedNetwork``), workers as threads with their
@@ -37,7 +39,29 @@ dead_rank_partial
     deadline against a healthy run of the same size, ``--dead-repeats`` alternating pairs
     (medians; single runs on a shared machine scatter by 2x and more).
 idle_streams
-    16 P4Runtime streams that never arbitrate, then ``controller status``: it still answers.
+    ``--streams`` (40) P4Runtime streams that never arbitrate, reopened as they are closed,
+    then ``controller status``: it still answers (issue 33, 6: 32 locked it out).
+start_flood
+    issue 33, 1: a member's address (another UDP port) with the job's token sends START
+    contributions 2^30 rounds ahead into every slot copy between two all-reduces of a
+    partial-policy job: every rank returns (a result or an error) within its give-up instead
+    of hanging, and the next session (``host.transport.session.start_session``, as attach opens
+    it) is exact.
+replay
+    issue 33, 2: session 1's START contributions (every slot copy, with the token) replayed
+    into session 2, opened 2^31 + 4096 rounds later: session 2 exact.
+cross_job
+    issue 33, 3: two jobs with members on one host; job B's valid status requests from the
+    shared address (another port) during job A's all-reduces: A's sums exact, few retransmits.
+token_flood
+    issue 33, 4: one socket floods wrong-token datagrams during all-reduces: sums exact, the
+    all-reduces within 2x of clean ones, the socket held by the rate limit (its right-token
+    status request unanswered).
+values_above_g
+    issue 33, 5: a member's address sends values-uplink DATA of 255 per lane into the copies
+    the next all-reduce uses: dropped (``MALFORMED``), the sum exact.
+
+Every class reports ``held``: whether what it checks held.
 
     .venv/bin/python benchmarks/chaos.py --json
 """
@@ -180,7 +204,8 @@ def fuzz_member_addresses(args: argparse.Namespace) -> dict:
     return {"workers": n, "allreduces": k, "elements": args.elements, "exact": _exact(clean, refs)
             and _exact(fuzzed, refs), "clean_s": round(clean_s, 3), "fuzzed_s": round(fuzzed_s, 3),
             "ratio": round(fuzzed_s / clean_s, 2), "within_2x": fuzzed_s <= 2 * clean_s,
-            "datagrams": sent[0], "gap_s": args.fuzz_gap, "switch_drops": drops}
+            "datagrams": sent[0], "gap_s": args.fuzz_gap, "switch_drops": drops,
+            "held": _exact(clean, refs) and _exact(fuzzed, refs) and fuzzed_s <= 2 * clean_s}
 
 
 def forged_results(args: argparse.Namespace) -> dict:
@@ -225,7 +250,7 @@ def forged_results(args: argparse.Namespace) -> dict:
         foreign = [a.window.stats.foreign_results for a in aggs]
         _close(aggs)
     return {"workers": n, "allreduces": k, "exact": _exact(got, refs), "forged": sent[0],
-            "foreign_results": foreign,
+            "foreign_results": foreign, "held": _exact(got, refs),
             "errors": [repr(g)[:200] for g in got if isinstance(g, BaseException)]}
 
 
@@ -270,6 +295,7 @@ def far_future_rounds(args: argparse.Namespace) -> dict:
                              for a, b in zip(first, got, strict=True)], refs),
             "error": repr(errs[0])[:240] if errs else None,
             "timeouts": sum(isinstance(e, SlotTimeoutError) for e in errs),
+            "held": not errs,
             "mitigation": "the per-job token (BAD_SENDER) and the round window (AHEAD): "
                           "docs/security.md"}
 
@@ -349,6 +375,8 @@ def switch_restarts(args: argparse.Namespace) -> dict:
             "exact": _exact(got, refs), "seconds": round(seconds, 1),
             "restart_s_median": round(statistics.median(took), 2) if took else None,
             "recovery": "netco controller apply FILE (subprocess, token state file)",
+            "held": not errs and not apply_errors and count[0] == args.restarts
+            and _exact(got, refs),
             "repairs": repairs,
             "errors": [repr(e)[:200] for e in errs] + [f"apply: {e}" for e in apply_errors]}
 
@@ -407,7 +435,7 @@ def dead_rank_partial(args: argparse.Namespace) -> dict:
                 "healthy_s_runs": [round(x, 3) for x in healthy],
                 "after_first_deadline_s_runs": [round(x, 3) for x in dead],
                 "ratio_runs": [round(y / x, 2) for x, y in zip(healthy, dead, strict=True)],
-                "exact_where_full": exact,
+                "exact_where_full": exact, "held": exact and d <= 2 * h,
                 "full_count_fraction": round(min(full), 3) if full else None,
                 "fast_deadlines": sum(s.fast_deadlines for s in st),
                 "deadlines": sum(s.deadlines for s in st),
@@ -421,22 +449,31 @@ def idle_streams(args: argparse.Namespace) -> dict:
 
     with EmbeddedNetwork(2, num_slots=8) as net:
         addr = f"127.0.0.1:{net.grpc_port}"
-        chans, calls = [], []
-        for _ in range(args.streams):
-            ch = grpc.insecure_channel(addr)
-            stub = p4r_grpc.P4RuntimeStub(ch)
-            q: list = []
-            ev = threading.Event()
+        ch = grpc.insecure_channel(addr)
+        stub = p4r_grpc.P4RuntimeStub(ch)
+        stop = threading.Event()
+        opened = [0]
 
-            def reqs(ev=ev):
-                ev.wait(60)    # never arbitrate: hold the stream idle
+        def idle() -> None:
+            """Keep ``--streams`` streams open that never arbitrate; reopen each one closed."""
+            def reqs():
+                stop.wait(120)    # never arbitrate: hold the stream idle
                 return
                 yield p4r.StreamMessageRequest()
 
-            calls.append((stub.StreamChannel(reqs()), ev))
-            chans.append(ch)
-            q.append(ev)
-        time.sleep(0.5)
+            live: list = []
+            while not stop.is_set():
+                live = [c for c in live if c.is_active()]
+                while len(live) < args.streams and not stop.is_set():
+                    live.append(stub.StreamChannel(reqs()))
+                    opened[0] += 1
+                stop.wait(0.05)
+            for c in live:
+                c.cancel()
+
+        th = threading.Thread(target=idle, daemon=True)
+        th.start()
+        time.sleep(1.0)
         t0 = time.monotonic()
         try:
             res = run_sync(Controller(net.config, timeout=10).status())
@@ -445,17 +482,309 @@ def idle_streams(args: argparse.Namespace) -> dict:
         except Exception as exc:   # reported: the measurement is whether it answers
             ok, err = False, repr(exc)[:200]
         took = time.monotonic() - t0
-        for call, ev in calls:
-            ev.set()
-            call.cancel()
-        for ch in chans:
-            ch.close()
-    return {"streams": args.streams, "answered": ok, "status_s": round(took, 2), "error": err}
+        stop.set()
+        th.join(10)
+        ch.close()
+    return {"streams": args.streams, "opened": opened[0], "answered": ok,
+            "status_s": round(took, 2), "error": err, "held": ok}
+
+
+# -- issue 33: what a faulty member and a hostile neighbour can still do --------------------
+class _Agreement:
+    """The ranks' agreement on a session try (attach uses the process group; threads here)."""
+
+    def __init__(self, n: int) -> None:
+        self.barrier = threading.Barrier(n)
+        self.lock = threading.Lock()
+        self.failed = False
+
+    def __call__(self, ok: bool) -> bool:
+        with self.lock:
+            self.failed |= not ok
+        self.barrier.wait(60)
+        failed = self.failed
+        self.barrier.wait(60)
+        with self.lock:
+            self.failed = False
+        self.barrier.wait(60)
+        return failed
+
+
+def _contribution(net: EmbeddedNetwork, slot: int, rnd: int, norm: bool, flags: int = 0,
+                  rank: int = 0, token: int | None = None, values: int | None = None) -> bytes:
+    """A DATA (indices, or values-uplink lanes of ``values``) or NORM contribution of ``rank``."""
+    if norm:
+        h = wire.Header(msg_type=lay.MsgType.NORM, job_id=net.job_id, rank=rank, slot=slot,
+                        round=rnd & 0xFFFFFFFF, slot_set=rnd & 1, lane_bits=32, flags=flags,
+                        elem_count=lay.NORMS_PER_PACKET,
+                        token=net.token if token is None else token)
+        return wire.pack_header(h) + bytes(lay.NORMS.nbytes)
+    bits = lay.INDEX_BITS if values is None else lay.VALUE_BITS
+    h = wire.Header(msg_type=lay.MsgType.DATA, job_id=net.job_id, rank=rank, slot=slot,
+                    round=rnd & 0xFFFFFFFF, slot_set=rnd & 1, lane_bits=bits, flags=flags,
+                    elem_count=lay.COORDS_PER_PACKET, token=net.token if token is None else token)
+    pay = (bytes(lay.COORDS_PER_PACKET // 2) if values is None
+           else bytes([values]) * lay.COORDS_PER_PACKET)
+    return wire.pack_header(h) + pay
+
+
+def _drops(net: EmbeddedNetwork) -> dict[int, int]:
+    return dict(net.status()[0].counters.get("ingress.drops", {}))
+
+
+def start_flood(args: argparse.Namespace) -> dict:
+    from host.transport.session import start_session
+
+    n, W = 3, 16
+    codec = THCCodec()
+    xs = _data(n, W * 256, 6)
+    ref = simulated_allreduce(codec, xs, round=0).average
+    slots = SlotConfig(policy="partial", deadline=0.2, give_up=args.give_up)
+    with EmbeddedNetwork(n, num_slots=W) as net:
+        base = session_round_base() & ~1
+        aggs = _aggs(net, base, slots)
+        first = _run(aggs, lambda i: aggs[i].allreduce(xs[i], codec))
+        nxt = {k: aggs[0].window.next_round[k].copy() for k in ("data", "norm")}
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind((net.address(0).ip, 0))           # rank 0's address, another UDP port
+            for slot in range(W):
+                for k in (0, 1):                      # both copies, data and norm
+                    for norm in (False, True):
+                        far = int(nxt["norm" if norm else "data"][slot]) + (1 << 30) + k
+                        s.sendto(_contribution(net, slot, far, norm, flags=int(lay.Flag.START)),
+                                 net.address(0).switch)
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        during = _run(aggs, lambda i: aggs[i].allreduce(xs[i], codec), timeout=args.give_up * 4 + 30)
+        returned_s = time.monotonic() - t0
+        hung = sum(isinstance(g, TimeoutError) and str(g) == "hung" for g in during)
+        # the next session, opened as attach opens it
+        agree = _Agreement(n)
+        cands = _run(aggs, lambda i: start_session(aggs[i], base + (1 << 20), slots, agree))
+        after = _run(aggs, lambda i: aggs[i].allreduce(xs[i], codec))
+        _close(aggs)
+    exact_after = _exact([[a] if not isinstance(a, BaseException) else a for a in after],
+                         [simulated_allreduce(codec, xs, round=1).average])
+    bound = args.give_up * 2 + 5
+    return {"workers": n, "spoofed": 4 * W, "policy": "partial", "give_up_s": args.give_up,
+            "returned_s": round(returned_s, 2), "hung": hung,
+            "errors_during": [repr(g)[:160] for g in during if isinstance(g, BaseException)][:3],
+            "exact_before": _exact([[g] if not isinstance(g, BaseException) else g
+                                    for g in first], [ref]),
+            "next_session": [c if not isinstance(c, BaseException) else repr(c)[:160]
+                             for c in cands],
+            "exact_after": exact_after,
+            "held": hung == 0 and returned_s <= bound and exact_after}
+
+
+def replay(args: argparse.Namespace) -> dict:
+    from host.transport.session import start_session
+
+    n, W = 2, 8
+    codec = THCCodec()
+    xs = _data(n, W * 256, 7)
+    slots = SlotConfig(give_up=args.give_up)
+    with EmbeddedNetwork(n, num_slots=W) as net:
+        s1 = session_round_base() & ~1
+        aggs = _aggs(net, s1, slots)
+        agree = _Agreement(n)
+        c1 = _run(aggs, lambda i: start_session(aggs[i], s1, slots, agree))
+        _run(aggs, lambda i: aggs[i].allreduce(xs[i], codec))
+        # what a capture of session 1 holds: its START contributions on every copy, with the token
+        captured = [_contribution(net, slot, c + k, norm, flags=int(lay.Flag.START), rank=r)
+                    for c in {x for x in c1 if isinstance(x, int)}
+                    for slot in range(W) for k in (0, 1) for norm in (False, True)
+                    for r in range(n)]
+        s2 = (s1 + (1 << 31) + 4096) & ~1 & 0xFFFFFFFF
+        agree = _Agreement(n)
+        c2 = _run(aggs, lambda i: start_session(aggs[i], s2, slots, agree))
+        before = _drops(net)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind((net.address(0).ip, 0))
+            for d in captured:
+                s.sendto(d, net.address(0).switch)
+        time.sleep(0.2)
+        got = _run(aggs, lambda i: aggs[i].allreduce(xs[i], codec))
+        after = _drops(net)
+        _close(aggs)
+    exact = _exact([[g] if not isinstance(g, BaseException) else g for g in got],
+                   [simulated_allreduce(codec, xs, round=1).average])
+
+    def show(c: object) -> object:
+        return c if isinstance(c, int) else repr(c)[:160]
+
+    return {"workers": n, "replayed": len(captured), "session_1": show(c1[0]),
+            "session_2": [show(c) for c in c2],
+            "dropped_stale": after.get(int(lay.DropReason.STALE), 0)
+            - before.get(int(lay.DropReason.STALE), 0),
+            "exact": exact, "held": exact}
+
+
+def cross_job(args: argparse.Namespace) -> dict:
+    import asyncio
+
+    from control_plane.config import parse_config
+    from host.softswitch.launch import UdpSwitch
+
+    ips = ["127.0.0.31", "127.0.0.32"]
+    codec = THCCodec()
+    xs = _data(2, args.elements, 8)
+    with tempfile.TemporaryDirectory(prefix="netco-chaos-") as tmp:
+        sw = UdpSwitch(Path(tmp), 2).start()
+        try:
+            cfg = parse_config({
+                "switches": [{"name": "s1", "address": sw.address, "addr": "10.0.0.254",
+                              "target": "softswitch"}],
+                "hosts": [{"name": f"h{r + 1}", "ip": ip, "attach": f"s1:{r + 1}"}
+                          for r, ip in enumerate(ips)],
+                "jobs": [{"name": "a", "id": 1, "members": ["h1", "h2"]},
+                         {"name": "b", "id": 2, "members": ["h1", "h2"]}]})
+            ctl = Controller(cfg)
+            if not all(r.ok for r in asyncio.run(ctl.apply())):
+                raise RuntimeError("controller apply failed")
+            aggs = [NetworkAggregator(UdpEndpoint(("127.0.0.1", sw.ports[r + 1]), bind=(ips[r], 0)),
+                                      JobSpec(1, r, 2, num_slots=16, token=ctl.tokens[1],
+                                              round_base=1000), SlotConfig(give_up=10.0))
+                    for r in range(2)]
+            peek = wire.pack_header(wire.Header(
+                msg_type=lay.MsgType.NORM, job_id=2, slot=0, round=1, slot_set=1,
+                lane_bits=lay.NORMS.bits, rank=0, token=ctl.tokens[2], flags=int(lay.Flag.PEEK),
+                elem_count=lay.NORMS_PER_PACKET)) + bytes(lay.NORMS.nbytes)
+            stop = threading.Event()
+            answered = [0]
+            b0 = UdpEndpoint(("127.0.0.1", sw.ports[1]), bind=(ips[0], 0))
+
+            def noise() -> None:
+                while not stop.is_set():
+                    b0.send_many([peek])
+                    answered[0] += len(b0.recv_many(0.001))
+
+            th = threading.Thread(target=noise, daemon=True)
+            th.start()
+            t0 = time.monotonic()
+            got = _allreduces(aggs, xs, codec, args.iterations)
+            took = time.monotonic() - t0
+            stop.set()
+            th.join(5)
+            b0.close()
+            retx = sum(a.window.stats.retransmits for a in aggs)
+            _close(aggs)
+        finally:
+            sw.stop()
+    refs = [simulated_allreduce(codec, xs, round=i).average for i in range(args.iterations)]
+    exact = _exact(got, refs)
+    return {"jobs": 2, "allreduces": args.iterations, "seconds": round(took, 2),
+            "peeks_answered": answered[0], "retransmits": retx, "exact": exact,
+            "held": exact and answered[0] > 0 and retx < 50 * args.iterations}
+
+
+_FLOODER = """
+import json, select, socket, sys, time
+ip, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+wrong, right, rate = bytes.fromhex(sys.argv[4]), bytes.fromhex(sys.argv[5]), float(sys.argv[6])
+t0 = time.monotonic()
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((ip, 0))
+s.setblocking(False)
+sent = 0
+while not select.select([sys.stdin], [], [], 0)[0]:
+    ahead = sent / rate - (time.monotonic() - t0) if rate > 0 else 0
+    if ahead > 0:
+        time.sleep(ahead)
+    for _ in range(64):
+        try:
+            s.sendto(wrong, (host, port))
+            sent += 1
+        except BlockingIOError:
+            break
+    try:
+        while True:
+            s.recv(4096)
+    except BlockingIOError:
+        pass
+s.sendto(right, (host, port))
+end, ok = time.monotonic() + 0.5, False
+while time.monotonic() < end and not ok:
+    if select.select([s], [], [], 0.05)[0]:
+        ok = bool(s.recv(4096)[2] & 0x08)
+print(json.dumps({"sent": sent, "confirmed": ok}))
+"""
+
+
+def token_flood(args: argparse.Namespace) -> dict:
+    """One process (not a thread of the workers' process: no shared interpreter lock) floods
+    wrong-token status requests from a member's address as fast as it can, then sends the
+    right one from the same socket: it must go unanswered while the socket is held."""
+    n, k = 2, args.iterations
+    codec = THCCodec()
+    xs = _data(n, args.elements, 9)
+    refs = [simulated_allreduce(codec, xs, round=i).average for i in range(k)]
+    with EmbeddedNetwork(n, num_slots=32) as net:
+        aggs = _aggs(net, 1)
+        t0 = time.monotonic()
+        clean = _allreduces(aggs, xs, codec, k)
+        clean_s = time.monotonic() - t0
+        _close(aggs)
+        wrong = _contribution(net, 0, 1, True, flags=int(lay.Flag.PEEK), token=net.token ^ 0x5A5A)
+        right = _contribution(net, 0, 1, True, flags=int(lay.Flag.PEEK))
+        host, port = net.address(0).switch
+        fl = subprocess.Popen([sys.executable, "-c", _FLOODER, net.address(0).ip, host, str(port),
+                               wrong.hex(), right.hex(), str(args.flood_rate)],
+                              stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+        try:
+            time.sleep(0.5)
+            aggs = _aggs(net, 1 << 20)
+            t0 = time.monotonic()
+            flooded = _allreduces(aggs, xs, codec, k)
+            flooded_s = time.monotonic() - t0
+            _close(aggs)
+            out, _ = fl.communicate("stop\n", timeout=30)
+        finally:
+            if fl.poll() is None:
+                fl.kill()
+        res = json.loads(out.strip().splitlines()[-1])
+    exact = _exact(clean, refs) and _exact(flooded, refs)
+    ratio = flooded_s / clean_s
+    return {"workers": n, "allreduces": k, "datagrams": res["sent"],
+            "rate_per_s": args.flood_rate or "as fast as it goes",
+            "clean_s": round(clean_s, 3), "flooded_s": round(flooded_s, 3),
+            "ratio": round(ratio, 2), "exact": exact,
+            "guess_confirmed_while_held": res["confirmed"],
+            "held": exact and ratio <= 2 and not res["confirmed"]}
+
+
+def values_above_g(args: argparse.Namespace) -> dict:
+    n, W = 2, 16
+    codec = THCCodec()
+    xs = _data(n, W * 256, 10)
+    refs = [simulated_allreduce(codec, xs, round=i).average for i in range(2)]
+    with EmbeddedNetwork(n, num_slots=W) as net:
+        aggs = _aggs(net, 1, SlotConfig(give_up=args.give_up))
+        first = _run(aggs, lambda i: aggs[i].allreduce(xs[i], codec))
+        nxt = aggs[0].window.next_round["data"].copy()
+        before = _drops(net)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind((net.address(0).ip, 0))           # rank 0's address, another port
+            for slot in range(W):
+                s.sendto(_contribution(net, slot, int(nxt[slot]), False, values=255),
+                         net.address(0).switch)
+        time.sleep(0.2)
+        got = _run(aggs, lambda i: aggs[i].allreduce(xs[i], codec))
+        after = _drops(net)
+        _close(aggs)
+    exact = _exact([[a, b] if not isinstance(b, BaseException) else b
+                    for a, b in zip(first, got, strict=True)], refs)
+    mal = after.get(int(lay.DropReason.MALFORMED), 0) - before.get(int(lay.DropReason.MALFORMED), 0)
+    return {"workers": n, "forged": W, "dropped_malformed": mal, "exact": exact,
+            "held": exact and mal == W}
 
 
 CLASSES = {"fuzz_member_addresses": fuzz_member_addresses, "forged_results": forged_results,
            "far_future_rounds": far_future_rounds, "switch_restarts": switch_restarts,
-           "dead_rank_partial": dead_rank_partial, "idle_streams": idle_streams}
+           "dead_rank_partial": dead_rank_partial, "idle_streams": idle_streams,
+           "start_flood": start_flood, "replay": replay, "cross_job": cross_job,
+           "token_flood": token_flood, "values_above_g": values_above_g}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -474,8 +803,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dead-repeats", type=int, default=5,
                    help="healthy/dead run pairs in the dead-rank class; medians (default 5)")
     p.add_argument("--give-up", type=float, default=5.0,
-                   help="exact policy's give-up (s) in the far-future class (default 5)")
-    p.add_argument("--streams", type=int, default=16, help="idle P4Runtime streams (default 16)")
+                   help="give-up (s) in the far-future, start-flood, replay and values classes "
+                        "(default 5)")
+    p.add_argument("--flood-rate", type=float, default=31000.0,
+                   help="wrong-token datagrams per second in the token-flood class (default "
+                        "31000, the hostile probe's rate; 0: as fast as one process sends)")
+    p.add_argument("--streams", type=int, default=40,
+                   help="idle P4Runtime streams, reopened as they close (default 40)")
     args = p.parse_args(argv)
     for name in ("restarts", "iterations", "elements", "dead_packets", "dead_repeats", "streams"):
         if getattr(args, name) < 1:
