@@ -44,7 +44,8 @@ PLAN: dict[str, tuple[str, object]] = {
     "netco controller status": ("run", []),
     "netco run": ("run", []),
     "curl": ("run", []),
-    "kill %1": ("run", []),
+    "switch_pid=$!": ("run", []),
+    "kill $switch_pid": ("run", []),
     "make -C p4": ("run", []),
     "netco train --task digits --workers 2 --aggregator network": ("run", ["--steps", "4"]),
     "netco train --task digits --workers 4 --compare": ("run", ["--steps", "2", "--eval-every", "2"]),
@@ -154,7 +155,10 @@ class Runner:
     def run(self, cmd: str, extra: list[str]) -> str:
         background = cmd.endswith("&")
         cmd = cmd.rstrip("&").strip()
-        if cmd == "kill %1":
+        if cmd == "switch_pid=$!":   # the shell keeps the background switch's id
+            assert self.background, "switch_pid=$! with nothing started in the background"
+            return ""
+        if cmd == "kill $switch_pid":
             proc = self.background.pop(0)
             os.kill(proc.pid, signal.SIGTERM)
             out, _ = proc.communicate(timeout=30)
