@@ -331,9 +331,29 @@ static int from_switch(const loop_t *L, int j) {
            && src->sin_port == sw->sin_port && src->sin_addr.s_addr == sw->sin_addr.s_addr;
 }
 
-/* recvmmsg of up to n messages into the rx ring, without waiting: how many came, 0 when none
- * waits (or a signal interrupted), -1 on an error (L->err). *msgs: the same, never negative. */
-static int recv_ring(loop_t *L, int n, int *msgs) {
+/* Point each of the n messages of a ring at its own row of buf (one iovec of row bytes). */
+static void ring_rows(struct mmsghdr *h, struct iovec *v, uint8_t *buf, int n, size_t row) {
+    for (int j = 0; j < n; j++) {
+        v[j].iov_base = buf + (size_t)j * row;
+        v[j].iov_len = row;
+        h[j].msg_hdr.msg_iov = &v[j];
+        h[j].msg_hdr.msg_iovlen = 1;
+    }
+}
+
+/* recvmmsg of up to n messages into the rx ring, without waiting (with a UDP_GRO control
+ * buffer per message when gro): how many came, 0 when none waits (or a signal interrupted),
+ * -1 on an error (L->err). *msgs: the same, never negative. */
+static int recv_ring(loop_t *L, int n, int gro, int *msgs) {
+    for (int j = 0; j < n; j++) {
+        struct msghdr *h = &L->rxh[j].msg_hdr;
+        h->msg_flags = 0;
+        if (!L->raw) h->msg_namelen = sizeof(struct sockaddr_in);
+        if (gro) {
+            h->msg_control = L->rxctl + (size_t)j * GSO_CTL;
+            h->msg_controllen = GSO_CTL;
+        }
+    }
     int k = recvmmsg(L->fd, L->rxh, (unsigned)n, MSG_DONTWAIT, NULL);
     *msgs = k > 0 ? k : 0;
     if (k < 0) {
@@ -344,18 +364,10 @@ static int recv_ring(loop_t *L, int n, int *msgs) {
     return k;
 }
 
-/* recv_batch with UDP_GRO: every message a train of datagrams of one size (the last may be
- * shorter) from one source, split into dg/dl; trains not from the switch are dropped (S1).
- * *msgs: messages received (to tell a full batch). */
-static int recv_gro(loop_t *L, const uint8_t **dg, int *dl, int *msgs) {
-    for (int j = 0; j < L->rx_msgs; j++) {
-        L->rxh[j].msg_hdr.msg_flags = 0;
-        L->rxh[j].msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
-        L->rxh[j].msg_hdr.msg_control = L->rxctl + (size_t)j * GSO_CTL;
-        L->rxh[j].msg_hdr.msg_controllen = GSO_CTL;
-    }
-    int k = recv_ring(L, L->rx_msgs, msgs);
-    if (k < 0) return -1;
+/* recv_batch with UDP_GRO: the k messages received are each a train of datagrams of one size
+ * (the last may be shorter) from one source, split into dg/dl; trains not from the switch are
+ * dropped (S1). */
+static int split_trains(loop_t *L, int k, const uint8_t **dg, int *dl) {
     int kept = 0;
     for (int j = 0; j < k; j++) {
         const uint8_t *p = L->rxbuf + (size_t)j * L->rx_row;
@@ -486,15 +498,12 @@ static int launch(loop_t *L, int s, int64_t i, double now, double r) {
     return add_packet(L, s, 0);
 }
 
-/* Receive what waits (no blocking); returns datagrams kept, their starts/lengths in dg/dl. */
+/* Receive what waits (no blocking); returns datagrams kept, their starts/lengths in dg/dl.
+ * *msgs: messages received (to tell a full batch; with UDP_GRO a message is a train). */
 static int recv_batch(loop_t *L, const uint8_t **dg, int *dl, int *msgs) {
-    if (L->gro) return recv_gro(L, dg, dl, msgs);
-    for (int j = 0; j < L->batch; j++) {
-        L->rxh[j].msg_hdr.msg_flags = 0;
-        if (!L->raw) L->rxh[j].msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
-    }
-    int k = recv_ring(L, L->batch, msgs);
+    int k = recv_ring(L, L->gro ? L->rx_msgs : L->batch, L->gro, msgs);
     if (k < 0) return -1;
+    if (L->gro) return split_trains(L, k, dg, dl);
     int kept = 0;
     for (int j = 0; j < k; j++) {
         const uint8_t *p = L->rxbuf + (size_t)j * L->rx_row;
@@ -1017,25 +1026,15 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
         goto done;
     }
     for (int j = 0; j < W; j++) L.out_pkt[j] = -1;
-    for (int j = 0; j < L.tx_cap; j++) {
-        L.txv[j].iov_base = L.txbuf + (size_t)j * L.frame;
-        L.txv[j].iov_len = (size_t)L.frame;
-        L.txh[j].msg_hdr.msg_iov = &L.txv[j];
-        L.txh[j].msg_hdr.msg_iovlen = 1;
-        if (!raw) {
-            L.txh[j].msg_hdr.msg_name = &L.dest;
-            L.txh[j].msg_hdr.msg_namelen = L.destlen;
-        }
+    ring_rows(L.txh, L.txv, L.txbuf, L.tx_cap, (size_t)L.frame);
+    ring_rows(L.rxh, L.rxv, L.rxbuf, L.rx_msgs, (size_t)L.rx_row);
+    for (int j = 0; !raw && j < L.tx_cap; j++) {
+        L.txh[j].msg_hdr.msg_name = &L.dest;
+        L.txh[j].msg_hdr.msg_namelen = L.destlen;
     }
-    for (int j = 0; j < L.rx_msgs; j++) {
-        L.rxv[j].iov_base = L.rxbuf + (size_t)j * L.rx_row;
-        L.rxv[j].iov_len = (size_t)L.rx_row;
-        L.rxh[j].msg_hdr.msg_iov = &L.rxv[j];
-        L.rxh[j].msg_hdr.msg_iovlen = 1;
-        if (!raw) {
-            L.rxh[j].msg_hdr.msg_name = &L.rxsrc[j];
-            L.rxh[j].msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
-        }
+    for (int j = 0; !raw && j < L.rx_msgs; j++) {
+        L.rxh[j].msg_hdr.msg_name = &L.rxsrc[j];
+        L.rxh[j].msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
     }
     int rc, on = 1, off = 0;
     if (L.gso > 1 && setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof(on)) < 0) {
