@@ -176,8 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=float, default=0.5,
                    help="seconds each command's median may take (default 0.5, issue 36)")
     p.add_argument("--only", nargs="+", metavar="PREFIX",
-                   help="measure only commands starting with one of these (without 'netco', "
-                        "e.g. 'thc' 'demo --workers')")
+                   help="measure only commands starting with one of these, with or without "
+                        "'netco' (e.g. 'thc' 'demo --workers'; 'netco --help' for the top level)")
     p.add_argument("--list", action="store_true",
                    help="print the commands that would be measured and exit")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
@@ -189,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     selected = commands()
     if a.only:
         selected = [(k, c) for k, c in selected
-                    if any(" ".join(c).startswith(pre.strip()) for pre in a.only)]
+                    if any(" ".join(c).startswith(pre.strip())
+                           or " ".join(["netco", *c]).startswith(pre.strip()) for pre in a.only)]
         if not selected:
             p.error(f"--only {' '.join(a.only)}: matches no command (see --list)")
     if a.list:
