@@ -24,6 +24,7 @@ from pathlib import Path
 
 from control_plane.config import DEFAULT_BMV2_JSON
 from control_plane.testbed.plan import SwitchPlan
+from host import processes
 from host.paths import REPO
 
 log = logging.getLogger(__name__)
@@ -113,14 +114,7 @@ def spawn(cmd: list[str], log_path: Path, ns_pid: int | None = None) -> subproce
 
 def stop_process(proc: subprocess.Popen | None, grace: float = 5.0) -> None:
     """SIGTERM a process we started (by its PID), SIGKILL after ``grace`` seconds."""
-    if proc is None or proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(grace)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(grace)
+    processes.stop_process(proc, grace, reap=grace)
 
 
 def switch_class():

@@ -24,6 +24,7 @@ from pathlib import Path
 import finsy as fy
 
 from host.paths import REPO
+from host.processes import stop_process
 from host.softswitch.p4info import COMPILED_P4INFO, netco_p4info, write_p4info
 
 __all__ = ["AsyncLoop", "UdpSwitch", "connect", "free_port", "free_tcp_port", "free_udp_port",
@@ -149,18 +150,6 @@ def start_switch_process(ports: Mapping[int, str] | Iterable[str], grpc_port: in
     proc = spawn_process(switch_command(ports, grpc_port, extra, netns), log_path)
     wait_listening(proc, grpc_port, log_path, timeout)
     return proc
-
-
-def stop_process(proc: subprocess.Popen | None, grace: float = 10.0) -> None:
-    """Terminate a process we started (by its PID), killing it after ``grace`` seconds."""
-    if proc is None or proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(grace)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
 
 
 class UdpSwitch:
