@@ -124,13 +124,7 @@ class MsgBatch:
             self.hdr["name"][sl] = 0
             self.hdr["namelen"][sl] = 0
         self.hdr["controllen"][sl] = CTRL
-        k = _recvmmsg(fd, self.hdr.ctypes.data + MMSG.itemsize * start, count, MSG_DONTWAIT, None)
-        if k < 0:
-            e = ctypes.get_errno()
-            if e in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
-                return 0
-            raise OSError(e, os.strerror(e))
-        return k
+        return self.recv_prepared(fd, start, count)
 
     def stamps(self, start: int, k: int) -> np.ndarray:
         """Kernel receive times (ns) of messages ``start..start+k`` (0 where none came)."""
