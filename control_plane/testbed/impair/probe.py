@@ -130,6 +130,19 @@ class _Receiver(threading.Thread):
             if magic == MAGIC and run == self.run_id:
                 self.arrivals.append((seq, t_ns, t, len(data)))
 
+    def settle(self, quiet_s: float) -> None:
+        """Wait for stragglers: until nothing new arrived for ``quiet_s``; then stop."""
+        try:
+            last_n, quiet_since = -1, time.monotonic()
+            while time.monotonic() - quiet_since < quiet_s:
+                n = len(self.arrivals)
+                if n != last_n:
+                    last_n, quiet_since = n, time.monotonic()
+                time.sleep(0.02)
+        finally:
+            self.stop.set()
+            self.join(2)
+
 
 def _frame(src: bytes, run: int, seq: int, size: int) -> bytes:
     head = _HDR.pack(BROADCAST, src, PROBE_ETHERTYPE, MAGIC, run, seq, time.monotonic_ns())
@@ -162,16 +175,10 @@ def probe(tx: socket.socket, rx: socket.socket, count: int = 2000, rate_pps: flo
             if pause > 0:
                 time.sleep(pause)
         res.sent = count
-        # wait for stragglers: until nothing new arrived for settle_s
-        last_n, quiet_since = -1, time.monotonic()
-        while time.monotonic() - quiet_since < settle_s:
-            n = len(rcv.arrivals)
-            if n != last_n:
-                last_n, quiet_since = n, time.monotonic()
-            time.sleep(0.02)
-    finally:
-        rcv.stop.set()
-        rcv.join(2)
+    except BaseException:
+        rcv.settle(0)
+        raise
+    rcv.settle(settle_s)
     seen: set[int] = set()
     top = -1
     for seq, t_sent, t_recv, _ in rcv.arrivals:
@@ -204,15 +211,10 @@ def measure_rate(tx: socket.socket, rx: socket.socket, rate_mbps: float, size: i
             with contextlib.suppress(OSError):
                 _send(tx, _frame(src_mac, run, seq, size))
         t_sent = time.monotonic() - t0
-        last_n, quiet_since = -1, time.monotonic()
-        while time.monotonic() - quiet_since < 0.3:
-            k = len(rcv.arrivals)
-            if k != last_n:
-                last_n, quiet_since = k, time.monotonic()
-            time.sleep(0.02)
-    finally:
-        rcv.stop.set()
-        rcv.join(2)
+    except BaseException:
+        rcv.settle(0)
+        raise
+    rcv.settle(0.3)
     send_rate = n * size * 8 / max(t_sent, 1e-6) / 1e6
     arr = sorted(rcv.arrivals, key=lambda a: a[2])
     if len(arr) < 3:
