@@ -112,6 +112,15 @@ def _poll_ms(timeout: float) -> int:
     return max(0, math.ceil(timeout * 1000))
 
 
+def _recv_waiting(rx: _MsgRing, sock: socket.socket, poll: select.poll, timeout: float) -> int:
+    """Messages received into ``rx``: those already waiting (no poll), else those that come
+    within ``timeout`` seconds; 0 when none did."""
+    k = rx.recv(sock)
+    if k == 0 and poll.poll(_poll_ms(timeout)):
+        k = rx.recv(sock)
+    return k
+
+
 # -- sendmmsg / recvmmsg through ctypes (Linux, LP64) --------------------------------------
 #: struct mmsghdr (struct msghdr + unsigned int msg_len) and struct iovec on LP64 Linux
 _MMSG = np.dtype({"names": ["name", "namelen", "iov", "iovlen", "control", "controllen", "flags",
@@ -348,11 +357,9 @@ class UdpEndpoint:
     def recv_many(self, timeout: float) -> list[memoryview]:
         rx = self._rx
         if rx is not None:
-            k = rx.recv(self.sock)  # results already waiting: no poll
+            k = _recv_waiting(rx, self.sock, self._poll, timeout)
             if k == 0:
-                if not self._poll.poll(_poll_ms(timeout)):
-                    return []
-                k = rx.recv(self.sock)
+                return []
             views, foreign = rx.views_from(k, self._src_addr, self._src_port)
             self.foreign += foreign
             return views
@@ -443,11 +450,9 @@ class RawEndpoint:
     def recv_many(self, timeout: float) -> list[memoryview]:
         rx = self._rx
         if rx is not None:
-            k = rx.recv(self.sock)  # frames already waiting: no poll
+            k = _recv_waiting(rx, self.sock, self._poll, timeout)
             if k == 0:
-                if not self._poll.poll(_poll_ms(timeout)):
-                    return []
-                k = rx.recv(self.sock)
+                return []
             frames = rx.views(k)
         else:
             if not self._poll.poll(_poll_ms(timeout)):
