@@ -128,6 +128,25 @@ def test_gso_sender_sends_the_same_datagrams_in_order():
             s.close()
 
 
+def _batch_to(plan: list[tuple[str, int]]) -> tuple[MsgBatch, list[bytes]]:
+    """A send batch of one 60-byte datagram (byte i, 60 times) per (address, port) of ``plan``."""
+    n = len(plan)
+    txb = MsgBatch(n)
+    bodies = [bytes([i]) * 60 for i in range(n)]
+    for i, b in enumerate(bodies):
+        txb.buf[i, THC_OFF: THC_OFF + 60] = np.frombuffer(b, dtype=np.uint8)
+    txb.iov["base"][:n] = txb.rows[:n] + THC_OFF
+    txb.iov["len"][:n] = 60
+    names = txb.names[:n]
+    names["family"] = socket.AF_INET
+    names["addr"] = [int.from_bytes(socket.inet_aton(a), "big") for a, _ in plan]
+    names["port"] = [p for _, p in plan]
+    txb.hdr["name"][:n] = txb.name_ptr[:n]
+    txb.hdr["namelen"][:n] = SOCKADDR_IN.itemsize
+    txb.hdr["controllen"][:n] = 0
+    return txb, bodies
+
+
 def test_gso_sender_falls_back_to_single_datagrams_where_the_route_cannot_segment():
     """UDP-Lite refuses UDP_SEGMENT with EIO, as a device without checksum offload does:
     the run still leaves whole, one datagram per message, and the sender stays plain."""
@@ -140,19 +159,7 @@ def test_gso_sender_falls_back_to_single_datagrams_where_the_route_cannot_segmen
         dst.bind(("127.0.0.1", 0))
         dst.setblocking(False)
         n = 10
-        txb = MsgBatch(n)
-        bodies = [bytes([i]) * 60 for i in range(n)]
-        for i, b in enumerate(bodies):
-            txb.buf[i, THC_OFF: THC_OFF + 60] = np.frombuffer(b, dtype=np.uint8)
-        txb.iov["base"][:n] = txb.rows[:n] + THC_OFF
-        txb.iov["len"][:n] = 60
-        names = txb.names[:n]
-        names["family"] = socket.AF_INET
-        names["addr"] = int.from_bytes(socket.inet_aton("127.0.0.1"), "big")
-        names["port"] = dst.getsockname()[1]
-        txb.hdr["name"][:n] = txb.name_ptr[:n]
-        txb.hdr["namelen"][:n] = SOCKADDR_IN.itemsize
-        txb.hdr["controllen"][:n] = 0
+        txb, bodies = _batch_to([("127.0.0.1", dst.getsockname()[1])] * n)
         gso = GsoSender()
         assert gso.send(src.fileno(), txb, 0, n) == n
         assert gso.disabled and gso.trains == 0
@@ -180,19 +187,7 @@ def test_gso_sender_skips_a_refused_train_and_sends_the_rest():
         dst.setblocking(False)
         plan = [("255.255.255.255", 9)] * 3 + [("127.0.0.1", dst.getsockname()[1])] * 4
         n = len(plan)
-        txb = MsgBatch(n)
-        bodies = [bytes([i]) * 60 for i in range(n)]
-        for i, b in enumerate(bodies):
-            txb.buf[i, THC_OFF: THC_OFF + 60] = np.frombuffer(b, dtype=np.uint8)
-        txb.iov["base"][:n] = txb.rows[:n] + THC_OFF
-        txb.iov["len"][:n] = 60
-        names = txb.names[:n]
-        names["family"] = socket.AF_INET
-        names["addr"] = [int.from_bytes(socket.inet_aton(a), "big") for a, _ in plan]
-        names["port"] = [p for _, p in plan]
-        txb.hdr["name"][:n] = txb.name_ptr[:n]
-        txb.hdr["namelen"][:n] = SOCKADDR_IN.itemsize
-        txb.hdr["controllen"][:n] = 0
+        txb, bodies = _batch_to(plan)
         gso = GsoSender()
         assert gso.send(src.fileno(), txb, 0, n) == 4
         assert txb.refused == 3 and txb.last_error == errno.EACCES
