@@ -44,8 +44,9 @@ def _state(x: Bench) -> tuple:
             p.cfg.presence[:, :PRESENCE_SINCE].tolist())   # (the clock column differs)
 
 
-def _run(frames, native: bool, batch: bool, **bench) -> tuple:
-    x = _bench(**bench)
+def _process(x: Bench, frames, native: bool, batch: bool) -> tuple:
+    """Outputs, end state and native batches of ``x``'s switch after ``frames`` (one batch, or
+    one frame at a time), through the C fast path or the numpy reference."""
     p = x.sw.pipeline
     p.native = native
     p.fast = native
@@ -53,6 +54,10 @@ def _run(frames, native: bool, batch: bool, **bench) -> tuple:
     out = [o for g in groups for o in x.sw.process_frames(g)]
     assert all(ipv4_checksum(f[14:34]) == 0 for _, f in out)
     return out, _state(x), p.native_batches
+
+
+def _run(frames, native: bool, batch: bool, **bench) -> tuple:
+    return _process(_bench(**bench), frames, native, batch)
 
 
 _packet = st.tuples(
@@ -235,14 +240,7 @@ def _tree_frames(spec, lane_bits: int):
 
 
 def _run_tree(frames, native: bool, batch: bool, lane_bits: int, parent: bool) -> tuple:
-    x = _tree_bench(lane_bits, parent)
-    p = x.sw.pipeline
-    p.native = native
-    p.fast = native
-    groups = [frames] if batch else [[f] for f in frames]
-    out = [o for g in groups for o in x.sw.process_frames(g)]
-    assert all(ipv4_checksum(f[14:34]) == 0 for _, f in out)
-    return out, _state(x), p.native_batches
+    return _process(_tree_bench(lane_bits, parent), frames, native, batch)
 
 
 _tree_packet = st.tuples(
@@ -297,6 +295,18 @@ def test_a_dead_rank_round_stays_in_c():
     assert state[4][0] == 1 and state[5][0] == 1        # results (one release), resent
 
 
+def _rows(frames) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A receive buffer holding (port, frame) pairs: rows, lengths, ingress ports."""
+    n = len(frames)
+    buf = np.zeros((n, ROW), dtype=np.uint8)
+    lens = np.zeros(n, dtype=np.int64)
+    ports = np.zeros(n, dtype=np.int64)
+    for i, (port, f) in enumerate(frames):
+        buf[i, : len(f)] = np.frombuffer(f, dtype=np.uint8)
+        lens[i], ports[i] = len(f), port
+    return buf, lens, ports
+
+
 def test_arrival_order_from_several_ports_is_kept():
     """Rows in port order, receive stamps in another: both paths follow the stamps."""
     frames = [data(W[r], 30, 0, rnd, np.full(C, r + rnd)) for rnd in (0, 2) for r in range(3)]
@@ -307,12 +317,7 @@ def test_arrival_order_from_several_ports_is_kept():
         p = x.sw.pipeline
         p.native = native
         n = len(frames)
-        buf = np.zeros((n, ROW), dtype=np.uint8)
-        lens = np.zeros(n, dtype=np.int64)
-        ports = np.zeros(n, dtype=np.int64)
-        for i, (port, f) in enumerate(frames):
-            buf[i, : len(f)] = np.frombuffer(f, dtype=np.uint8)
-            lens[i], ports[i] = len(f), port
+        buf, lens, ports = _rows(frames)
         out = p.process(buf, lens, ports, n, stamps).frames()
         return out, _state(x), p.native_batches
 
@@ -347,12 +352,7 @@ def test_process_writes_the_accepted_rows():
     p = x.sw.pipeline
     frames = [data(W[r], 30, 1, 3, np.full(C, r)) for r in range(3)]
     n = len(frames)
-    buf = np.zeros((n, ROW), dtype=np.uint8)
-    lens = np.zeros(n, dtype=np.int64)
-    ports = np.zeros(n, dtype=np.int64)
-    for i, (port, f) in enumerate(frames):
-        buf[i, : len(f)] = np.frombuffer(f, dtype=np.uint8)
-        lens[i], ports[i] = len(f), port
+    buf, lens, ports = _rows(frames)
     from host.softswitch.controls.native import native_job
     cfg = p.cfg
     job = native_job(cfg, int(cfg.job_map[30]))
