@@ -8,16 +8,9 @@ from pathlib import Path
 import pytest
 
 from control_plane.cli.main import main as netco_main
+from tests.support.netfile import one_switch_net
 
-GOOD = """\
-switches:
-  - {name: s1, address: "127.0.0.1:1", addr: 10.0.0.254, target: softswitch}
-hosts:
-  - {name: h1, mac: "02:00:00:00:00:01", ip: 10.0.0.1, attach: "s1:1"}
-  - {name: h2, mac: "02:00:00:00:00:02", ip: 10.0.0.2, attach: "s1:2"}
-jobs:
-  - {name: j, id: 4, members: [h2, h1], num_slots: 10}
-"""
+GOOD = one_switch_net("127.0.0.1:1")
 
 
 @pytest.fixture

@@ -7,17 +7,10 @@ from __future__ import annotations
 
 from control_plane.cli.main import main
 from host.softswitch.switch import SoftSwitch
+from tests.support.netfile import one_switch_net
 
-CONFIG = """\
-switches:
-  - {{name: s1, address: "{addr}", addr: 10.0.0.254, target: softswitch}}
-hosts:
-  - {{name: h1, mac: "02:00:00:00:00:01", ip: 10.0.0.1, attach: "s1:1"}}
-  - {{name: h2, mac: "02:00:00:00:00:02", ip: 10.0.0.2, attach: "s1:2"}}
-jobs:
-  - {{name: a, id: 4, members: [h1, h2], num_slots: 40}}
-  - {{name: b, id: 5, members: [h1, h2], num_slots: 40}}
-"""
+JOBS = ["{name: a, id: 4, members: [h1, h2], num_slots: 40}",
+        "{name: b, id: 5, members: [h1, h2], num_slots: 40}"]
 
 
 def test_a_job_beyond_the_switch_pool_is_refused_naming_the_pool(tmp_path, capsys):
@@ -25,7 +18,7 @@ def test_a_job_beyond_the_switch_pool_is_refused_naming_the_pool(tmp_path, capsy
     try:
         addr = sw.serve("127.0.0.1:0")
         net = tmp_path / "net.yaml"
-        net.write_text(CONFIG.format(addr=addr))
+        net.write_text(one_switch_net(addr, JOBS))
         assert main(["controller", "apply", str(net), "--timeout", "10"]) == 3
         err = capsys.readouterr().err
         line = [x for x in err.splitlines() if "s1:" in x and "failed" in x]

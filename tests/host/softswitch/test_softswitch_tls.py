@@ -15,6 +15,7 @@ from host.softswitch.launch import AsyncLoop
 from host.softswitch.p4info import netco_p4info, write_p4info
 from host.softswitch.server import TLSFiles
 from host.softswitch.switch import SoftSwitch
+from tests.support.netfile import one_switch_net
 from tests.support.softswitch import job_entities, worker
 from tests.support.tls import make_pki
 
@@ -61,37 +62,34 @@ def test_client_with_the_ca_and_a_client_cert_connects_and_writes(tls_switch, pk
         loop.close()
 
 
+def _creds(ca, key=None, cert=None) -> grpc.ChannelCredentials:
+    """TLS trusting ``ca``, with the client key and certificate when given (PEM files)."""
+    return grpc.ssl_channel_credentials(root_certificates=ca.read_bytes(),
+                                        private_key=key.read_bytes() if key else None,
+                                        certificate_chain=cert.read_bytes() if cert else None)
+
+
+def _assert_refused(addr: str, creds: grpc.ChannelCredentials | None) -> None:
+    """A call over ``creds`` (None: plain text) does not get through: UNAVAILABLE."""
+    ch = grpc.insecure_channel(addr) if creds is None else grpc.secure_channel(addr, creds)
+    with ch, pytest.raises(grpc.RpcError) as e:
+        _capabilities(ch)
+    assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
 def test_clients_without_the_ca_or_a_client_cert_cannot_connect(tls_switch, pki, tmp_path):
     _sw, addr = tls_switch
     # plain text against a TLS server
-    with grpc.insecure_channel(addr) as ch, pytest.raises(grpc.RpcError) as e:
-        _capabilities(ch)
-    assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+    _assert_refused(addr, None)
     # TLS trusting another CA: the server's certificate is not accepted
     other = make_pki(tmp_path / "other", ca_name="someone-else")
-    bad_ca = grpc.ssl_channel_credentials(root_certificates=other.ca.read_bytes(),
-                                          private_key=other.client_key.read_bytes(),
-                                          certificate_chain=other.client_cert.read_bytes())
-    with grpc.secure_channel(addr, bad_ca) as ch, pytest.raises(grpc.RpcError) as e:
-        _capabilities(ch)
-    assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+    _assert_refused(addr, _creds(other.ca, other.client_key, other.client_cert))
     # the right CA but no client certificate: mutual TLS refuses it
-    no_cert = grpc.ssl_channel_credentials(root_certificates=pki.ca.read_bytes())
-    with grpc.secure_channel(addr, no_cert) as ch, pytest.raises(grpc.RpcError) as e:
-        _capabilities(ch)
-    assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+    _assert_refused(addr, _creds(pki.ca))
     # a client certificate from another CA is refused as well
-    foreign = grpc.ssl_channel_credentials(root_certificates=pki.ca.read_bytes(),
-                                           private_key=other.client_key.read_bytes(),
-                                           certificate_chain=other.client_cert.read_bytes())
-    with grpc.secure_channel(addr, foreign) as ch, pytest.raises(grpc.RpcError) as e:
-        _capabilities(ch)
-    assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+    _assert_refused(addr, _creds(pki.ca, other.client_key, other.client_cert))
     # and the controller's own credentials get through
-    good = grpc.ssl_channel_credentials(root_certificates=pki.ca.read_bytes(),
-                                        private_key=pki.client_key.read_bytes(),
-                                        certificate_chain=pki.client_cert.read_bytes())
-    with grpc.secure_channel(addr, good) as ch:
+    with grpc.secure_channel(addr, _creds(pki.ca, pki.client_key, pki.client_cert)) as ch:
         assert _capabilities(ch) == "1.3.0"
 
 
@@ -99,8 +97,7 @@ def test_server_only_tls_accepts_any_client_that_trusts_it(pki):
     sw = SoftSwitch()
     try:
         addr = sw.serve("127.0.0.1:0", TLSFiles(pki.server_cert, pki.server_key))
-        creds = grpc.ssl_channel_credentials(root_certificates=pki.ca.read_bytes())
-        with grpc.secure_channel(addr, creds) as ch:
+        with grpc.secure_channel(addr, _creds(pki.ca)) as ch:
             assert _capabilities(ch) == "1.3.0"
     finally:
         sw.stop()
@@ -119,21 +116,10 @@ def test_bad_pem_files_are_one_line(tmp_path, capsys, pki):
         assert "--tls-" in err and len(err.strip().splitlines()) == 1, err
 
 
-CONFIG = """\
-switches:
-  - {{name: s1, address: "{addr}", addr: 10.0.0.254, target: softswitch}}
-hosts:
-  - {{name: h1, mac: "02:00:00:00:00:01", ip: 10.0.0.1, attach: "s1:1"}}
-  - {{name: h2, mac: "02:00:00:00:00:02", ip: 10.0.0.2, attach: "s1:2"}}
-jobs:
-  - {{name: j, id: 4, members: [h2, h1], num_slots: 10}}
-"""
-
-
 def test_controller_applies_over_tls_only_with_its_certificate(tls_switch, pki, tmp_path, capsys):
     sw, addr = tls_switch
     net = tmp_path / "net.yaml"
-    net.write_text(CONFIG.format(addr=addr))
+    net.write_text(one_switch_net(addr))
     assert main(["controller", "apply", str(net), "--timeout", "5"]) == 3       # plain text
     assert "s1" in capsys.readouterr().err
     assert main(["controller", "apply", str(net), "--timeout", "5", "--tls-ca", str(pki.ca)]) == 3
@@ -146,27 +132,12 @@ def test_controller_applies_over_tls_only_with_its_certificate(tls_switch, pki, 
     assert main(["controller", "status", str(net), "--timeout", "10", "--json", *tls]) == 0
 
 
-TLS_CONFIG = """\
-switches:
-  - name: s1
-    address: "{addr}"
-    addr: 10.0.0.254
-    target: softswitch
-    tls: {{ca: {ca}, cert: {cert}, key: {key}}}
-hosts:
-  - {{name: h1, mac: "02:00:00:00:00:01", ip: 10.0.0.1, attach: "s1:1"}}
-  - {{name: h2, mac: "02:00:00:00:00:02", ip: 10.0.0.2, attach: "s1:2"}}
-jobs:
-  - {{name: j, id: 4, members: [h2, h1], num_slots: 10}}
-"""
-
-
 def test_a_switch_tls_block_in_the_file_is_used(tls_switch, pki, tmp_path, capsys):
     """The per-switch ``tls`` block: the controller applies over mutual TLS with no flags."""
     sw, addr = tls_switch
     net = tmp_path / "net.yaml"
-    net.write_text(TLS_CONFIG.format(addr=addr, ca=pki.ca, cert=pki.client_cert,
-                                     key=pki.client_key))
+    net.write_text(one_switch_net(addr, tls={"ca": pki.ca, "cert": pki.client_cert,
+                                             "key": pki.client_key}))
     assert main(["controller", "apply", str(net), "--timeout", "10"]) == 0, \
         capsys.readouterr().err
     assert sw.pipeline.cfg.job_map[4] == 0
@@ -174,12 +145,13 @@ def test_a_switch_tls_block_in_the_file_is_used(tls_switch, pki, tmp_path, capsy
 
 def test_a_bad_tls_block_names_the_field(pki, tmp_path, capsys):
     net = tmp_path / "net.yaml"
-    net.write_text(TLS_CONFIG.format(addr="127.0.0.1:1", ca=tmp_path / "nope.pem",
-                                     cert=pki.client_cert, key=pki.client_key))
+    net.write_text(one_switch_net("127.0.0.1:1", tls={"ca": tmp_path / "nope.pem",
+                                                       "cert": pki.client_cert,
+                                                       "key": pki.client_key}))
     assert main(["controller", "apply", str(net), "--timeout", "1"]) == 2
     err = capsys.readouterr().err
     assert "switches[0].tls.ca" in err and "no such file" in err
-    net.write_text(TLS_CONFIG.format(addr="127.0.0.1:1", ca=pki.ca, cert=pki.client_cert,
-                                     key="null").replace("key: null", "key: null"))
+    net.write_text(one_switch_net("127.0.0.1:1", tls={"ca": pki.ca, "cert": pki.client_cert,
+                                                       "key": "null"}))
     assert main(["controller", "apply", str(net), "--timeout", "1"]) == 2
     assert "switches[0].tls.key: missing" in capsys.readouterr().err
