@@ -33,54 +33,55 @@ def _ours(tag: str) -> list[str]:
     return [n for n in os.listdir("/sys/class/net") if n.startswith(tag)]
 
 
-def test_up_status_down(tmp_path, capsys):
-    topo = _topo_on_free_ports(tmp_path)
+@pytest.fixture
+def rack(tmp_path):
+    """The rack's topology on free ports and a state file: (the options naming both, the state
+    file). Whatever the test left up is torn down after it."""
+    state = tmp_path / "state.json"
+    common = ["--topo", str(_topo_on_free_ports(tmp_path)), "--state", str(state)]
+    try:
+        yield common, state
+    finally:
+        if state.exists():
+            netco(["testbed", "down", *common])
+
+
+def test_up_status_down(rack, tmp_path, capsys):
+    common, state = rack
     tag = f"c{os.getpid() % 1000}"
-    state = tmp_path / "state.json"
-    common = ["--topo", str(topo), "--state", str(state)]
-    try:
-        assert netco(["testbed", "up", *common, "--tag", tag, "--target", "softswitch",
-                      "--workdir", str(tmp_path / "wd")]) == 0
-        out = capsys.readouterr().out
-        assert f"testbed {tag} up" in out and "softswitch" in out
-        assert len(_ours(tag)) == 4
-        assert netco(["testbed", "status", *common, "--json"]) == 0
-        st = json.loads(capsys.readouterr().out)
-        assert st["up"] and st["healthy"] and st["switches"]["tor"]["grpc_open"]
-        assert set(st["hosts"]) == {"h1", "h2", "h3", "h4"}
-        assert netco(["testbed", "up", *common]) == 2  # already up: refused, nothing touched
-        assert "already up" in capsys.readouterr().err
-        assert len(_ours(tag)) == 4
-        assert netco(["testbed", "down", *common, "--json"]) == 0
-        down = json.loads(capsys.readouterr().out)
-        assert sorted(down["removed"]["nodes"]) == ["h1", "h2", "h3", "h4", "tor"]
-        assert _ours(tag) == [] and not state.exists()
-        assert netco(["testbed", "status", *common]) == 1
-    finally:
-        if state.exists():
-            netco(["testbed", "down", *common])
+    assert netco(["testbed", "up", *common, "--tag", tag, "--target", "softswitch",
+                  "--workdir", str(tmp_path / "wd")]) == 0
+    out = capsys.readouterr().out
+    assert f"testbed {tag} up" in out and "softswitch" in out
+    assert len(_ours(tag)) == 4
+    assert netco(["testbed", "status", *common, "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert st["up"] and st["healthy"] and st["switches"]["tor"]["grpc_open"]
+    assert set(st["hosts"]) == {"h1", "h2", "h3", "h4"}
+    assert netco(["testbed", "up", *common]) == 2  # already up: refused, nothing touched
+    assert "already up" in capsys.readouterr().err
+    assert len(_ours(tag)) == 4
+    assert netco(["testbed", "down", *common, "--json"]) == 0
+    down = json.loads(capsys.readouterr().out)
+    assert sorted(down["removed"]["nodes"]) == ["h1", "h2", "h3", "h4", "tor"]
+    assert _ours(tag) == [] and not state.exists()
+    assert netco(["testbed", "status", *common]) == 1
 
 
-def test_down_after_supervisor_crash(tmp_path, capsys):
-    topo = _topo_on_free_ports(tmp_path)
+def test_down_after_supervisor_crash(rack, tmp_path, capsys):
+    common, state = rack
     tag = f"k{os.getpid() % 1000}"
-    state = tmp_path / "state.json"
-    common = ["--topo", str(topo), "--state", str(state)]
-    try:
-        assert netco(["testbed", "up", *common, "--tag", tag, "--target", "softswitch",
-                      "--no-apply"]) == 0
-        capsys.readouterr()
-        st = json.loads(state.read_text())
-        switch_pid = st["report"]["switches"]["tor"]["pid"]
-        os.kill(st["pid"], signal.SIGKILL)
-        end = time.monotonic() + 10
-        while Path(f"/proc/{switch_pid}").exists() and time.monotonic() < end:
-            time.sleep(0.1)  # the switch follows its parent (PR_SET_PDEATHSIG)
-        assert not Path(f"/proc/{switch_pid}").exists()
-        assert netco(["testbed", "status", *common]) == 1
-        assert "supervisor not running" in capsys.readouterr().out
-        assert netco(["testbed", "down", *common]) == 0
-        assert _ours(tag) == [] and not state.exists()
-    finally:
-        if state.exists():
-            netco(["testbed", "down", *common])
+    assert netco(["testbed", "up", *common, "--tag", tag, "--target", "softswitch",
+                  "--no-apply"]) == 0
+    capsys.readouterr()
+    st = json.loads(state.read_text())
+    switch_pid = st["report"]["switches"]["tor"]["pid"]
+    os.kill(st["pid"], signal.SIGKILL)
+    end = time.monotonic() + 10
+    while Path(f"/proc/{switch_pid}").exists() and time.monotonic() < end:
+        time.sleep(0.1)  # the switch follows its parent (PR_SET_PDEATHSIG)
+    assert not Path(f"/proc/{switch_pid}").exists()
+    assert netco(["testbed", "status", *common]) == 1
+    assert "supervisor not running" in capsys.readouterr().out
+    assert netco(["testbed", "down", *common]) == 0
+    assert _ours(tag) == [] and not state.exists()
