@@ -268,23 +268,26 @@ def test_32_bit_lanes_refused_on_bmv2_only():
     assert parse_config(cfg("softswitch")).jobs[0].lane_bits == 32
 
 
-def test_yaml_syntax_error_is_one_line_naming_file_line_and_column(tmp_path: Path) -> None:
-    p = tmp_path / "broken.yaml"
-    p.write_text('switches:\n  - {name: s1, address: "127.0.0.1:1", addr: 10.0.0.254\nhosts: []\n')
+def _load_error(p: Path, text: str) -> ConfigError:
+    """The error loading ``text`` from file ``p`` raises; it is one line."""
+    p.write_text(text)
     with pytest.raises(ConfigError) as exc:
         load_config(p)
-    (line,) = exc.value.lines()
-    assert line == (f"{p}: line 3, column 6: not valid YAML: expected ',' or '}}', but got ':' "
+    assert len(exc.value.lines()) == 1
+    return exc.value
+
+
+def test_yaml_syntax_error_is_one_line_naming_file_line_and_column(tmp_path: Path) -> None:
+    p = tmp_path / "broken.yaml"
+    err = _load_error(p, 'switches:\n  - {name: s1, address: "127.0.0.1:1", addr: 10.0.0.254\nhosts: []\n')
+    assert err.lines()[0] == (f"{p}: line 3, column 6: not valid YAML: expected ',' or '}}', but got ':' "
                     "(while parsing a flow mapping started at line 2, column 5)")
-    assert "unicode string" not in str(exc.value) and "^" not in str(exc.value)
+    assert "unicode string" not in str(err) and "^" not in str(err)
 
 
 def test_toml_syntax_error_is_one_line(tmp_path: Path) -> None:
     p = tmp_path / "broken.toml"
-    p.write_text("a = [\nb = 1\n")
-    with pytest.raises(ConfigError) as exc:
-        load_config(p)
-    (line,) = exc.value.lines()
+    line = _load_error(p, "a = [\nb = 1\n").lines()[0]
     assert line.startswith(f"{p}: not valid TOML: ") and "line 2" in line
 
 
