@@ -5,9 +5,11 @@ pipeline and counted there; and the learned-ports table both loops share."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -72,15 +74,23 @@ def _data(net: EmbeddedNetwork, r: int, slot: int, idx: np.ndarray, rnd: int, **
                                    chunk_offset=slot * COORDS_PER_PACKET, **kw), idx)
 
 
-@pytest.mark.parametrize("c_loop", ["1", "0"])
-def test_c_loop_and_python_loop_give_the_reference_sums(c_loop, monkeypatch):
+@contextlib.contextmanager
+def _switch_loop(monkeypatch, c_loop: str, workers: int, **kw) -> Iterator[EmbeddedNetwork]:
+    """An in-process software target with ``workers`` workers running the C switch loop
+    (``c_loop`` "1"; skipped where it is not built) or the Python loop ("0")."""
     monkeypatch.setenv("NETCO_SOFTSWITCH_CLOOP", c_loop)
     if c_loop == "1" and not SoftSwitch.c_loop_available():
         pytest.skip("the C loop (host/softswitch/_fastpath) is not built")
+    with EmbeddedNetwork(workers, in_process=True, **kw) as net:
+        assert net.switch.c_loop == (c_loop == "1")
+        yield net
+
+
+@pytest.mark.parametrize("c_loop", ["1", "0"])
+def test_c_loop_and_python_loop_give_the_reference_sums(c_loop, monkeypatch):
     xs = worker_data(3, 70_000, 4)
-    with EmbeddedNetwork(3, num_slots=32, in_process=True) as net:
+    with _switch_loop(monkeypatch, c_loop, 3, num_slots=32) as net:
         sw = net.switch
-        assert sw.c_loop == (c_loop == "1")
         # a foreign datagram first: the C loop hands its batch to the pipeline, which counts it
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.bind((net.address(0).ip, 0))
@@ -142,16 +152,12 @@ def test_a_batch_with_junk_leaves_only_the_junk_to_python(monkeypatch):
     the whole batch to the Python pipeline (fuzz every 2 ms made all-reduces 3.7x slower); the
     C loop now sets aside the frames the reference drops before any state (cut short, another
     version, another token, an unknown job), takes the rest, and hands Python only those."""
-    monkeypatch.setenv("NETCO_SOFTSWITCH_CLOOP", "1")
-    if not SoftSwitch.c_loop_available():
-        pytest.skip("the C loop (host/softswitch/_fastpath) is not built")
     from host.protocol import codec as wire
     from host.protocol.layout import COORDS_PER_PACKET, THC_VERSION, DropReason, MsgType
 
     rng = np.random.default_rng(3)
-    with EmbeddedNetwork(3, num_slots=32, in_process=True) as net:
+    with _switch_loop(monkeypatch, "1", 3, num_slots=32) as net:
         sw = net.switch
-        assert sw.c_loop
         socks = _worker_sockets(net)
 
         idx = rng.integers(0, 16, size=COORDS_PER_PACKET)
@@ -193,9 +199,6 @@ def test_trains_of_changing_datagram_sizes_land_whole_in_their_rows(monkeypatch)
     carry the same lanes, and every piece of junk is counted. (A receive straight into the
     rows, cut at the last train's size, was tried: no CPU saved, the kernel's copy grew by
     what the split's copy lost; this test covers it and the split alike.)"""
-    monkeypatch.setenv("NETCO_SOFTSWITCH_CLOOP", "1")
-    if not SoftSwitch.c_loop_available():
-        pytest.skip("the C loop (host/softswitch/_fastpath) is not built")
     from host.protocol import codec as wire
     from host.protocol.layout import COORDS_PER_PACKET, THC_HEADER_BYTES, DropReason, MsgType
     from host.softswitch.netio import SOL_UDP, UDP_SEGMENT, gro_enabled_default
@@ -204,9 +207,8 @@ def test_trains_of_changing_datagram_sizes_land_whole_in_their_rows(monkeypatch)
         pytest.skip("kernel without UDP GSO/GRO")
     slots = 60
     idx = np.random.default_rng(8).integers(0, 16, size=COORDS_PER_PACKET)
-    with EmbeddedNetwork(2, num_slots=64, in_process=True) as net:
+    with _switch_loop(monkeypatch, "1", 2, num_slots=64) as net:
         sw = net.switch
-        assert sw.c_loop
         socks = _worker_sockets(net, 5)
 
         def train(r: int, datagrams: list[bytes]) -> None:
@@ -252,18 +254,14 @@ def test_where_the_route_cannot_segment_results_leave_one_datagram_at_a_time(mon
     with EIO, as a device without checksum offload does) gets the C loop's results one
     datagram per message, cut from the packed THC messages (several share an iovec), and
     turns GSO off: each worker gets every result once, whole, as its own datagram."""
-    monkeypatch.setenv("NETCO_SOFTSWITCH_CLOOP", "1")
-    if not SoftSwitch.c_loop_available():
-        pytest.skip("the C loop (host/softswitch/_fastpath) is not built")
     from host.protocol import codec as wire
     from host.protocol.layout import COORDS_PER_PACKET, MsgType
     from host.softswitch.netio import SOL_UDP, UDP_SEGMENT
 
     slots = 40
     idx = np.random.default_rng(9).integers(0, 16, size=COORDS_PER_PACKET)
-    with EmbeddedNetwork(2, num_slots=64, in_process=True) as net:
+    with _switch_loop(monkeypatch, "1", 2, num_slots=64) as net:
         sw = net.switch
-        assert sw.c_loop
         udp = [p for p in sw.ports.values() if getattr(p, "gso", None) is not None]
         if not udp:
             pytest.skip("kernel without UDP GSO/GRO")
@@ -302,17 +300,13 @@ def test_lanes_the_controller_rewrites_mid_round_come_back_at_the_new_width(c_lo
     again (a P4Runtime MODIFY of the job entry): a finished round answered again to a
     retransmission and a round that was still filling both come back in 16-bit lanes with
     the exact sums (``Pipeline.take_cfg`` repacks the sums the loop kept at 8 bits)."""
-    monkeypatch.setenv("NETCO_SOFTSWITCH_CLOOP", c_loop)
-    if c_loop == "1" and not SoftSwitch.c_loop_available():
-        pytest.skip("the C loop (host/softswitch/_fastpath) is not built")
     from host.protocol import codec as wire
     from host.protocol.layout import COORDS_PER_PACKET, Flag
 
     rng = np.random.default_rng(11)
     idx = {(r, s): rng.integers(0, 16, size=COORDS_PER_PACKET) for r in range(3) for s in (0, 1)}
-    with EmbeddedNetwork(3, num_slots=32, in_process=True, job={"lane_bits": 8}) as net:
+    with _switch_loop(monkeypatch, c_loop, 3, num_slots=32, job={"lane_bits": 8}) as net:
         sw = net.switch
-        assert sw.c_loop == (c_loop == "1")
         socks = _worker_sockets(net, timeout=10)
 
         def send(r: int, slot: int, **kw) -> None:
