@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,25 @@ def _free_udp() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def _netco_switch(tmp_path: Path, *args: str) -> Iterator[tuple[subprocess.Popen, Path]]:
+    """``netco switch`` on a free UDP port with ``args``, waited for (30 s at most) until it
+    writes its ready file or exits: (the process, the ready file); terminated after the block."""
+    ready = tmp_path / "ready"
+    proc = subprocess.Popen([*NETCO, "switch", "--port", f"1=udp:127.0.0.1:{_free_udp()}", *args,
+                             "--ready-file", str(ready)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        for _ in range(300):
+            if ready.exists() or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        yield proc, ready
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def test_slot_pool_defaults_to_the_p4_programs():
@@ -104,16 +125,7 @@ def test_second_server_on_the_same_address_is_refused():
 
 def test_second_netco_switch_on_the_same_grpc_address_fails_with_one_line(tmp_path):
     grpc_addr = f"127.0.0.1:{free_tcp_port()}"
-    ready = tmp_path / "ready"
-    first = subprocess.Popen([*NETCO, "switch", "--port",
-                              f"1=udp:127.0.0.1:{_free_udp()}", "--grpc", grpc_addr,
-                              "--ready-file", str(ready)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        for _ in range(300):
-            if ready.exists() or first.poll() is not None:
-                break
-            time.sleep(0.1)
+    with _netco_switch(tmp_path, "--grpc", grpc_addr) as (_first, ready):
         assert ready.read_text().strip() == grpc_addr
         second = subprocess.run([*NETCO, "switch", "--port",
                                  f"1=udp:127.0.0.1:{_free_udp()}", "--grpc", grpc_addr],
@@ -121,9 +133,6 @@ def test_second_netco_switch_on_the_same_grpc_address_fails_with_one_line(tmp_pa
         assert second.returncode == 2
         assert f"--grpc {grpc_addr}: cannot listen" in second.stderr
         assert len(second.stderr.strip().splitlines()) == 1, second.stderr
-    finally:
-        first.terminate()
-        first.wait(timeout=30)
 
 
 def test_cpu_pins_every_thread_of_the_switch(tmp_path):
@@ -131,23 +140,12 @@ def test_cpu_pins_every_thread_of_the_switch(tmp_path):
     import os
 
     cpu = max(os.sched_getaffinity(0))
-    ready = tmp_path / "ready"
-    sw = subprocess.Popen([*NETCO, "switch", "--port", f"1=udp:127.0.0.1:{_free_udp()}",
-                           "--grpc", f"127.0.0.1:{free_tcp_port()}", "--cpu", str(cpu),
-                           "--ready-file", str(ready)],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        for _ in range(300):
-            if ready.exists() or sw.poll() is not None:
-                break
-            time.sleep(0.1)
+    with _netco_switch(tmp_path, "--grpc", f"127.0.0.1:{free_tcp_port()}",
+                       "--cpu", str(cpu)) as (sw, ready):
         assert ready.exists(), sw.stderr.read().decode() if sw.poll() is not None else "no ready"
         tasks = os.listdir(f"/proc/{sw.pid}/task")
         assert len(tasks) > 1  # the gRPC server's threads at least
         assert all(os.sched_getaffinity(int(t)) == {cpu} for t in tasks)
-    finally:
-        sw.terminate()
-        sw.wait(timeout=30)
 
 
 def test_writes_report_each_update_or_are_refused_whole(tmp_path):
