@@ -11,16 +11,13 @@ from __future__ import annotations
 import os
 
 import pytest
-import torch
 
 from control_plane.config import DEFAULT_BMV2_JSON, load_config
 from control_plane.testbed.impair import ImpairmentError
 from control_plane.testbed.net import Testbed, with_free_ports
-from control_plane.testbed.worker import tensor
 from host.paths import REPO
 from host.protocol.layout import DropReason
-from host.thc.simulate import allreduce as simulate
-from tests.support.testbed import leftovers, packets_per_allreduce
+from tests.support.testbed import assert_exact_allreduce, leftovers, packets_per_allreduce
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet]
 TOPO = REPO / "mininet" / "two_buildings.yaml"
@@ -44,13 +41,8 @@ def test_tree_over_impaired_wan(target, tmp_path):
             assert 4.5 <= m["delay_ms_median"] <= 35, m
             assert 30 <= m["rate_mbps"] <= 65, m
         assert tb.ping("h1", "h4")  # routed across the WAN
-        size, seed, rounds = 8192, 3, 2
-        outs = tb.allreduce(lambda r, k: tensor(seed, r, k, size), rounds=rounds, timeout=90)
-        codec = tb.codec(tb.job())
-        for k in range(rounds):
-            ref = simulate(codec, [tensor(seed, r, k, size) for r in range(4)], round=k).average
-            for r in range(4):
-                torch.testing.assert_close(outs[r][k], ref, rtol=0, atol=0)
+        size, rounds = 8192, 2
+        codec = assert_exact_allreduce(tb, size, seed=3, rounds=rounds, timeout=90)
         per_worker = rounds * packets_per_allreduce(codec, size)
         ctr = tb.counters()
         # each leaf adds its two workers; the parent adds the two leaves' partial sums

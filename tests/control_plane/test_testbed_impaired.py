@@ -9,14 +9,12 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
 
 from control_plane.config import load_config
 from control_plane.testbed.impair import Impairment
 from control_plane.testbed.net import Testbed, with_free_ports
-from control_plane.testbed.worker import tensor
 from host.paths import REPO
-from host.thc.simulate import allreduce as simulate
+from tests.support.testbed import assert_exact_allreduce
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet]
 WAN = "b-leaf:3-wan:2"
@@ -38,13 +36,7 @@ def test_allreduce_survives_impaired_wan(name, tmp_path):
         report = tb.up()
         (link,) = [ln for ln in report["links"] if "asked" in ln]
         assert link["impairment"] == imp.to_dict() and link["mode"] in ("forwarder", "netem")
-        size, seed, rounds = 16384, 5, 2
-        outs = tb.allreduce(lambda r, k: tensor(seed, r, k, size), rounds=rounds, timeout=120)
-        codec = tb.codec(tb.job())
-        for k in range(rounds):
-            ref = simulate(codec, [tensor(seed, r, k, size) for r in range(4)], round=k).average
-            for r in range(4):
-                torch.testing.assert_close(outs[r][k], ref, rtol=0, atol=0)
+        assert_exact_allreduce(tb, 16384, seed=5, rounds=2, timeout=120)
         if link["mode"] == "forwarder":
             # counters written every second and on exit: read them after stopping the node
             tb.forwarders[WAN].terminate()

@@ -28,3 +28,19 @@ def packets_per_allreduce(codec, size: int) -> int:
     padded = codec.layout(size).padded
     norms = codec.chunk_norms(torch.zeros(size))
     return -(-padded // COORDS_PER_PACKET) + -(-norms.numel() // NORMS_PER_PACKET)
+
+
+def assert_exact_allreduce(tb, size: int, seed: int, rounds: int, timeout: float):
+    """``rounds`` all-reduces of the workers' tensors (:func:`control_plane.testbed.worker.tensor`)
+    through testbed ``tb``: every rank's every result is the in-process protocol's, bit for bit.
+    Returns the job's codec."""
+    from control_plane.testbed.worker import tensor
+    from host.thc.simulate import allreduce as simulate
+
+    outs = tb.allreduce(lambda r, k: tensor(seed, r, k, size), rounds=rounds, timeout=timeout)
+    codec = tb.codec(tb.job())
+    for k in range(rounds):
+        ref = simulate(codec, [tensor(seed, r, k, size) for r in range(len(outs))], round=k).average
+        for r in range(len(outs)):
+            torch.testing.assert_close(outs[r][k], ref, rtol=0, atol=0)
+    return codec
