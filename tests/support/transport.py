@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from control_plane.embedded import EmbeddedNetwork
+from host.thc.codec import THCCodec
 from host.thc.lanes import aggregate_packed
 from host.thc.simulate import allreduce as simulated_allreduce
 from host.transport.faults import FaultyEndpoint
@@ -132,6 +133,28 @@ FAULTS = [
     {"loss_pct": 2.0, "dup_pct": 2.0, "reorder_pct": 5.0, "delay_ms": 1.0},
 ]
 FAULT_IDS = ["loss5", "dup5", "reorder10", "mixed"]
+
+
+def allreduce_under_faults(connect) -> tuple[list, list]:
+    """4 workers all-reduce 60,000 coordinates each through a fresh software target, with the
+    retransmission timers of a faulty path; ``connect(net, rank, slots)`` gives a rank's
+    aggregator and the faulty part of its path (with ``stats`` and ``close()``). Every rank's
+    result is bit-identical to the in-process protocol's. Returns (aggregators, faulty parts)."""
+    n = 4
+    codec = THCCodec()
+    xs = worker_data(n, 60_000, 11)
+    with EmbeddedNetwork(n, num_slots=16) as net:
+        slots = SlotConfig(rto=0.01, max_rto=0.1)
+        pairs = [connect(net, r, slots) for r in range(n)]
+        aggs = [a for a, _ in pairs]
+        try:
+            got = run_workers(n, lambda r: aggs[r].allreduce(xs[r], codec))
+        finally:
+            for a, faulty in pairs:
+                a.ep.close()
+                faulty.close()
+    assert_bit_identical(codec, xs, got)
+    return aggs, [f for _, f in pairs]
 
 
 def sums_with_a_dying_worker(n: int, aggs: list, dying, encs: list, codec) -> list:

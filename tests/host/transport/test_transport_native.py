@@ -29,11 +29,13 @@ from tests.support.scripted import ScriptedSwitch, lane_value, scripted_exchange
 from tests.support.transport import (
     FAULT_IDS,
     FAULTS,
+    allreduce_under_faults,
     assert_bit_identical,
     assert_exact_sums,
     assert_faults_in_effect,
     encode_all,
     packed_sums,
+    run_and_close,
     run_workers,
     sums_with_a_dying_worker,
     worker_data,
@@ -209,11 +211,7 @@ def test_c_loop_allreduce_equals_the_in_process_protocol():
                                   JobSpec(net.job_id, r, n, num_slots=16, token=net.token)) for r in range(n)]
         for a in aggs:
             a.window.native = True   # also under NETCO_TRANSPORT_C=0
-        try:
-            got = run_workers(n, lambda r: aggs[r].allreduce(xs[r], codec))
-        finally:
-            for a in aggs:
-                a.ep.close()
+        got = run_and_close(aggs, lambda r: aggs[r].allreduce(xs[r], codec))
     assert all(a.window.last_native for a in aggs)
     assert_bit_identical(codec, xs, got)
 
@@ -231,22 +229,9 @@ def _relayed(net: EmbeddedNetwork, rank: int, slots: SlotConfig, **faults):
 
 @pytest.mark.parametrize("faults", FAULTS, ids=FAULT_IDS)
 def test_c_loop_sums_stay_exact_under_faults(faults):
-    n = 4
-    codec = THCCodec()
-    xs = worker_data(n, 60_000, 11)
-    with EmbeddedNetwork(n, num_slots=16) as net:
-        slots = SlotConfig(rto=0.01, max_rto=0.1)
-        pairs = [_relayed(net, r, slots, **faults) for r in range(n)]
-        aggs = [p[0] for p in pairs]
-        try:
-            got = run_workers(n, lambda r: aggs[r].allreduce(xs[r], codec))
-        finally:
-            for a, relay in pairs:
-                a.ep.close()
-                relay.close()
+    aggs, relays = allreduce_under_faults(lambda net, r, slots: _relayed(net, r, slots, **faults))
     assert all(a.window.last_native for a in aggs)
-    assert_bit_identical(codec, xs, got)
-    assert_faults_in_effect(faults, [relay.stats for _, relay in pairs], aggs)
+    assert_faults_in_effect(faults, [relay.stats for relay in relays], aggs)
     if faults.get("dup_pct"):
         assert sum(a.window.stats.stray_results for a in aggs) > 0   # duplicates ignored
 
