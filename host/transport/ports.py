@@ -357,9 +357,7 @@ class UdpEndpoint:
     def recv_many(self, timeout: float) -> list[memoryview]:
         rx = self._rx
         if rx is not None:
-            k = _recv_waiting(rx, self.sock, self._poll, timeout)
-            if k == 0:
-                return []
+            k = _recv_waiting(rx, self.sock, self._poll, timeout)   # 0: no views, none foreign
             views, foreign = rx.views_from(k, self._src_addr, self._src_port)
             self.foreign += foreign
             return views
