@@ -317,13 +317,16 @@ def make_client_app(
             content["drift"] = MetricRecord({"drifted": 0})
         return Message(content, reply_to=msg)
 
+    def round_data(msg: Message, context: Context) -> tuple:
+        """The round, this client's data of it (train X, y, test X, y) and the model's weights."""
+        rnd = int(msg.content["config"]["server-round"])
+        return (rnd, *data_fn(context, rnd), msg.content["arrays"]["w"].numpy().astype(float))
+
     @app.train()
     def train(msg: Message, context: Context) -> Message:
-        cfg = msg.content["config"]
-        X, y, _, _ = data_fn(context, int(cfg["server-round"]))
-        w = msg.content["arrays"]["w"].numpy().astype(float)
+        rnd, X, y, _, _, w = round_data(msg, context)
         model = model_for(X)
-        seed = int(context.node_id) * 1000 + int(cfg["server-round"])
+        seed = int(context.node_id) * 1000 + rnd
         w_new = local_train(model, w, X, y, LocalTraining(epochs=epochs, lr=lr),
                             np.random.default_rng(seed))
         content = RecordDict({
@@ -335,9 +338,7 @@ def make_client_app(
 
     @app.evaluate()
     def evaluate(msg: Message, context: Context) -> Message:
-        cfg = msg.content["config"]
-        _, _, Xt, yt = data_fn(context, int(cfg["server-round"]))
-        w = msg.content["arrays"]["w"].numpy().astype(float)
+        _, _, _, Xt, yt, w = round_data(msg, context)
         model = model_for(Xt)
         content = RecordDict({"metrics": MetricRecord({
             "eval_loss": model.loss(w, Xt, yt), "eval_acc": model.accuracy(w, Xt, yt),
