@@ -55,6 +55,7 @@ import time
 import numpy as np
 
 from control_plane.embedded import EmbeddedNetwork
+from host.bench.gloo import time_allreduce
 from host.placement import pin, switch_and_workers
 from host.protocol.framing import THC_OFFSET
 from host.protocol.generated_dataplane import THC_SLOTS
@@ -279,14 +280,7 @@ def _gloo_worker(rank: int, world: int, numel: int, port: int, q, repeats: int =
     dist.init_process_group("gloo", rank=rank, world_size=world)
     x0 = torch.randn(numel, generator=torch.Generator().manual_seed(100 + rank))
     dist.all_reduce(torch.ones(8))  # connect before timing
-    times = []
-    x = x0
-    for _ in range(repeats):
-        x = x0.clone()
-        dist.barrier()
-        t0 = time.perf_counter()
-        dist.all_reduce(x)
-        times.append(time.perf_counter() - t0)
+    times, x = time_allreduce(x0, repeats)
     q.put(("gloo", rank, times, (x[:1000] / world).numpy().copy()))
     dist.destroy_process_group()
 

@@ -158,19 +158,13 @@ def _allreduce_worker(rank: int, world: int, elements: int, repeats: int, spec, 
     import torch.distributed as dist
 
     from control_plane.testbed.worker import tensor
+    from host.bench.gloo import time_allreduce
     from host.thc.codec import THCCodec
 
     x = tensor(seed, rank, 0, elements)
     out: dict = {"rank": rank}
     if "gloo" in which:
-        times = []
-        for _ in range(repeats):
-            y = x.clone()
-            dist.barrier()
-            t0 = time.perf_counter()
-            dist.all_reduce(y)
-            times.append(time.perf_counter() - t0)
-        out["gloo_s"] = times
+        out["gloo_s"] = time_allreduce(x, repeats)[0]
     if "thc" in which:
         codec = THCCodec()
         agg = spec.connect(rank, world)
