@@ -490,26 +490,6 @@ def idle_streams(args: argparse.Namespace) -> dict:
 
 
 # -- issue 33: what a faulty member and a hostile neighbour can still do --------------------
-class _Agreement:
-    """The ranks' agreement on a session try (attach uses the process group; threads here)."""
-
-    def __init__(self, n: int) -> None:
-        self.barrier = threading.Barrier(n)
-        self.lock = threading.Lock()
-        self.failed = False
-
-    def __call__(self, ok: bool) -> bool:
-        with self.lock:
-            self.failed |= not ok
-        self.barrier.wait(60)
-        failed = self.failed
-        self.barrier.wait(60)
-        with self.lock:
-            self.failed = False
-        self.barrier.wait(60)
-        return failed
-
-
 def _contribution(net: EmbeddedNetwork, slot: int, rnd: int, norm: bool, flags: int = 0,
                   rank: int = 0, token: int | None = None, values: int | None = None) -> bytes:
     """A DATA (indices, or values-uplink lanes of ``values``) or NORM contribution of ``rank``."""
@@ -533,7 +513,7 @@ def _drops(net: EmbeddedNetwork) -> dict[int, int]:
 
 
 def start_flood(args: argparse.Namespace) -> dict:
-    from host.transport.session import start_session
+    from host.transport.session import ThreadAgreement, start_session
 
     n, W = 3, 16
     codec = THCCodec()
@@ -559,7 +539,7 @@ def start_flood(args: argparse.Namespace) -> dict:
         returned_s = time.monotonic() - t0
         hung = sum(isinstance(g, TimeoutError) and str(g) == "hung" for g in during)
         # the next session, opened as attach opens it
-        agree = _Agreement(n)
+        agree = ThreadAgreement(n, timeout=60.0)
         cands = _run(aggs, lambda i: start_session(aggs[i], base + (1 << 20), slots, agree))
         after = _run(aggs, lambda i: aggs[i].allreduce(xs[i], codec))
         _close(aggs)
@@ -578,7 +558,7 @@ def start_flood(args: argparse.Namespace) -> dict:
 
 
 def replay(args: argparse.Namespace) -> dict:
-    from host.transport.session import start_session
+    from host.transport.session import ThreadAgreement, start_session
 
     n, W = 2, 8
     codec = THCCodec()
@@ -587,7 +567,7 @@ def replay(args: argparse.Namespace) -> dict:
     with EmbeddedNetwork(n, num_slots=W) as net:
         s1 = session_round_base() & ~1
         aggs = _aggs(net, s1, slots)
-        agree = _Agreement(n)
+        agree = ThreadAgreement(n, timeout=60.0)
         c1 = _run(aggs, lambda i: start_session(aggs[i], s1, slots, agree))
         _run(aggs, lambda i: aggs[i].allreduce(xs[i], codec))
         # what a capture of session 1 holds: its START contributions on every copy, with the token
@@ -596,7 +576,7 @@ def replay(args: argparse.Namespace) -> dict:
                     for slot in range(W) for k in (0, 1) for norm in (False, True)
                     for r in range(n)]
         s2 = (s1 + (1 << 31) + 4096) & ~1 & 0xFFFFFFFF
-        agree = _Agreement(n)
+        agree = ThreadAgreement(n, timeout=60.0)
         c2 = _run(aggs, lambda i: start_session(aggs[i], s2, slots, agree))
         before = _drops(net)
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:

@@ -33,6 +33,7 @@ the time between them, and no packet of an earlier session is newer than the cop
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -247,6 +248,29 @@ def open_session(agg: NetworkAggregator, base: int, slots: SlotConfig,
         return False
     win.cfg = slots
     return True
+
+
+class ThreadAgreement:
+    """``others_failed`` of :func:`start_session` for ranks that are threads of one process
+    (tests, benchmarks): every rank's call waits for all ``n`` (``timeout`` seconds at most)
+    and returns whether any rank's try failed; then it is ready for the next try."""
+
+    def __init__(self, n: int, timeout: float = 30.0) -> None:
+        self.barrier = threading.Barrier(n)
+        self.lock = threading.Lock()
+        self.failed = False
+        self.timeout = timeout
+
+    def __call__(self, ok: bool) -> bool:
+        with self.lock:
+            self.failed |= not ok
+        self.barrier.wait(self.timeout)
+        failed = self.failed
+        self.barrier.wait(self.timeout)
+        with self.lock:
+            self.failed = False
+        self.barrier.wait(self.timeout)
+        return failed
 
 
 #: Candidates :func:`start_session` tries (three always suffice; one more for a rank that was

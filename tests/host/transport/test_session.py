@@ -5,8 +5,6 @@ operate from the outside", items 2 and 3). The switch is the software target on 
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 import torch
 
@@ -21,6 +19,7 @@ from host.transport.ports import UdpEndpoint
 from host.transport.session import (
     ROUND_STEP,
     JobCheckError,
+    ThreadAgreement,
     check_job,
     first_candidate,
     open_session,
@@ -45,30 +44,10 @@ def _agg(net: EmbeddedNetwork, rank: int, **spec) -> NetworkAggregator:
                              JobSpec(net.job_id, rank, net.workers, **fields), SLOTS)
 
 
-class Agreement:
-    """The ranks' agreement on each try's outcome (attach uses the process group)."""
-
-    def __init__(self, n: int) -> None:
-        self.barrier = threading.Barrier(n)
-        self.lock = threading.Lock()
-        self.failed = False
-
-    def __call__(self, ok: bool) -> bool:
-        with self.lock:
-            self.failed |= not ok
-        self.barrier.wait(30)
-        failed = self.failed
-        self.barrier.wait(30)
-        with self.lock:
-            self.failed = False
-        self.barrier.wait(30)
-        return failed
-
-
 def _session(net: EmbeddedNetwork, first: int, xs: list[torch.Tensor]):
     """Both ranks open a session at ``first``, then all-reduce ``xs``: (candidate, results)."""
     aggs = [_agg(net, r) for r in range(net.workers)]
-    agree = Agreement(net.workers)
+    agree = ThreadAgreement(net.workers)
     codec = THCCodec()
 
     def work(r: int):
