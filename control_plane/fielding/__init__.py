@@ -9,8 +9,9 @@ Flower: :mod:`.flower` (imported on demand; needs ``flwr``).
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from host.lazy import lazy_getattr
 
 #: Imported on first use (PEP 562): ``netco fielding --help`` and its usage errors load
 #: :mod:`.config` only, not scikit-learn (issue 36).
@@ -40,10 +41,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(globals(), _EXPORTS)

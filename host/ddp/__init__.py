@@ -7,10 +7,11 @@ load without torch (``netco train --help``, issue 36).
 
 from __future__ import annotations
 
-import importlib
 import sys
 import types
 from typing import TYPE_CHECKING
+
+from host.lazy import lazy_getattr
 
 _EXPORTS = {
     "AttachError": "host.ddp.attach",
@@ -30,13 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from host.ddp.hook import NonFiniteGradientError, THCHookState, thc_hook
 
 
-def __getattr__(name: str) -> object:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(globals(), _EXPORTS)
 
 
 def __dir__() -> list[str]:

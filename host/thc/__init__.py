@@ -6,8 +6,9 @@ a tool that never encodes (the controller) without importing torch.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from host.lazy import lazy_getattr
 
 _EXPORTS = {
     "Encoded": "host.thc.codec",
@@ -46,10 +47,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from host.thc.table import DEFAULT_TABLE, optimal_table, predicted_nmse
 
 
-def __getattr__(name: str) -> object:
-    mod = _EXPORTS.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'host.thc' has no attribute {name!r}")
-    value = getattr(importlib.import_module(mod), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(globals(), _EXPORTS)
