@@ -66,6 +66,22 @@ __all__ = ["NATIVE", "PAY_OFF", "ROW", "ROW_DTYPE", "THC_OFF", "Counters", "Outp
            "_fastpath"]
 
 
+class _LoopCounter:
+    """A frame counter of a :class:`Pipeline`: its own count (``_<name>``) plus the C switch
+    loop's (``live``); setting it sets the pipeline's part so that the sum is the value set."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name, self.own = name, "_" + name
+
+    def __get__(self, obj: Pipeline | None, objtype: type | None = None) -> int:
+        if obj is None:
+            return self  # type: ignore[return-value]
+        return getattr(obj, self.own) + obj._live(self.name)
+
+    def __set__(self, obj: Pipeline, value: int) -> None:
+        setattr(obj, self.own, value - obj._live(self.name))
+
+
 class Pipeline(NativePath, ThcValidate, ThcLoad, ThcSlot, ThcAccumulate, ThcOutput, Routing):
     """Aggregation state and the per-batch processing of the netco v1model program.
 
@@ -189,23 +205,10 @@ class Pipeline(NativePath, ThcValidate, ThcLoad, ThcSlot, ThcAccumulate, ThcOutp
         k = LOOP_STATS.get(name)
         return int(self.live[k]) if k is not None else 0
 
-    @property
-    def rx(self) -> int:
-        """Frames received (this pipeline's and the C switch loop's)."""
-        return self._rx + self._live("rx")
-
-    @rx.setter
-    def rx(self, value: int) -> None:
-        self._rx = value - self._live("rx")
-
-    @property
-    def tx(self) -> int:
-        """Frames sent (this pipeline's and the C switch loop's)."""
-        return self._tx + self._live("tx")
-
-    @tx.setter
-    def tx(self, value: int) -> None:
-        self._tx = value - self._live("tx")
+    #: Frames received (this pipeline's and the C switch loop's).
+    rx = _LoopCounter()
+    #: Frames sent (this pipeline's and the C switch loop's).
+    tx = _LoopCounter()
 
     def all_outcomes(self) -> dict[str, int]:
         """:attr:`outcomes` with the ones the C switch loop added."""
