@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from control_plane.testbed.rack import Rack
 from host.paths import REPO
 
 #: The topologies a rack job can run on: name -> topology file.
@@ -29,7 +30,7 @@ TOPOLOGIES = {"mininet": REPO / "mininet" / "rack.yaml",
 KIND = {"mininet": "Mininet rack", "buildings": "Mininet two buildings"}
 
 
-class MininetRack:
+class MininetRack(Rack):
     """A shaped Mininet testbed of ``TOPOLOGIES[testbed]`` (or the file ``topo``).
 
     Parameters
@@ -83,13 +84,6 @@ class MininetRack:
     def down(self) -> dict:
         """Tear down exactly what :meth:`up` built (``Testbed.down``)."""
         return self.tb.down()
-
-    def __enter__(self) -> MininetRack:
-        self.up()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.down()
 
     # -- what workers need ------------------------------------------------------------------
     @property

@@ -27,6 +27,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 
+from control_plane.testbed.rack import Rack
 from control_plane.testbed.shaping import (
     Flow,
     ShapedEnd,
@@ -70,7 +71,7 @@ def _run(cmd: list[str]) -> str:
     return res.stdout
 
 
-class NamespaceRack:
+class NamespaceRack(Rack):
     """``workers`` host namespaces around this process's namespace, links shaped to ``link_mbps``.
 
     Parameters
@@ -172,13 +173,6 @@ class NamespaceRack:
         for name in reversed(self._made):
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
         self._made.clear()
-
-    def __enter__(self) -> NamespaceRack:
-        self.up()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.down()
 
     # -- what workers need ------------------------------------------------------------------
     @property
