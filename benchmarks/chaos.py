@@ -133,6 +133,25 @@ def _run(aggs: list, fn, timeout: float = 300.0) -> list:
     return [TimeoutError("hung") if t.is_alive() else o for t, o in zip(ts, out, strict=True)]
 
 
+def _workload(n: int, numel: int, seed: int, k: int) -> tuple[THCCodec, list, list]:
+    """The codec, ``n`` workers' tensors of ``numel`` and the references of ``k`` all-reduces."""
+    codec = THCCodec()
+    xs = _data(n, numel, seed)
+    return codec, xs, [simulated_allreduce(codec, xs, round=i).average for i in range(k)]
+
+
+def _timed_allreduces(net: EmbeddedNetwork, base: int, xs: list, codec: THCCodec,
+                      k: int) -> tuple[list, float]:
+    """``k`` all-reduces of every rank through fresh aggregators of round base ``base`` (closed
+    after): the results and the seconds they took."""
+    aggs = _aggs(net, base)
+    t0 = time.monotonic()
+    got = _allreduces(aggs, xs, codec, k)
+    seconds = time.monotonic() - t0
+    _close(aggs)
+    return got, seconds
+
+
 def _close(aggs: list) -> None:
     for a in aggs:
         a.ep.close()
@@ -151,15 +170,9 @@ def _allreduces(aggs: list, xs: list, codec: THCCodec, k: int) -> list:
 # -- classes ---------------------------------------------------------------------------------
 def fuzz_member_addresses(args: argparse.Namespace) -> dict:
     n, k = 4, args.iterations
-    codec = THCCodec()
-    xs = _data(n, args.elements, 1)
-    refs = [simulated_allreduce(codec, xs, round=i).average for i in range(k)]
+    codec, xs, refs = _workload(n, args.elements, 1, k)
     with EmbeddedNetwork(n, num_slots=32) as net:
-        aggs = _aggs(net, 1)
-        t0 = time.monotonic()
-        clean = _allreduces(aggs, xs, codec, k)
-        clean_s = time.monotonic() - t0
-        _close(aggs)
+        clean, clean_s = _timed_allreduces(net, 1, xs, codec, k)
         stop = threading.Event()
         sent = [0]
 
@@ -210,9 +223,7 @@ def fuzz_member_addresses(args: argparse.Namespace) -> dict:
 
 def forged_results(args: argparse.Namespace) -> dict:
     n, k = 2, args.iterations
-    codec = THCCodec()
-    xs = _data(n, args.elements, 2)
-    refs = [simulated_allreduce(codec, xs, round=i).average for i in range(k)]
+    codec, xs, refs = _workload(n, args.elements, 2, k)
     base, W = 1000, 16
     rounds = k * (-(-args.elements // 256) // W + 2)
     forged = []
@@ -696,15 +707,9 @@ def token_flood(args: argparse.Namespace) -> dict:
     wrong-token status requests from a member's address as fast as it can, then sends the
     right one from the same socket: it must go unanswered while the socket is held."""
     n, k = 2, args.iterations
-    codec = THCCodec()
-    xs = _data(n, args.elements, 9)
-    refs = [simulated_allreduce(codec, xs, round=i).average for i in range(k)]
+    codec, xs, refs = _workload(n, args.elements, 9, k)
     with EmbeddedNetwork(n, num_slots=32) as net:
-        aggs = _aggs(net, 1)
-        t0 = time.monotonic()
-        clean = _allreduces(aggs, xs, codec, k)
-        clean_s = time.monotonic() - t0
-        _close(aggs)
+        clean, clean_s = _timed_allreduces(net, 1, xs, codec, k)
         wrong = _contribution(net, 0, 1, True, flags=int(lay.Flag.PEEK), token=net.token ^ 0x5A5A)
         right = _contribution(net, 0, 1, True, flags=int(lay.Flag.PEEK))
         host, port = net.address(0).switch
@@ -714,11 +719,7 @@ def token_flood(args: argparse.Namespace) -> dict:
                               stdout=subprocess.PIPE, text=True)
         try:
             time.sleep(0.5)
-            aggs = _aggs(net, 1 << 20)
-            t0 = time.monotonic()
-            flooded = _allreduces(aggs, xs, codec, k)
-            flooded_s = time.monotonic() - t0
-            _close(aggs)
+            flooded, flooded_s = _timed_allreduces(net, 1 << 20, xs, codec, k)
             out, _ = fl.communicate("stop\n", timeout=30)
         finally:
             if fl.poll() is None:
