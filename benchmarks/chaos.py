@@ -93,6 +93,7 @@ from host.protocol import codec as wire
 from host.protocol import layout as lay
 from host.thc import THCCodec
 from host.thc.simulate import allreduce as simulated_allreduce
+from host.thc.simulate import encode_workers, table_values
 from host.transport.job import JobSpec, NetworkAggregator, session_round_base
 from host.transport.ports import UdpEndpoint
 from host.transport.slots import SlotConfig, SlotTimeoutError
@@ -399,10 +400,8 @@ def dead_rank_partial(args: argparse.Namespace) -> dict:
     n, packets = 4, args.dead_packets
     codec = THCCodec()
     xs = _data(n, packets * 256, 5)
-    norms = torch.stack([codec.chunk_norms(x) for x in xs]).amax(0)
-    encs = [codec.encode(x, norms, worker=r, round=0) for r, x in enumerate(xs)]
-    table = torch.tensor(codec.table)
-    vals = [table[codec.indices(e).long()].numpy().astype(np.int64) for e in encs]
+    encs = encode_workers(codec, xs)
+    vals = table_values(codec, encs)
     slots = SlotConfig(policy="partial", deadline=0.5)
     out: dict = {"workers": n, "packets": packets, "deadline_s": slots.deadline,
                  "repeats": args.dead_repeats}

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from host.thc.codec import THCCodec
+from host.thc.codec import Encoded, THCCodec
 from host.thc.feedback import ErrorFeedback
 from host.thc.lanes import aggregate_packed, lane_bits
 
@@ -29,6 +29,19 @@ class RoundResult:
     count: int
     bytes_up: int
     bytes_down: int
+
+
+def encode_workers(codec: THCCodec, xs: list[torch.Tensor], round: int = 0) -> list[Encoded]:
+    """Each worker's encoding of its tensor in ``round`` (worker ``r`` holds ``xs[r]``), with the
+    norms the workers agree on: the maxima of their chunk norms."""
+    norms = torch.stack([codec.chunk_norms(x) for x in xs]).amax(dim=0)
+    return [codec.encode(x, norms, worker=r, round=round) for r, x in enumerate(xs)]
+
+
+def table_values(codec: THCCodec, encs: list[Encoded]) -> list[np.ndarray]:
+    """Per encoding, the table value of each of its indices (int64): what a switch adds up."""
+    table = torch.tensor(codec.table)
+    return [table[codec.indices(e).long()].numpy().astype(np.int64) for e in encs]
 
 
 def allreduce(

@@ -16,6 +16,7 @@ from control_plane.embedded import EmbeddedNetwork
 from host.thc.codec import THCCodec
 from host.thc.lanes import aggregate_packed
 from host.thc.simulate import allreduce as simulated_allreduce
+from host.thc.simulate import encode_workers, table_values
 from host.transport.faults import FaultyEndpoint
 from host.transport.job import JobSpec, NetworkAggregator
 from host.transport.ports import UdpEndpoint
@@ -100,8 +101,7 @@ def worker_data(n: int, numel: int, seed: int) -> list[torch.Tensor]:
 
 def encode_all(codec, xs: list[torch.Tensor]) -> list:
     """Each worker's encoding of its tensor (round 0) with the agreed norms (the maxima)."""
-    norms = torch.stack([codec.chunk_norms(x) for x in xs]).amax(0)
-    return [codec.encode(x, norms, worker=r, round=0) for r, x in enumerate(xs)]
+    return encode_workers(codec, xs)
 
 
 def packed_sums(codec, encs: list, n_coords: int | None = None) -> np.ndarray:
@@ -170,8 +170,7 @@ def sums_with_a_dying_worker(n: int, aggs: list, dying, encs: list, codec) -> li
         return aggs[r].sum_encoded(encs[r], codec)
 
     got = run_workers(n, work)
-    table = torch.tensor(codec.table)
-    vals = [table[codec.indices(e).long()].numpy().astype(np.int64) for e in encs]
+    vals = table_values(codec, encs)
     for sums, count in got[: n - 1]:
         assert isinstance(count, torch.Tensor)  # per-coordinate counts: some packets partial
         c = count.numpy()

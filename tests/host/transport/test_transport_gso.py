@@ -14,6 +14,7 @@ from control_plane.embedded import EmbeddedNetwork
 from host.softswitch import pipeline as softswitch_pipeline
 from host.thc import THCCodec
 from host.thc.lanes import aggregate_packed
+from host.thc.simulate import encode_workers
 from host.transport import slots as slots_mod
 from host.transport.job import JobSpec, NetworkAggregator
 from host.transport.ports import UdpEndpoint, udp_gso_supported
@@ -37,10 +38,7 @@ def test_gso_workers_give_exact_sums_identical_to_plain_ones(n, threads, cloop, 
     codec = THCCodec()
     numel = 300 * 256 + 77                       # partial last packet; more than the window
     xs = worker_data(n, numel, 5)
-    import torch
-
-    norms = torch.stack([codec.chunk_norms(x) for x in xs]).amax(0)
-    encs = [codec.encode(x, norms, worker=r, round=0) for r, x in enumerate(xs)]
+    encs = encode_workers(codec, xs)
     want = aggregate_packed([e.payload for e in encs], codec.table, 30, 4,
                             encs[0].layout.padded).astype(np.int64)
     net = EmbeddedNetwork(n, num_slots=128, workdir=tmp_path, switch_args=("--json", threads))

@@ -17,6 +17,7 @@ from host.protocol import codec as wire
 from host.protocol import layout as lay
 from host.thc import THCCodec
 from host.thc.simulate import allreduce as simulated_allreduce
+from host.thc.simulate import encode_workers, table_values
 from host.transport import slots as slotmod
 from host.transport.faults import FaultyRelay
 from host.transport.job import JobSpec, NetworkAggregator
@@ -283,10 +284,8 @@ def test_a_dead_rank_costs_one_deadline_not_one_per_packet(native):
     n, packets = 4, 400
     codec = THCCodec()
     xs = worker_data(n, packets * 256, 8)
-    norms = torch.stack([codec.chunk_norms(x) for x in xs]).amax(0)
-    encs = [codec.encode(x, norms, worker=r, round=0) for r, x in enumerate(xs)]
-    table = torch.tensor(codec.table)
-    vals = [table[codec.indices(e).long()].numpy().astype(np.int64) for e in encs]
+    encs = encode_workers(codec, xs)
+    vals = table_values(codec, encs)
     with EmbeddedNetwork(n, num_slots=8) as net:
         slots = SlotConfig(policy="partial", deadline=0.3, rto=0.02, max_rto=0.1)
         aggs = _aggregators(net, 1, native, slots, ranks=range(n - 1))
