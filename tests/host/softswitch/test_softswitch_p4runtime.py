@@ -9,6 +9,7 @@ import queue
 import socket
 import threading
 import time
+from collections.abc import Iterator
 
 import finsy as fy
 import grpc
@@ -321,33 +322,48 @@ def _read_jobs(stub, timeout: float = 10.0) -> list:
         table_entry=p4r.TableEntry(table_id=0))]), timeout=timeout))
 
 
-def test_idle_streams_do_not_starve_reads_or_a_new_controller(server):
-    """16 streams that never arbitrate: a Read and a controller session still get through."""
-    _sw, port, loop, client = server
-    client(election_id=20)                          # pushes the pipeline
-    ch = grpc.insecure_channel(f"127.0.0.1:{port}")
+@contextlib.contextmanager
+def _streams(addr: str, n: int) -> Iterator[tuple[p4r_grpc.P4RuntimeStub, list[Stream]]]:
+    """``n`` streams opened on a new channel to ``addr``; closed, with it, after the block."""
+    ch = grpc.insecure_channel(addr)
     stub = p4r_grpc.P4RuntimeStub(ch)
-    idle = [Stream(stub) for _ in range(16)]
+    streams = [Stream(stub) for _ in range(n)]
     try:
-        assert _read_jobs(stub) is not None          # before the fix: DEADLINE_EXCEEDED
-        c = client(election_id=30)                   # arbitrates and pushes the pipeline
-        assert c.is_primary
-        loop.run(c.insert(job_entities(3, W[:1])))
+        yield stub, streams
     finally:
-        for s in idle:
+        for s in streams:
             s.close()
         ch.close()
 
 
-def test_waiting_streams_beyond_the_limit_close_the_oldest_and_silent_ones_time_out():
+@contextlib.contextmanager
+def _own_switch(**service) -> Iterator[tuple[SoftSwitch, str]]:
+    """A software target of this test's own, its P4Runtime service's settings ``service``:
+    (the switch, its address); stopped after the block."""
     sw = SoftSwitch()
-    sw.service.max_pending = 4
-    sw.service.arbitration_timeout = 1.0
+    for name, value in service.items():
+        setattr(sw.service, name, value)
     addr = sw.serve("127.0.0.1:0")
-    ch = grpc.insecure_channel(addr)
-    stub = p4r_grpc.P4RuntimeStub(ch)
-    streams = [Stream(stub) for _ in range(6)]
     try:
+        yield sw, addr
+    finally:
+        sw.stop()
+
+
+def test_idle_streams_do_not_starve_reads_or_a_new_controller(server):
+    """16 streams that never arbitrate: a Read and a controller session still get through."""
+    _sw, port, loop, client = server
+    client(election_id=20)                          # pushes the pipeline
+    with _streams(f"127.0.0.1:{port}", 16) as (stub, _idle):
+        assert _read_jobs(stub) is not None          # before the fix: DEADLINE_EXCEEDED
+        c = client(election_id=30)                   # arbitrates and pushes the pipeline
+        assert c.is_primary
+        loop.run(c.insert(job_entities(3, W[:1])))
+
+
+def test_waiting_streams_beyond_the_limit_close_the_oldest_and_silent_ones_time_out():
+    with _own_switch(max_pending=4, arbitration_timeout=1.0) as (sw, addr), \
+            _streams(addr, 6) as (stub, streams):
         outcomes = [s.next(timeout=10) for s in streams]
         codes = sorted(o.code().name for o in outcomes)
         # two are closed to make room for newer ones; the four left never arbitrate and are
@@ -357,11 +373,6 @@ def test_waiting_streams_beyond_the_limit_close_the_oldest_and_silent_ones_time_
         a = Stream(stub)
         assert a.arbitrate(7).arbitration.status.code == grpc.StatusCode.OK.value[0]
         a.close()
-    finally:
-        for s in streams:
-            s.close()
-        ch.close()
-        sw.stop()
 
 
 def test_undecodable_requests_are_invalid_argument():
@@ -399,10 +410,7 @@ def test_streams_that_never_arbitrate_cannot_lock_the_controller_out(server):
     new one closes the oldest, so a controller always gets in and arbitrates."""
     sw, port, loop, client = server
     client(election_id=20)                          # pushes the pipeline
-    ch = grpc.insecure_channel(f"127.0.0.1:{port}")
-    stub = p4r_grpc.P4RuntimeStub(ch)
-    idle = [Stream(stub) for _ in range(40)]
-    try:
+    with _streams(f"127.0.0.1:{port}", 40) as (_stub, idle):
         closed = [s.next(timeout=10) for s in idle[:32]]   # the oldest 32 make room
         assert {c.code() for c in closed} == {grpc.StatusCode.RESOURCE_EXHAUSTED}
         assert "before arbitrating" in closed[0].details()
@@ -410,20 +418,10 @@ def test_streams_that_never_arbitrate_cannot_lock_the_controller_out(server):
         assert c.is_primary
         loop.run(c.insert(job_entities(3, W[:1])))
         assert sw.service.evictions >= 32
-    finally:
-        for s in idle:
-            s.close()
-        ch.close()
 
 
 def test_arbitrated_streams_are_capped_per_address():
-    sw = SoftSwitch()
-    sw.service.streams_per_peer = 2
-    addr = sw.serve("127.0.0.1:0")
-    ch = grpc.insecure_channel(addr)
-    stub = p4r_grpc.P4RuntimeStub(ch)
-    streams = [Stream(stub) for _ in range(3)]
-    try:
+    with _own_switch(streams_per_peer=2) as (_sw, addr), _streams(addr, 3) as (_stub, streams):
         assert streams[0].arbitrate(5).arbitration.status.code == grpc.StatusCode.OK.value[0]
         assert streams[1].arbitrate(4).arbitration.status.code == \
             grpc.StatusCode.ALREADY_EXISTS.value[0]
@@ -431,11 +429,6 @@ def test_arbitrated_streams_are_capped_per_address():
         assert isinstance(third, grpc.RpcError)
         assert third.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "per address" in third.details()
-    finally:
-        for s in streams:
-            s.close()
-        ch.close()
-        sw.stop()
 
 
 def test_tcp_connections_beyond_the_cap_are_closed(monkeypatch):
