@@ -12,55 +12,25 @@ import pytest
 from host.protocol import codec
 from host.protocol import layout as lay
 from host.protocol.layout import DropReason, Flag, MsgType
-from tests.support.aggnet import AggregationNetwork, SwitchJob, Worker
+from tests.support.aggnet import AggregationNetwork, SwitchJob
 from tests.support.frames import collect, thc_frame, thc_only, wait_count
 from tests.support.jobs import TABLE
+from tests.support.tree import HOSTS, LEAF, RANKS, full_round, install_tree_job, send_data
 
 C = lay.COORDS_PER_PACKET
-RANKS = {"a0": 0, "a1": 1, "b0": 2, "b1": 3}
-LEAF = {"a0": "leaf0", "a1": "leaf0", "b0": "leaf1", "b1": "leaf1"}
-HOSTS = list(RANKS)
 
 
 @pytest.fixture(scope="module")
 def tree_job(tree: AggregationNetwork) -> SwitchJob:
     """Job 7 installed on all three switches (16-bit lanes, n = 4)."""
-    net = tree
-    root_ip = net.switch_ip("root")
-    children = []
-    for child_id, leaf in enumerate(("leaf0", "leaf1")):
-        leaf_port, root_port = net.links[leaf]
-        hosts = [h for h in HOSTS if LEAF[h] == leaf]
-        workers = [Worker(RANKS[h], net.hosts[h].port, net.hosts[h].ip, net.hosts[h].mac)
-                   for h in hosts]
-        net.install_job(leaf, SwitchJob(
-            job_id=7, index=0, table=TABLE, lane_bits=16, self_ip=net.switch_ip(leaf),
-            contributors=workers, parent_port=leaf_port, parent_ip=root_ip, self_id=child_id))
-        children.append(Worker(child_id, root_port, net.switch_ip(leaf), is_switch=True))
-    job = SwitchJob(job_id=7, index=0, table=TABLE, lane_bits=16, self_ip=root_ip,
-                    contributors=children)
-    net.install_job("root", job)
-    for h in HOSTS:
-        net.flush(h)
-    return job
-
-
-def send_data(net, host: str, slot: int, rnd: int, idx: np.ndarray, flags: int = 0) -> None:
-    hd = codec.Header(msg_type=MsgType.DATA, job_id=7, slot=slot, round=rnd, rank=RANKS[host],
-                      flags=flags)
-    net.send(host, thc_frame(net.hosts[host], net.switch_ip(LEAF[host]), hd, idx))
+    return install_tree_job(tree)
 
 
 def test_tree_sums_exactly(tree, tree_job):
     net = tree
     rng = np.random.default_rng(1)
-    t = np.asarray(TABLE)
     for rnd in range(2):
-        idxs = {h: rng.integers(0, 16, C) for h in HOSTS}
-        for h in HOSTS:
-            send_data(net, h, 0, rnd, idxs[h])
-        got = collect(net, HOSTS, more=4)
-        want = np.sum([t[i] for i in idxs.values()], axis=0)
+        got, want = full_round(net, rng, 0, rnd)
         for h in HOSTS:
             assert len(got[h]) == 1, f"{h}: {len(got[h])} results in round {rnd}"
             r = got[h][0]
@@ -119,13 +89,8 @@ def test_tree_new_session_far_ahead_passes_start_to_the_root(tree, tree_job):
     START on in its partial, so the root opens its copy too instead of dropping it as AHEAD."""
     net = tree
     rng = np.random.default_rng(4)
-    t = np.asarray(TABLE)
     for rnd, flags in ((0, 0), (1 << 24, Flag.START), ((1 << 24) + 2, 0)):
-        idxs = {h: rng.integers(0, 16, C) for h in HOSTS}
-        for h in HOSTS:
-            send_data(net, h, 3, rnd, idxs[h], flags=flags)
-        got = collect(net, HOSTS, more=4)
-        want = np.sum([t[i] for i in idxs.values()], axis=0)
+        got, want = full_round(net, rng, 3, rnd, flags=flags)
         for h in HOSTS:
             assert len(got[h]) == 1, f"{h}: {len(got[h])} results in round {rnd}"
             assert got[h][0].msg.header.round == rnd and got[h][0].msg.header.count == 4

@@ -18,18 +18,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from host.protocol import codec
 from host.protocol import layout as lay
 from host.protocol.layout import Flag, MsgType
 from host.softswitch.switch import SoftSwitch
-from tests.support.aggnet import SoftswitchNetwork, SwitchJob, Worker
-from tests.support.frames import collect, thc_frame
+from tests.support.aggnet import SoftswitchNetwork
+from tests.support.frames import collect
 from tests.support.jobs import TABLE
+from tests.support.tree import HOSTS, LEAF, full_round, install_tree_job, send_data
 
 C = lay.COORDS_PER_PACKET
-RANKS = {"a0": 0, "a1": 1, "b0": 2, "b1": 3}
-LEAF = {"a0": "leaf0", "a1": "leaf0", "b0": "leaf1", "b1": "leaf1"}
-HOSTS = list(RANKS)
 SWITCHES = ("root", "leaf0", "leaf1")
 
 
@@ -41,30 +38,6 @@ def _tree(workdir: Path) -> SoftswitchNetwork:
         net.add_host(h, LEAF[h])
     net.links = {"leaf0": net.link("leaf0", "root"), "leaf1": net.link("leaf1", "root")}
     return net
-
-
-def _install(net: SoftswitchNetwork) -> None:
-    """Job 7 on all three switches (16-bit lanes, n = 4), as tests/p4/test_p4_tree.py."""
-    root_ip = net.switch_ip("root")
-    children = []
-    for child_id, leaf in enumerate(("leaf0", "leaf1")):
-        leaf_port, root_port = net.links[leaf]
-        workers = [Worker(RANKS[h], net.hosts[h].port, net.hosts[h].ip, net.hosts[h].mac)
-                   for h in HOSTS if LEAF[h] == leaf]
-        net.install_job(leaf, SwitchJob(
-            job_id=7, index=0, table=TABLE, lane_bits=16, self_ip=net.switch_ip(leaf),
-            contributors=workers, parent_port=leaf_port, parent_ip=root_ip, self_id=child_id))
-        children.append(Worker(child_id, root_port, net.switch_ip(leaf), is_switch=True))
-    net.install_job("root", SwitchJob(job_id=7, index=0, table=TABLE, lane_bits=16,
-                                      self_ip=root_ip, contributors=children))
-    for h in HOSTS:
-        net.flush(h)
-
-
-def _send(net, host: str, slot: int, rnd: int, idx: np.ndarray, flags: int = 0) -> None:
-    hd = codec.Header(msg_type=MsgType.DATA, job_id=7, slot=slot, round=rnd, rank=RANKS[host],
-                      flags=flags)
-    net.send(host, thc_frame(net.hosts[host], net.switch_ip(LEAF[host]), hd, idx))
 
 
 def _final_stats(log: Path) -> dict:
@@ -82,11 +55,7 @@ def _scenario(net: SoftswitchNetwork) -> list[tuple]:
     t = np.asarray(TABLE)
     seen: list[tuple] = []
     for rnd in range(3):                                   # clean: every worker contributes
-        idxs = {h: rng.integers(0, 16, C) for h in HOSTS}
-        for h in HOSTS:
-            _send(net, h, 0, rnd, idxs[h])
-        got = collect(net, HOSTS, more=4)
-        want = np.sum([t[i] for i in idxs.values()], axis=0)
+        got, want = full_round(net, rng, 0, rnd)
         for h in HOSTS:
             assert len(got[h]) == 1, f"{h}: {len(got[h])} results in round {rnd}"
             r = got[h][0]
@@ -96,9 +65,9 @@ def _scenario(net: SoftswitchNetwork) -> list[tuple]:
     # b1 is dead: leaf0 completes and sends its partial up; b0 asks leaf1 to release (DEADLINE)
     idxs = {h: rng.integers(0, 16, C) for h in ("a0", "a1", "b0")}
     for h in ("a0", "a1", "b0"):
-        _send(net, h, 1, 0, idxs[h])
+        send_data(net, h, 1, 0, idxs[h])
     time.sleep(0.5)                                        # leaf0's partial reaches the root
-    _send(net, "b0", 1, 0, idxs["b0"], flags=Flag.RETX | Flag.DEADLINE)
+    send_data(net, "b0", 1, 0, idxs["b0"], flags=Flag.RETX | Flag.DEADLINE)
     got = collect(net, HOSTS, more=4)
     want = np.sum([t[i] for i in idxs.values()], axis=0)
     for h in HOSTS:
@@ -108,7 +77,7 @@ def _scenario(net: SoftswitchNetwork) -> list[tuple]:
         np.testing.assert_array_equal(r.msg.values, want)
         seen.append((h, "dead", r.msg.header.count, r.msg.header.bitmap, r.msg.values.tolist()))
     # a0 retransmits round 2 of slot 0: leaf0 answers with the stored result alone
-    _send(net, "a0", 0, 2, np.zeros(C, dtype=np.int64), flags=Flag.RETX)
+    send_data(net, "a0", 0, 2, np.zeros(C, dtype=np.int64), flags=Flag.RETX)
     got = collect(net, HOSTS, more=4, timeout=1.0)
     assert [len(got[h]) for h in HOSTS] == [1, 0, 0, 0]
     r = got["a0"][0]
@@ -125,7 +94,7 @@ def test_tree_runs_in_c_and_sums_as_the_reference(c_path, tmp_path, monkeypatch)
     net = _tree(tmp_path)
     net.start()
     try:
-        _install(net)
+        install_tree_job(net)
         seen = _scenario(net)
     finally:
         net.stop()
