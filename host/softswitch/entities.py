@@ -192,6 +192,14 @@ class EntityStore:
             raise _err(grpc.StatusCode.NOT_FOUND, f"unknown table id {te.table_id}")
         return ts
 
+    def _delete(self, store: dict, key: object, missing: str) -> None:
+        """Delete ``key`` of ``store`` (a table's entries, the multicast groups); NOT_FOUND with
+        ``missing`` when it holds none."""
+        if key not in store:
+            raise _err(grpc.StatusCode.NOT_FOUND, missing)
+        del store[key]
+        self.generation += 1
+
     def write_table_entry(self, op: int, te: p4r.TableEntry) -> None:
         """Apply one INSERT/MODIFY/DELETE of a table entry."""
         ts = self._table(te)
@@ -214,10 +222,7 @@ class EntityStore:
         key, canon = self._decode_key(t, te)
         key = (key, te.priority)
         if op == DELETE:
-            if key not in ts.entries:
-                raise _err(grpc.StatusCode.NOT_FOUND, f"table {t.name}: no such entry")
-            del ts.entries[key]
-            self.generation += 1
+            self._delete(ts.entries, key, f"table {t.name}: no such entry")
             return
         if not te.HasField("action"):
             raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"table {t.name}: entry without an action")
@@ -272,10 +277,7 @@ class EntityStore:
         if gid == 0:
             raise _err(grpc.StatusCode.INVALID_ARGUMENT, "multicast group id 0 is reserved")
         if op == DELETE:
-            if gid not in self.groups:
-                raise _err(grpc.StatusCode.NOT_FOUND, f"multicast group {gid} does not exist")
-            del self.groups[gid]
-            self.generation += 1
+            self._delete(self.groups, gid, f"multicast group {gid} does not exist")
             return
         replicas: list[tuple[int, int]] = []
         for r in g.replicas:
