@@ -14,7 +14,7 @@ from host.protocol import layout as lay
 from host.protocol.layout import DropReason, Flag, MsgType
 from tests.support.aggnet import INTRUDER, WORKERS, SwitchJob
 from tests.support.frames import collect, thc_frame, thc_only, wait_count
-from tests.support.jobs import SWITCH, expected_sums, new_job
+from tests.support.jobs import SWITCH, assert_exact_results, expected_sums, new_job, random_indices
 
 #: THC default table, b = 4, g = 30 (docs/protocol.md; THC paper defaults)
 C = lay.COORDS_PER_PACKET
@@ -46,7 +46,7 @@ def test_one_job_sums_exactly(single_switch, n, lane):
         return
     rng = np.random.default_rng(n)
     for rnd in range(3):  # both copies, and round 2 reuses copy 0 (old sums must not leak)
-        idxs = [rng.integers(0, 16, C) for _ in hosts]
+        idxs = random_indices(rng, hosts)
         for rank, h in enumerate(hosts):
             net.send(h, data(net, job, h, rank, slot=1, rnd=rnd, idx=idxs[rank],
                              chunk_offset=4096 * rnd))
@@ -81,8 +81,7 @@ def test_duplicate_contribution_not_double_counted(single_switch):
     net = single_switch
     hosts = WORKERS[:3]
     job = new_job(net, hosts)
-    rng = np.random.default_rng(7)
-    idxs = [rng.integers(0, 16, C) for _ in hosts]
+    idxs = random_indices(np.random.default_rng(7), hosts)
     before = net.drop_counts(SWITCH)
     net.send("w0", data(net, job, "w0", 0, 0, 0, idxs[0]))
     net.send("w0", data(net, job, "w0", 0, 0, 0, idxs[0], flags=Flag.RETX))
@@ -130,9 +129,7 @@ def test_workers_cannot_forge_results_or_partials(single_switch):
     for rank, h in enumerate(hosts):
         net.send(h, data(net, job, h, rank, 0, 0, idxs[rank]))
     got = collect(net, hosts)
-    for h in hosts:
-        assert len(got[h]) == 1
-        np.testing.assert_array_equal(got[h][0].msg.values, expected_sums(idxs))
+    assert_exact_results(got, hosts, idxs)
     assert drops_delta(before, net.drop_counts(SWITCH)) == {
         DropReason.BAD_SENDER: 2, DropReason.MALFORMED: 1}
 
@@ -186,9 +183,7 @@ def test_short_and_malformed_packets_dropped_without_side_effects(single_switch)
     for rank, h in enumerate(hosts):
         net.send(h, data(net, job, h, rank, 0, 0, idxs[rank]))
     got = collect(net, hosts)
-    for h in hosts:
-        assert len(got[h]) == 1 and got[h][0].msg.header.count == 2
-        np.testing.assert_array_equal(got[h][0].msg.values, expected_sums(idxs))
+    assert_exact_results(got, hosts, idxs, count=2)
     assert drops_delta(before, net.drop_counts(SWITCH)) == {
         DropReason.SHORT: 2, DropReason.BAD_VERSION: 1, DropReason.BAD_TYPE: 1,
         DropReason.BAD_SLOT: 1, DropReason.MALFORMED: 1}
@@ -219,12 +214,12 @@ def test_result_resent_on_retransmission(single_switch):
     hosts = WORKERS[:3]
     job = new_job(net, hosts)
     rng = np.random.default_rng(5)
-    r0 = [rng.integers(0, 16, C) for _ in hosts]
+    r0 = random_indices(rng, hosts)
     for rank, h in enumerate(hosts):
         net.send(h, data(net, job, h, rank, 2, 0, r0[rank]))
     collect(net, hosts)
     # Round 1 starts in the other copy; w1 then retransmits round 0 (it "lost" the result).
-    r1 = [rng.integers(0, 16, C) for _ in hosts]
+    r1 = random_indices(rng, hosts)
     net.send("w0", data(net, job, "w0", 0, 2, 1, r1[0]))
     net.send("w1", data(net, job, "w1", 1, 2, 0, r0[1], flags=Flag.RETX))
     got = collect(net, hosts, timeout=1.0)
@@ -326,8 +321,7 @@ def test_deadline_releases_partial_sum_and_late_sender_gets_it(single_switch):
     net = single_switch
     hosts = WORKERS[:3]
     job = new_job(net, hosts)
-    rng = np.random.default_rng(21)
-    idxs = [rng.integers(0, 16, C) for _ in hosts]
+    idxs = random_indices(np.random.default_rng(21), hosts)
     net.send("w0", data(net, job, "w0", 0, 1, 0, idxs[0]))
     net.send("w1", data(net, job, "w1", 1, 1, 0, idxs[1]))
     assert wait_count(net, net.hosts["w0"], job.self_ip, job.job_id, 0, 1, 0, want=2) == 2

@@ -12,7 +12,7 @@ from host.protocol import layout as lay
 from host.protocol.layout import DropReason, Flag, MsgType
 from tests.support.aggnet import WORKERS, SwitchJob
 from tests.support.frames import collect, thc_frame, thc_only, wait_count
-from tests.support.jobs import SWITCH, expected_sums, new_job
+from tests.support.jobs import SWITCH, assert_exact_results, expected_sums, new_job, random_indices
 
 C = lay.COORDS_PER_PACKET
 TOKEN = 0x5EC2E7A1
@@ -42,10 +42,8 @@ def test_wrong_token_dropped_as_bad_sender_and_never_summed(single_switch):
     for rank, h in enumerate(hosts):
         net.send(h, data(net, job, h, rank, 0, 0, idxs[rank]))
     got = collect(net, hosts)
-    for h in hosts:
-        assert len(got[h]) == 1 and got[h][0].msg.header.count == 2
-        assert got[h][0].msg.header.token == TOKEN          # results carry the job's token
-        np.testing.assert_array_equal(got[h][0].msg.values, expected_sums(idxs))
+    # results carry the job's token
+    assert_exact_results(got, hosts, idxs, count=2, token=TOKEN)
     assert drops_delta(before, net.drop_counts(SWITCH)) == {DropReason.BAD_SENDER: 2}
 
 
@@ -62,9 +60,7 @@ def test_member_address_on_another_udp_port_without_the_token_is_dropped(single_
     for rank, h in enumerate(hosts):
         net.send(h, data(net, job, h, rank, 1, 0, idxs[rank]))
     got = collect(net, hosts)
-    for h in hosts:
-        assert len(got[h]) == 1 and got[h][0].msg.header.bitmap == 0b11
-        np.testing.assert_array_equal(got[h][0].msg.values, expected_sums(idxs))
+    assert_exact_results(got, hosts, idxs, bitmap=0b11)
     assert drops_delta(before, net.drop_counts(SWITCH)) == {DropReason.BAD_SENDER: 2}
 
 
@@ -75,7 +71,7 @@ def test_far_future_rounds_dropped_as_ahead_and_the_slot_goes_on(single_switch):
     hosts = WORKERS[:2]
     job = new_job(net, hosts, token=TOKEN + 2)
     rng = np.random.default_rng(3)
-    r0 = [rng.integers(0, 16, C) for _ in hosts]
+    r0 = random_indices(rng, hosts)
     for rank, h in enumerate(hosts):
         net.send(h, data(net, job, h, rank, 2, 0, r0[rank]))
     collect(net, hosts)
@@ -83,13 +79,11 @@ def test_far_future_rounds_dropped_as_ahead_and_the_slot_goes_on(single_switch):
     # same copy (even rounds), 2^16 and 2^30 rounds ahead, with the job's token
     for far in (lay.ROUND_WINDOW, 1 << 30):
         net.send("w0", data(net, job, "w0", 0, 2, far, np.full(C, 15)))
-    r2 = [rng.integers(0, 16, C) for _ in hosts]
+    r2 = random_indices(rng, hosts)
     for rank, h in enumerate(hosts):
         net.send(h, data(net, job, h, rank, 2, 2, r2[rank]))
     got = collect(net, hosts)
-    for h in hosts:
-        assert len(got[h]) == 1 and got[h][0].msg.header.round == 2
-        np.testing.assert_array_equal(got[h][0].msg.values, expected_sums(r2))
+    assert_exact_results(got, hosts, r2, round=2)
     assert drops_delta(before, net.drop_counts(SWITCH)) == {DropReason.AHEAD: 2}
 
 
@@ -100,14 +94,14 @@ def test_start_opens_a_copy_however_far_ahead(single_switch):
     hosts = WORKERS[:2]
     job = new_job(net, hosts, token=TOKEN + 3)
     rng = np.random.default_rng(4)
-    r0 = [rng.integers(0, 16, C) for _ in hosts]
+    r0 = random_indices(rng, hosts)
     for rank, h in enumerate(hosts):
         net.send(h, data(net, job, h, rank, 3, 0, r0[rank]))
     collect(net, hosts)
     base = 1 << 24
     before = net.drop_counts(SWITCH)
     for rnd, flags in ((base, Flag.START), (base + 2, 0)):
-        idxs = [rng.integers(0, 16, C) for _ in hosts]
+        idxs = random_indices(rng, hosts)
         net.send("w0", data(net, job, "w0", 0, 3, rnd, idxs[0], flags=flags))
         assert wait_count(net, net.hosts["w1"], job.self_ip, job.job_id, 1, 3, rnd, want=1,
                           token=job.token) == 1

@@ -9,6 +9,7 @@ import weakref
 import numpy as np
 
 from host.protocol import generated_dataplane as dp
+from host.protocol.layout import COORDS_PER_PACKET
 from host.thc.table import DEFAULT_TABLE
 from tests.support.aggnet import AggregationNetwork, SwitchJob, Worker
 
@@ -47,3 +48,19 @@ def new_job(net: AggregationNetwork, hosts: list[str], lane_bits: int | None = N
 def expected_sums(idxs: list[np.ndarray], table=TABLE) -> np.ndarray:
     t = np.asarray(table)
     return np.sum([t[i] for i in idxs], axis=0)
+
+
+def random_indices(rng: np.random.Generator, hosts: list[str]) -> list[np.ndarray]:
+    """Each host's random 4-bit indices for one packet (by rank)."""
+    return [rng.integers(0, 16, COORDS_PER_PACKET) for _ in hosts]
+
+
+def assert_exact_results(got: dict, hosts: list[str], idxs: list[np.ndarray], **header) -> None:
+    """Every host of ``hosts`` received one result, with the header fields ``header`` (name:
+    value), whose values are the exact sums of ``idxs``."""
+    want = expected_sums(idxs)
+    for h in hosts:
+        assert len(got[h]) == 1, f"{h}: {len(got[h])} results"
+        for name, value in header.items():
+            assert getattr(got[h][0].msg.header, name) == value, (h, name)
+        np.testing.assert_array_equal(got[h][0].msg.values, want)
