@@ -25,6 +25,23 @@ def data(net, job: SwitchJob, host: str, rank: int, slot: int, rnd: int, idx: np
     return thc_frame(net.hosts[host], job.self_ip, h, idx, sport=sport)
 
 
+def _round(net, job: SwitchJob, hosts: list[str], slot: int, rnd: int, idxs: list) -> dict:
+    """Every host's DATA of ``slot`` in round ``rnd`` (``idxs`` by rank); what each received."""
+    for rank, h in enumerate(hosts):
+        net.send(h, data(net, job, h, rank, slot, rnd, idxs[rank]))
+    return collect(net, hosts)
+
+
+def _past_round_0(net, token: int, slot: int, seed: int) -> tuple[list[str], SwitchJob, np.random.Generator]:
+    """A new job of w0 and w1 (``token``) whose ``slot`` has completed round 0: its hosts, the
+    job and the random stream that drew round 0's indices."""
+    hosts = WORKERS[:2]
+    job = new_job(net, hosts, token=token)
+    rng = np.random.default_rng(seed)
+    _round(net, job, hosts, slot, 0, random_indices(rng, hosts))
+    return hosts, job, rng
+
+
 def drops_delta(before: dict[int, int], after: dict[int, int]) -> dict[DropReason, int]:
     return {DropReason(k): after.get(k, 0) - before.get(k, 0)
             for k in after if after.get(k, 0) != before.get(k, 0)}
@@ -39,9 +56,7 @@ def test_wrong_token_dropped_as_bad_sender_and_never_summed(single_switch):
     # a member's own port and address, every field right but the token (off by one bit, 0)
     net.send("w0", data(net, job, "w0", 0, 0, 0, np.full(C, 15), token=TOKEN ^ 1))
     net.send("w1", data(net, job, "w1", 1, 0, 0, np.full(C, 15), token=0))
-    for rank, h in enumerate(hosts):
-        net.send(h, data(net, job, h, rank, 0, 0, idxs[rank]))
-    got = collect(net, hosts)
+    got = _round(net, job, hosts, 0, 0, idxs)
     # results carry the job's token
     assert_exact_results(got, hosts, idxs, count=2, token=TOKEN)
     assert drops_delta(before, net.drop_counts(SWITCH)) == {DropReason.BAD_SENDER: 2}
@@ -57,9 +72,7 @@ def test_member_address_on_another_udp_port_without_the_token_is_dropped(single_
     before = net.drop_counts(SWITCH)
     for token in (0, TOKEN):          # none, and another job's
         net.send("w0", data(net, job, "w0", 0, 1, 0, np.full(C, 15), token=token, sport=40001))
-    for rank, h in enumerate(hosts):
-        net.send(h, data(net, job, h, rank, 1, 0, idxs[rank]))
-    got = collect(net, hosts)
+    got = _round(net, job, hosts, 1, 0, idxs)
     assert_exact_results(got, hosts, idxs, bitmap=0b11)
     assert drops_delta(before, net.drop_counts(SWITCH)) == {DropReason.BAD_SENDER: 2}
 
@@ -68,21 +81,13 @@ def test_far_future_rounds_dropped_as_ahead_and_the_slot_goes_on(single_switch):
     """H2: a contribution more than ROUND_WINDOW rounds ahead of its copy (and without START)
     is dropped as AHEAD, so it cannot make the members' next rounds STALE."""
     net = single_switch
-    hosts = WORKERS[:2]
-    job = new_job(net, hosts, token=TOKEN + 2)
-    rng = np.random.default_rng(3)
-    r0 = random_indices(rng, hosts)
-    for rank, h in enumerate(hosts):
-        net.send(h, data(net, job, h, rank, 2, 0, r0[rank]))
-    collect(net, hosts)
+    hosts, job, rng = _past_round_0(net, TOKEN + 2, slot=2, seed=3)
     before = net.drop_counts(SWITCH)
     # same copy (even rounds), 2^16 and 2^30 rounds ahead, with the job's token
     for far in (lay.ROUND_WINDOW, 1 << 30):
         net.send("w0", data(net, job, "w0", 0, 2, far, np.full(C, 15)))
     r2 = random_indices(rng, hosts)
-    for rank, h in enumerate(hosts):
-        net.send(h, data(net, job, h, rank, 2, 2, r2[rank]))
-    got = collect(net, hosts)
+    got = _round(net, job, hosts, 2, 2, r2)
     assert_exact_results(got, hosts, r2, round=2)
     assert drops_delta(before, net.drop_counts(SWITCH)) == {DropReason.AHEAD: 2}
 
@@ -91,13 +96,7 @@ def test_start_opens_a_copy_however_far_ahead(single_switch):
     """A new session starts at the clock, far above the copies' rounds: its first rounds carry
     START and open the copy; the round after (no START) is within the window."""
     net = single_switch
-    hosts = WORKERS[:2]
-    job = new_job(net, hosts, token=TOKEN + 3)
-    rng = np.random.default_rng(4)
-    r0 = random_indices(rng, hosts)
-    for rank, h in enumerate(hosts):
-        net.send(h, data(net, job, h, rank, 3, 0, r0[rank]))
-    collect(net, hosts)
+    hosts, job, rng = _past_round_0(net, TOKEN + 3, slot=3, seed=4)
     base = 1 << 24
     before = net.drop_counts(SWITCH)
     for rnd, flags in ((base, Flag.START), (base + 2, 0)):
