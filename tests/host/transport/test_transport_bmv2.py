@@ -13,6 +13,7 @@ so 8-bit lanes. Each test installs its own job (own id, job index and slot range
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import time
 import weakref
+from collections.abc import Iterator
 from dataclasses import replace
 
 import numpy as np
@@ -42,6 +44,7 @@ from tests.support.transport import (
     assert_bit_identical,
     assert_exact_sums,
     assert_faults_in_effect,
+    close_all,
     encode_all,
     packed_sums,
     run_workers,
@@ -107,11 +110,6 @@ def aggregator(spec: RawNetworkSpec, rank: int, world: int, slots: SlotConfig,
     if faults:
         ep = FaultyEndpoint(ep, seed=rank, **faults)
     return NetworkAggregator(ep, JobSpec(spec.job_id, rank, world, spec.num_slots), slots)
-
-def close_all(aggs: list[NetworkAggregator]) -> None:
-    for a in aggs:
-        a.ep.close()
-
 
 @pytest.mark.parametrize("n", [2, 4, 8])
 def test_exact_integer_sums(bmv2, n):
@@ -237,6 +235,23 @@ def go(proc: subprocess.Popen) -> None:
     proc.stdin.flush()
 
 
+@contextlib.contextmanager
+def dying_worker(spec: RawNetworkSpec, world: int, numel: int, seed: int, die_after: int,
+                 aggs: list[NetworkAggregator]) -> Iterator[subprocess.Popen]:
+    """The last rank as a process of its own that dies after ``die_after`` DATA datagrams,
+    connected and told to start; after the block the live ranks' ``aggs`` are closed and the
+    process killed if it still runs."""
+    dying = start_dying_worker(spec, world - 1, world, numel, seed, die_after=die_after)
+    try:
+        go(dying)
+        yield dying
+    finally:
+        close_all(aggs)
+        if dying.poll() is None:
+            dying.kill()
+            dying.wait(10)
+
+
 def test_worker_killed_mid_round_partial_policy(bmv2):
     """Rank 3 dies after 20 DATA datagrams: later packets hold m = 3, decoded unbiased."""
     n, numel, seed = 4, 60 * 1024, 21  # 240 packets, window 16
@@ -247,8 +262,6 @@ def test_worker_killed_mid_round_partial_policy(bmv2):
     # counts must be n or n - 1 only: a generous wait once the dead rank is known
     slots = SlotConfig(policy="partial", deadline=0.3, rto=0.02, max_rto=0.1, suspect_wait=0.1)
     aggs = [aggregator(spec, r, n, slots) for r in range(n - 1)]
-    dying = start_dying_worker(spec, n - 1, n, numel, seed, die_after=20)
-    go(dying)
 
     def work(r: int):  # allreduce's steps, keeping the integer sums for the check
         a = aggs[r]
@@ -257,14 +270,9 @@ def test_worker_killed_mid_round_partial_policy(bmv2):
         sums, count = a.sum_encoded(enc, codec)
         return norms, sums, count, codec.decode(sums, count, norms, numel, round=0)
 
-    try:
+    with dying_worker(spec, n, numel, seed, 20, aggs) as dying:
         got = run_workers(n - 1, work, timeout=90)
         dying.wait(30)
-    finally:
-        close_all(aggs)
-        if dying.poll() is None:
-            dying.kill()
-            dying.wait(10)
     assert dying.returncode == -signal.SIGKILL, dying.stderr.read() if dying.stderr else ""
     # The norm round completed with all four (rank 3 died in the data round).
     want_norms = torch.stack([codec.chunk_norms(x) for x in xs]).amax(0)
@@ -300,16 +308,9 @@ def test_worker_killed_mid_round_exact_policy_names_it(bmv2):
     xs = worker_data(n, numel, seed)
     slots = SlotConfig(policy="exact", give_up=1.0, rto=0.05, max_rto=0.2)
     aggs = [aggregator(spec, r, n, slots) for r in range(n - 1)]
-    dying = start_dying_worker(spec, n - 1, n, numel, seed, die_after=10)
-    go(dying)
-    try:
+    with dying_worker(spec, n, numel, seed, 10, aggs) as dying:
         with pytest.raises(SlotTimeoutError, match=r"missing ranks \[3\]") as exc:
             run_workers(n - 1, lambda r: aggs[r].allreduce(xs[r], codec), timeout=90)
         dying.wait(30)
-    finally:
-        close_all(aggs)
-        if dying.poll() is None:
-            dying.kill()
-            dying.wait(10)
     assert exc.value.missing == [n - 1]
     assert dying.returncode == -signal.SIGKILL
