@@ -37,9 +37,10 @@ class Tool:
         return f"apt-get install {self.package}" if self.package else self.elsewhere
 
 
-_BMV2 = ("not packaged by Debian: p4lang's package repository (p4lang-bmv2) or a build of "
-         "p4lang/behavioral-model with its gRPC server")
-_P4C = "not packaged by Debian: p4lang's package repository (p4lang-p4c) or a build of p4lang/p4c"
+_BMV2 = ("not packaged by Debian: ./dev.sh p4 builds it (README, 'P4 toolchain'), or p4lang's "
+         "package repository (p4lang-bmv2)")
+_P4C = ("not packaged by Debian: ./dev.sh p4 builds it (README, 'P4 toolchain'), or p4lang's "
+        "package repository (p4lang-p4c)")
 
 #: Every external binary netco or its tests run, by name.
 TOOLS: dict[str, Tool] = {t.binary: t for t in (

@@ -137,3 +137,10 @@ def test_shellcheck_is_clean() -> None:
     r = subprocess.run(["shellcheck", str(SCRIPT), str(REPO / "dev.sh")], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0, r.stdout
+
+
+def test_the_skip_reason_of_bmv2_and_p4c_names_this_command(tmp_path: Path) -> None:
+    from host import tools
+
+    reason = tools.missing("simple_switch_grpc", "p4c", path=str(tmp_path))
+    assert reason.count("./dev.sh p4 builds it") == 2, reason

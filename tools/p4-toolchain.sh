@@ -26,7 +26,7 @@ APT_PACKAGES=(build-essential cmake autoconf automake libtool libtool-bin pkg-co
 
 # step id | what | minutes on 2 cores (measured on the reference machine, load from other jobs)
 STEPS=(apt sources pi bmv2 p4c link smoke)
-declare -A WHAT=([apt]="Debian packages (apt-get)" [sources]="sources (PI, BMv2, p4c, p4runtime)"
+declare -A WHAT=([apt]="Debian packages (apt-get)" [sources]="PI, BMv2, p4c and p4runtime sources"
   [pi]="PI $PI_COMMIT" [bmv2]="BMv2 $BMV2_TAG" [p4c]="p4c $P4C_TAG (BMv2 backend, p4test)"
   [link]="tools onto PATH" [smoke]="smoke test (simple_switch_grpc + p4c)")
 declare -A MINUTES=([apt]=2 [sources]=1 [pi]=4 [bmv2]=12 [p4c]=11 [link]=1 [smoke]=1)
