@@ -158,11 +158,18 @@ def _without_compiler(missing: str, outdir: str, stale: bool, why: str, report: 
     return OK, {**report, "stale": False, "reason": why, "message": msg, "skipped": True}
 
 
+def release(version: str) -> str:
+    """The compiler's name and release of a ``--version`` line, without what describes one
+    build of it (``p4c 1.2.4.8 (SHA: 32893b7e8 BUILD: Release)`` -> ``p4c 1.2.4.8``): a build
+    from a git checkout and one from an export of the same release write the same outputs."""
+    return " ".join(version.split("(")[0].split()[:2])
+
+
 def write_stamp(path: Path, sources: str, outputs: str, version: str, result: dict) -> bool:
     """Write a target's stamp after a successful compile; returns whether the file changed.
 
-    A rebuild that reproduces the committed build (same sources, same outputs, same compiler)
-    keeps the committed stamp as it is: its timing fields describe the compile that produced
+    A rebuild that reproduces the committed build (same sources, same outputs, same compiler
+    release: :func:`release`) keeps the committed stamp as it is: its timing fields describe the compile that produced
     the outputs, and a check-out stays clean after ``make -C p4`` on a machine with p4c.
     """
     identity = {"sources_sha256": sources, "outputs_sha256": outputs, "p4c_version": version}
@@ -170,7 +177,9 @@ def write_stamp(path: Path, sources: str, outputs: str, version: str, result: di
         old = json.loads(path.read_text())
     except (OSError, ValueError):
         old = {}
-    if all(old.get(k) == v for k, v in identity.items()):
+    same = {**identity, "p4c_version": release(version)}
+    if all((release(old.get(k, "")) if k == "p4c_version" else old.get(k)) == v
+           for k, v in same.items()):
         return False
     path.write_text(json.dumps({
         **identity,

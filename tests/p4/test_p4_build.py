@@ -182,3 +182,18 @@ def test_generated_files_are_fresh_p4_c_header_and_python():
     stale = [n for p, text in outs.items() if not p.exists() or p.read_text() != text
              for n in [p.relative_to(REPO).as_posix()]]
     assert not stale, f"generated files stale: {stale}; run `python p4/gen.py` and commit"
+
+
+def test_the_same_release_built_elsewhere_keeps_the_stamp(tmp_path):
+    """A p4c built from a git checkout says ``(SHA: 32893b7e8 …)``, one built from an export
+    ``(SHA:  …)``: the same release writes the same outputs, so ``make -C p4`` on a machine
+    with either keeps the committed stamp (it rewrote it, dirtying the checkout)."""
+    build = _build_module()
+    stamp = tmp_path / "stamp.json"
+    first = {"seconds": 39.8, "peak_rss_mib": 625, "output": ""}
+    assert build.write_stamp(stamp, "src", "out", "p4c 1.2.4.8 (SHA:  BUILD: Release)", first)
+    before = stamp.read_bytes()
+    assert not build.write_stamp(stamp, "src", "out", "p4c 1.2.4.8 (SHA: 32893b7e8 BUILD: Release)",
+                                 first)
+    assert stamp.read_bytes() == before
+    assert build.write_stamp(stamp, "src", "out", "p4c 1.2.5.0 (SHA: 0 BUILD: Release)", first)
