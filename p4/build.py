@@ -169,8 +169,9 @@ def write_stamp(path: Path, sources: str, outputs: str, version: str, result: di
     """Write a target's stamp after a successful compile; returns whether the file changed.
 
     A rebuild that reproduces the committed build (same sources, same outputs, same compiler
-    release: :func:`release`) keeps the committed stamp as it is: its timing fields describe the compile that produced
-    the outputs, and a check-out stays clean after ``make -C p4`` on a machine with p4c.
+    release: :func:`release`) keeps the committed stamp as it is: its timing fields describe
+    the compile that produced the outputs, and a check-out stays clean after ``make -C p4`` on
+    a machine with p4c.
     """
     identity = {"sources_sha256": sources, "outputs_sha256": outputs, "p4c_version": version}
     try:
