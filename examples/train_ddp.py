@@ -94,6 +94,10 @@ def main() -> None:
         print(f"{args.steps} steps in {time.time() - t0:.1f} s on {world} ranks", flush=True)
         if args.losses:
             Path(args.losses).write_text(json.dumps(losses))
+    # every rank done before the process group goes: gloo aborts a process (std::terminate)
+    # whose group is torn down while a peer still finishes its last collective
+    dist.barrier()
+    del model, opt
     dist.destroy_process_group()
 
 
