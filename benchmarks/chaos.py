@@ -325,12 +325,12 @@ def _cli_apply(path: Path, state_dir: str) -> str | None:
 
 def switch_restarts(args: argparse.Namespace) -> dict:
     """``--restarts`` restarts while the workers all-reduce: the job runs until the last restart
-    is two all-reduces behind it (at most ``12 * restarts + 4`` all-reduces), so that a fast
+    is two all-reduces behind it (at most ``60 * restarts + 4`` all-reduces), so that a fast
     machine does not finish before every restart has happened. Each restart is recovered by
     ``netco controller apply FILE`` (:func:`_cli_apply`), never by handing the controller the
     workers' token."""
     n = 3
-    k_max = args.restarts * 12 + 4
+    k_max = args.restarts * 60 + 4
     codec = THCCodec()
     xs = _data(n, args.elements, 4)
     with tempfile.TemporaryDirectory(prefix="netco-chaos-state-") as state, \
