@@ -86,7 +86,7 @@ import numpy as np
 import torch
 
 from control_plane.controller import Controller, run_sync
-from control_plane.embedded import EmbeddedNetwork
+from control_plane.embedded import EmbeddedNetwork, jobs_sharing_hosts
 from control_plane.tokens import ENV_STATE_DIR
 from host.paths import REPO
 from host.protocol import codec as wire
@@ -611,9 +611,6 @@ def replay(args: argparse.Namespace) -> dict:
 
 
 def cross_job(args: argparse.Namespace) -> dict:
-    import asyncio
-
-    from control_plane.config import parse_config
     from host.softswitch.launch import UdpSwitch
 
     ips = ["127.0.0.31", "127.0.0.32"]
@@ -622,16 +619,7 @@ def cross_job(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix="netco-chaos-") as tmp:
         sw = UdpSwitch(Path(tmp), 2).start()
         try:
-            cfg = parse_config({
-                "switches": [{"name": "s1", "address": sw.address, "addr": "10.0.0.254",
-                              "target": "softswitch"}],
-                "hosts": [{"name": f"h{r + 1}", "ip": ip, "attach": f"s1:{r + 1}"}
-                          for r, ip in enumerate(ips)],
-                "jobs": [{"name": "a", "id": 1, "members": ["h1", "h2"]},
-                         {"name": "b", "id": 2, "members": ["h1", "h2"]}]})
-            ctl = Controller(cfg)
-            if not all(r.ok for r in asyncio.run(ctl.apply())):
-                raise RuntimeError("controller apply failed")
+            ctl = jobs_sharing_hosts(sw.address, ips)
             aggs = [NetworkAggregator(UdpEndpoint(("127.0.0.1", sw.ports[r + 1]), bind=(ips[r], 0)),
                                       JobSpec(1, r, 2, num_slots=16, token=ctl.tokens[1],
                                               round_base=1000), SlotConfig(give_up=10.0))

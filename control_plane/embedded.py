@@ -49,6 +49,31 @@ def job_width(workers: int, granularity: int = 30, lane_bits: int = 0) -> int:
     return widest_width(lane_bits or lay.lane_bits_for(workers, granularity))
 
 
+def jobs_sharing_hosts(switch_address: str, ips: list[str]) -> Controller:
+    """Two jobs (ids 1 and 2) with the same members on one software switch: host ``h{r+1}``
+    at ``ips[r]`` on switch port ``r + 1``; installed with ``netco controller apply``'s
+    controller, which is returned (its ``tokens`` per job id). The setting of issue 33 (3):
+    one job's valid packets from a shared address must not take the other's results.
+
+    Raises
+    ------
+    RuntimeError
+        If the controller could not install the jobs.
+    """
+    cfg = parse_config({
+        "switches": [{"name": "s1", "address": switch_address, "addr": "10.0.0.254",
+                      "target": "softswitch"}],
+        "hosts": [{"name": f"h{r + 1}", "ip": ip, "attach": f"s1:{r + 1}"}
+                  for r, ip in enumerate(ips)],
+        "jobs": [{"name": name, "id": jid, "members": [f"h{r + 1}" for r in range(len(ips))]}
+                 for name, jid in (("a", 1), ("b", 2))]})
+    ctl = Controller(cfg)
+    bad = [r for r in run_sync(ctl.apply()) if not r.ok]
+    if bad:
+        raise RuntimeError(f"controller apply failed: {bad}")
+    return ctl
+
+
 class EmbeddedNetwork:
     """A software switch on loopback with one THC job over ``workers`` workers.
 

@@ -5,15 +5,13 @@ failed). The software target as a process of its own, its C loop and its Python 
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 
 import pytest
 import torch
 
-from control_plane.config import parse_config
-from control_plane.controller import Controller
+from control_plane.embedded import jobs_sharing_hosts
 from host.protocol import codec as wire
 from host.protocol import layout as lay
 from host.softswitch.launch import UdpSwitch
@@ -31,15 +29,7 @@ IPS = ["127.0.0.11", "127.0.0.12"]
 def test_another_jobs_packets_from_a_shared_host_do_not_take_its_results(tmp_path, loop):
     sw = UdpSwitch(tmp_path, 2, extra=[loop]).start()
     try:
-        cfg = parse_config({
-            "switches": [{"name": "s1", "address": sw.address, "addr": "10.0.0.254",
-                          "target": "softswitch"}],
-            "hosts": [{"name": f"h{r + 1}", "ip": ip, "attach": f"s1:{r + 1}"}
-                      for r, ip in enumerate(IPS)],
-            "jobs": [{"name": "a", "id": 1, "members": ["h1", "h2"]},
-                     {"name": "b", "id": 2, "members": ["h1", "h2"]}]})
-        ctl = Controller(cfg)
-        assert all(r.ok for r in asyncio.run(ctl.apply()))
+        ctl = jobs_sharing_hosts(sw.address, IPS)
         slots = SlotConfig(give_up=5.0)
 
         def agg(job: int, rank: int) -> NetworkAggregator:
