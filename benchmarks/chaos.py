@@ -624,10 +624,7 @@ def cross_job(args: argparse.Namespace) -> dict:
                                       JobSpec(1, r, 2, num_slots=16, token=ctl.tokens[1],
                                               round_base=1000), SlotConfig(give_up=10.0))
                     for r in range(2)]
-            peek = wire.pack_header(wire.Header(
-                msg_type=lay.MsgType.NORM, job_id=2, slot=0, round=1, slot_set=1,
-                lane_bits=lay.NORMS.bits, rank=0, token=ctl.tokens[2], flags=int(lay.Flag.PEEK),
-                elem_count=lay.NORMS_PER_PACKET)) + bytes(lay.NORMS.nbytes)
+            peek = wire.norm_status_request(2, 0, ctl.tokens[2])
             stop = threading.Event()
             answered = [0]
             b0 = UdpEndpoint(("127.0.0.1", sw.ports[1]), bind=(ips[0], 0))
@@ -697,8 +694,8 @@ def token_flood(args: argparse.Namespace) -> dict:
     codec, xs, refs = _workload(n, args.elements, 9, k)
     with EmbeddedNetwork(n, num_slots=32) as net:
         clean, clean_s = _timed_allreduces(net, 1, xs, codec, k)
-        wrong = _contribution(net, 0, 1, True, flags=int(lay.Flag.PEEK), token=net.token ^ 0x5A5A)
-        right = _contribution(net, 0, 1, True, flags=int(lay.Flag.PEEK))
+        wrong = wire.norm_status_request(net.job_id, 0, net.token ^ 0x5A5A)
+        right = wire.norm_status_request(net.job_id, 0, net.token)
         host, port = net.address(0).switch
         fl = subprocess.Popen([sys.executable, "-c", _FLOODER, net.address(0).ip, host, str(port),
                                wrong.hex(), right.hex(), str(args.flood_rate)],

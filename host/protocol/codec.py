@@ -218,3 +218,13 @@ def message_bytes(msg_type: int, lane_bits: int, coords: int = lay.COORDS_PER_PA
     """UDP payload length of a message (header + fixed payload) at packet width ``coords``."""
     payload = lay.payload_for(msg_type, lane_bits, coords)
     return lay.THC_HEADER_BYTES + (payload.nbytes if payload else 0)
+
+
+def norm_status_request(job_id: int, rank: int, token: int, slot: int = 0, round: int = 1) -> bytes:
+    """A status request (``PEEK``) for norm ``slot`` of ``job_id`` as ``rank``, with ``token``:
+    a NORM message flagged PEEK whose norms are zero (docs/protocol.md, step 0). The switch
+    answers it with the copy's count and bitmap, or stays silent on a wrong token."""
+    h = Header(msg_type=lay.MsgType.NORM, job_id=job_id, slot=slot, round=round & 0xFFFFFFFF,
+               slot_set=round & 1, lane_bits=lay.NORMS.bits, rank=rank, token=token,
+               flags=int(lay.Flag.PEEK), elem_count=lay.NORMS_PER_PACKET)
+    return pack_header(h) + bytes(lay.NORMS.nbytes)

@@ -13,7 +13,6 @@ import torch
 
 from control_plane.embedded import jobs_sharing_hosts
 from host.protocol import codec as wire
-from host.protocol import layout as lay
 from host.softswitch.launch import UdpSwitch
 from host.thc import THCCodec
 from host.thc.simulate import allreduce as simulated_allreduce
@@ -42,10 +41,7 @@ def test_another_jobs_packets_from_a_shared_host_do_not_take_its_results(tmp_pat
         # job b's rank 0, on the same address as job a's rank 0, another UDP port: valid
         # status requests all along (each answered, so each teaches the switch its port)
         b0 = UdpEndpoint(("127.0.0.1", sw.ports[1]), bind=(IPS[0], 0))
-        peek = wire.pack_header(wire.Header(
-            msg_type=lay.MsgType.NORM, job_id=2, slot=0, round=1, slot_set=1,
-            lane_bits=lay.NORMS.bits, rank=0, token=ctl.tokens[2], flags=int(lay.Flag.PEEK),
-            elem_count=lay.NORMS_PER_PACKET)) + bytes(lay.NORMS.nbytes)
+        peek = wire.norm_status_request(2, 0, ctl.tokens[2])
         stop = threading.Event()
         answered = [0]
 

@@ -28,10 +28,7 @@ pytestmark = pytest.mark.skipif(not LOOP_STATS,
 
 
 def _peek(token: int) -> bytes:
-    return wire.pack_header(wire.Header(
-        msg_type=lay.MsgType.NORM, job_id=1, slot=0, round=1, slot_set=1,
-        lane_bits=lay.NORMS.bits, rank=0, token=token, flags=int(lay.Flag.PEEK),
-        elem_count=lay.NORMS_PER_PACKET)) + bytes(lay.NORMS.nbytes)
+    return wire.norm_status_request(1, 0, token)
 
 
 def _answered(ep: UdpEndpoint, token: int, wait: float = 0.5) -> bool:
