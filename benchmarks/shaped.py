@@ -23,6 +23,10 @@ both directions and measured before use (``control_plane/testbed/shaping.py``).
     .venv/bin/python benchmarks/shaped.py --json
     .venv/bin/python benchmarks/shaped.py --json --skip-training --link-mbps 100
     .venv/bin/python benchmarks/shaped.py --testbed mininet --skip-training --link-mbps 100
+    .venv/bin/python benchmarks/shaped.py --skip-training --link-mbps 1000 --background compile
+
+``--background busy|compile`` runs a load beside every measurement at nice 19
+(``host/bench/background.py``); each row reports the cores it actually took (``background``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
+
+from host.bench.background import KINDS
+
+if TYPE_CHECKING:
+    from host.bench.background import Background
 
 TRAIN_SPECS = [
     {"kind": "thc"},
@@ -51,7 +61,7 @@ def _testbed_kw(args: argparse.Namespace) -> dict:
             "wan_delay_ms": args.wan_delay_ms}
 
 
-def allreduce_rows(args: argparse.Namespace) -> list[dict]:
+def allreduce_rows(args: argparse.Namespace, bg: Background) -> list[dict]:
     from control_plane.testbed.rackrun import run_on_rack
 
     rows = []
@@ -77,7 +87,8 @@ def allreduce_rows(args: argparse.Namespace) -> list[dict]:
                                                            * 4 * args.elements),
                      "measured_link_mbps": r["rack"]["measured_mbps"],
                      "testbed": r["rack"]["kind"], "switch": r["rack"].get("target", "softswitch"),
-                     "wan": r["rack"].get("wan"), "rootless": r["rack"]["rootless"]})
+                     "wan": r["rack"].get("wan"), "rootless": r["rack"]["rootless"],
+                     "background": bg.usage()})
     return rows
 
 
@@ -90,7 +101,7 @@ def _phase_medians(run: dict) -> dict[str, float]:
     return {k: round(statistics.median(p.get(k, 0.0) for p in phases), 4) for k in keys}
 
 
-def training_rows(args: argparse.Namespace) -> list[dict]:
+def training_rows(args: argparse.Namespace, bg: Background) -> list[dict]:
     from control_plane.testbed.rackrun import run_on_rack
     from host.ddp.baselines import POWERSGD_START_ITER
     from host.thc.config import THCConfig
@@ -152,6 +163,7 @@ def training_rows(args: argparse.Namespace) -> list[dict]:
             "bytes_sent_per_step": {k: round(v["bytes_sent_per_step"]) for k, v in summ.items()},
             "measured_link_mbps": out["rack"]["measured_mbps"],
             "testbed": out["rack"]["kind"],
+            "background": bg.usage(),
         })
     return rows
 
@@ -217,8 +229,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="THC g (table values 0..g; lanes stay 8 bits while workers*g <= 255)")
     p.add_argument("--skip-allreduce", action="store_true", help="no all-reduce timings")
     p.add_argument("--skip-training", action="store_true", help="no training comparison")
+    p.add_argument("--background", choices=KINDS, default="none",
+                   help="load beside the measurements, every process at nice 19: none (default); "
+                   "busy: spinning loops; compile: loops of cc -O2 on a generated C file (the "
+                   "memory-heavy load of a build; host/bench/background.py)")
+    p.add_argument("--background-procs", type=int,
+                   help="processes of --background load (default: one per CPU)")
     p.add_argument("--json", action="store_true", help="print only the JSON object (default too)")
     args = p.parse_args(argv)
+    if args.background_procs is not None and args.background_procs < 1:
+        p.error(f"--background-procs={args.background_procs}: must be >= 1")
     problem = _unavailable(args)
     if problem:
         print(f"shaped: {problem}", file=sys.stderr)
@@ -226,13 +246,23 @@ def main(argv: list[str] | None = None) -> int:
     from control_plane.testbed.impair.params import ImpairmentError
     from control_plane.testbed.shaping import ShapingError
     from control_plane.testbed.targets import TestbedError
+    from host.bench.background import start
+    from host.tools import MissingToolError
 
     try:
-        out = {"allreduce": [] if args.skip_allreduce else allreduce_rows(args),
-               "training": [] if args.skip_training else training_rows(args)}
+        bg = start(args.background, args.background_procs)
+    except MissingToolError as exc:
+        print(f"shaped: --background {args.background}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        out = {"allreduce": [] if args.skip_allreduce else allreduce_rows(args, bg),
+               "training": [] if args.skip_training else training_rows(args, bg),
+               "background": bg.usage()}
     except (TestbedError, ShapingError, ImpairmentError) as exc:  # the testbed, not the run
         print(f"shaped: --testbed {args.testbed}: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 1
+    finally:
+        bg.stop()
     print(json.dumps(out))
     return 0
 
