@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
@@ -21,6 +22,14 @@ INIT_POLICIES = ("nearest-centre", "max-overlap", "fresh")
 #: The methods a comparison runs (:func:`control_plane.fielding.harness.compare`); here, not
 #: in the harness, so ``netco fielding run`` checks ``--methods`` without scikit-learn.
 METHODS = ("fielding", "fedavg", "ifca", "cfl", "feddrift", "oracle")
+#: Method names beyond :data:`METHODS`: an IFCA sweep point (``ifca-k4``: IFCA with K=4) and
+#: FedDrift with a named start (``feddrift-global`` as published, ``feddrift-clusters``).
+VARIANT = re.compile(r"^(ifca-k(?P<k>[1-9][0-9]?)|feddrift-(?P<start>global|clusters))$")
+
+
+def is_method(name: str) -> bool:
+    """Whether ``name`` is one of :data:`METHODS` or a :data:`VARIANT` (``ifca-k4``, ...)."""
+    return name in METHODS or VARIANT.match(name) is not None
 
 
 class ConfigError(ValueError):

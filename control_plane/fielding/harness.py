@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from control_plane.fielding.config import METHODS, FieldingConfig
+from control_plane.fielding.config import METHODS, VARIANT, FieldingConfig
 from control_plane.fielding.methods import (
     CFL,
     IFCA,
@@ -35,15 +35,19 @@ log = logging.getLogger(__name__)
 class BaselineParams:
     """Knobs of the baselines (logged with the results).
 
-    ``ifca_k=None`` gives IFCA the true number of groups over the whole run (an advantage).
-    CFL's eps1/eps2 and FedDrift's delta are set for this harness's model and learning rate
-    (the CFL demo values 0.4/1.6 were for a CNN; see docs/fielding.md for how they were set).
+    No baseline is told the scenario's number of groups: IFCA's K is ``ifca_k`` (fixed a
+    priori), and a sweep runs as methods ``ifca-k<K>`` (e.g. ``ifca-k2,ifca-k4,ifca-k8``).
+    CFL's eps1/eps2 are the published demo values (Sattler et al.'s code; set for a CNN).
+    FedDrift's ``delta`` was set a priori; ``feddrift_start="global"`` is the published start
+    (one global model), ``"clusters"`` lets the initial groups form by merging; the methods
+    ``feddrift-global`` and ``feddrift-clusters`` name the start explicitly.
     """
 
-    ifca_k: int | None = None
+    ifca_k: int = 4
     cfl_eps1: float = 0.4
     cfl_eps2: float = 1.6
     feddrift_delta: float = 0.3
+    feddrift_start: str = "clusters"
 
 
 @dataclass
@@ -58,20 +62,31 @@ class HarnessConfig:
 
 def make_method(name: str, scenario: Scenario, fielding: FieldingConfig,
                 baselines: BaselineParams) -> Method:
-    """Instantiate method ``name`` (one of :data:`METHODS`)."""
+    """Instantiate method ``name`` (one of :data:`METHODS` or a :data:`VARIANT`).
+
+    ``scenario`` is not consulted by any baseline: none learns the true number of groups.
+    """
     if name == "fielding":
         return Fielding(fielding)
     if name == "fedavg":
         return FedAvg()
     if name == "ifca":
-        return IFCA(baselines.ifca_k or len(scenario.specs))
+        return IFCA(baselines.ifca_k)
     if name == "cfl":
         return CFL(baselines.cfl_eps1, baselines.cfl_eps2)
     if name == "feddrift":
-        return FedDrift(baselines.feddrift_delta)
+        return FedDrift(baselines.feddrift_delta, baselines.feddrift_start)
     if name == "oracle":
         return Oracle()
-    raise ValueError(f"method={name!r}: choose from {METHODS}")
+    m = VARIANT.match(name)
+    if m and m["k"]:
+        return IFCA(int(m["k"]), name=name)
+    if m and m["start"]:
+        method = FedDrift(baselines.feddrift_delta, m["start"])
+        method.name = name
+        return method
+    raise ValueError(f"method={name!r}: choose from {METHODS}, ifca-k<K> or "
+                     "feddrift-global|feddrift-clusters")
 
 
 def rounds_to_target(acc: list[float], target: float, start: int = 1) -> int | None:

@@ -8,6 +8,7 @@ models sent to clients (``down``), updates sent back (``up``) and client represe
 
 * FedAvg: McMahan et al., AISTATS 2017 (one model, sample-weighted mean).
 * IFCA: Ghosh et al., NeurIPS 2020 (K models; a client trains the one with the lowest loss).
+  K is a parameter of the method, never the scenario's number of groups.
 * CFL: Sattler et al., IEEE TNNLS 2020 (bi-partition a cluster by cosine similarity of
   updates when the mean update norm < eps1 and the max update norm > eps2).
 * FedDrift: Jothimurugesan et al., AISTATS 2023 (a client is drifted when its best loss on new
@@ -159,8 +160,10 @@ class Oracle(Method):
 class IFCA(Method):
     """K models, randomly initialised; each client trains the model with its lowest loss."""
 
-    def __init__(self, k: int, init_scale: float = 0.1) -> None:
-        super().__init__(name="ifca", params={"k": k, "init_scale": init_scale})
+    def __init__(self, k: int, init_scale: float = 0.1, name: str = "ifca") -> None:
+        if k < 1:
+            raise ValueError(f"ifca k={k}: must be >= 1 (try 4)")
+        super().__init__(name=name, params={"k": k, "init_scale": init_scale})
         self.k = k
         self.init_scale = init_scale
 
@@ -251,13 +254,23 @@ class CFL(Method):
 class FedDrift(Method):
     """FedDrift: loss-based drift detection, new clusters for drifted clients, merging by delta.
 
-    Round 1 treats every client as drifted (its data are new), so the initial non-IID groups
-    can form by merging instead of starting from one global model.
+    ``start="global"`` (the published start): every client begins in one global cluster and
+    only clients whose loss jumps later get clusters of their own. ``start="clusters"``: round
+    1 treats every client as drifted (its data are new), so the initial non-IID groups can
+    form by merging instead of starting from one global model (an advantage the paper's
+    FedDrift does not have).
     """
 
-    def __init__(self, delta: float) -> None:
-        super().__init__(name="feddrift", params={"delta": delta})
+    STARTS = ("global", "clusters")
+
+    def __init__(self, delta: float, start: str = "clusters") -> None:
+        if start not in self.STARTS:
+            raise ValueError(f"feddrift start={start!r}: choose one of {self.STARTS}")
+        if not delta > 0:
+            raise ValueError(f"feddrift delta={delta}: must be > 0 (try 0.3)")
+        super().__init__(name="feddrift", params={"delta": delta, "start": start})
         self.delta = delta
+        self.start_mode = start
 
     def start(self, env: Env) -> None:
         self.init = env.model.init(env.rng)
@@ -278,9 +291,12 @@ class FedDrift(Method):
         first = not self.models
         if not first:
             self.bytes.down += n * len(self.models) * env.model.nbytes
+        if first and self.start_mode == "global":
+            k0 = self._new_cluster(self.init)
         for c in range(n):
             if first:
-                self.assign[c] = self._new_cluster(self.init)
+                self.assign[c] = k0 if self.start_mode == "global" else self._new_cluster(
+                    self.init)
                 continue
             losses = {k: env.loss(c, w) for k, w in self.models.items()}
             best = min(losses, key=losses.get)
