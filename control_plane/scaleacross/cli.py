@@ -287,15 +287,30 @@ def run_validate(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=1))
         return 0
     c = out["constants"]
-    print(f"constants: eta_max {c['eta_max']:.4f}, h0 {c['h0']:.1f}, eta_net {c['eta_net']:.4f}"
-          f" (fitted on {', '.join(out['calibration_rows'])})")
+    print(f"constants: eta_max {c['eta_max']:.4f}, h0 {c['h0']:.3f} (x FLOP/byte), "
+          f"eta_net {c['eta_net']:.4f}")
+    print(f"training split: {out['split']['training']}; every other row is held out")
+    print()
+    head = (f"{'split':<5} {'row':<27} {'publication':<27} {'GPUs':>5} {'t/p/dp':>9} "
+            f"{'measured s':>10} {'predicted s':>11} {'error':>8}")
+    print(head)
+    print("-" * len(head))
     for r in out["rows"]:
-        tag = "cal " if r["used_for_calibration"] else "held"
-        print(f"  {tag} {r['name']:<26} measured {r['measured_s']:8.3f} s  predicted "
-              f"{r['predicted_s']:8.3f} s  {r['error_pct']:+6.2f}%")
-    print(f"MAPE: calibration {out['mape_calibration_pct']:.2f}%, held-out Table 1 "
-          f"{out['mape_heldout_table1_pct']:.2f}%, held-out NeMo (H100 FP8) "
-          f"{out['mape_heldout_nemo_pct']:.2f}%, all held-out {out['mape_heldout_all_pct']:.2f}%")
+        cf = r["config"]
+        tag = "train" if r["used_for_calibration"] else "held"
+        tpd = f"{cf['tp']}/{cf['pp']}/{cf['dp']}"
+        print(f"{tag:<5} {r['name']:<27} {r['publication']:<27} {cf['gpus']:>5} "
+              f"{tpd:>9} {r['measured_s']:>10.3f} "
+              f"{r['predicted_s']:>11.3f} {r['error_pct']:>+7.2f}%")
+    print()
+    print(f"{'held-out publication':<27} {'rows':>4} {'MAPE':>7} {'worst':>7}")
+    for pub, st in out["heldout_by_publication"].items():
+        print(f"{pub:<27} {st['n']:>4} {st['mape_pct']:>6.2f}% {st['max_abs_pct']:>6.2f}%")
+    t = out["target"]
+    print(f"training rows MAPE {out['mape_calibration_pct']:.2f}%; all held-out MAPE "
+          f"{out['mape_heldout_pct']:.2f}%, worst row {out['max_abs_heldout_pct']:.2f}% "
+          f"(target <= {t['mape_pct']:g}% and <= {t['max_row_pct']:g}%: "
+          f"{'met' if t['met'] else 'not met'})")
     return 0
 
 

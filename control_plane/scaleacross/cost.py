@@ -51,12 +51,20 @@ class Efficiency:
     """The calibrated global constants (see ``validate``)."""
 
     # fitted by ``netco explore validate`` (see validate.py); a test keeps them in sync
-    eta_max: float = 0.6039
-    h0: float = 547.1
-    eta_net: float = 0.9009
+    eta_max: float = 0.6678
+    h0: float = 4.924
+    eta_net: float = 0.6832
 
-    def compute(self, h):
-        return self.eta_max * h / (h + self.h0)
+    def compute(self, h, balance):
+        """Achieved fraction of peak for hidden size ``h`` on a GPU of ``balance`` FLOP/byte.
+
+        A layer's GEMMs cost ``~24·b·s·h²`` FLOPs at ``peak·η_max`` while its element-wise
+        (memory-bound) work moves ``~b·s·h`` bytes at the HBM bandwidth, so their time ratio is
+        ``h₀·balance / h`` with ``balance = peak FLOP/s / HBM bytes/s``: a GPU whose peak grows
+        faster than its memory bandwidth (H100 FP8 vs A100 FP16: 591 vs 153 FLOP/byte) spends
+        a larger share in element-wise work at the same ``h``.
+        """
+        return self.eta_max * h / (h + self.h0 * balance)
 
 
 Plans = dict[str, np.ndarray]
@@ -161,7 +169,7 @@ def evaluate(sc: Scenario, P: Plans, eff: Efficiency | None = None) -> dict[str,
                             + moe_frac * (fmoe["attn_gemm"] + fmoe["mlp"]))
     core_f = tokens * Ls * fd["core_attn"]
     logit_f = fm.logit_flops_fwd(md, tokens)
-    rate = hw.peak_tflops * 1e12 * eff.compute(h) * t * c
+    rate = hw.peak_tflops * 1e12 * eff.compute(h, hw.peak_tflops * 1e3 / hw.hbm_gb_s) * t * c
     fwd = (gemm_f + core_f + logit_f) / rate
     rec = np.select([rc == 2, rc == 1], [(gemm_f + core_f) / rate, core_f / rate], 0.0)
     tau_c = 3 * fwd + rec

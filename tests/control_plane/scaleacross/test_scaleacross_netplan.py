@@ -117,16 +117,6 @@ def test_cli_search_plot_and_plan(tmp_path, capsys):
     assert doc["version"] == 1 and doc["plan"] == out["plans"][0]["plan"]
 
 
-def test_cli_validate_json(capsys):
-    assert main(["explore", "validate", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert set(out["constants"]) == {"eta_max", "h0", "eta_net"}
-    held = [r for r in out["rows"] if not r["used_for_calibration"]]
-    assert len(out["rows"]) == 13 and len(held) == 8
-    errs = [abs(r["error_pct"]) for r in held if r["source"].startswith("Narayanan")]
-    assert out["mape_heldout_table1_pct"] == pytest.approx(sum(errs) / len(errs), abs=0.02)
-
-
 def _timing_rows(text: str) -> list[str]:
     """The rows of the first table of ``explore search`` (up to its first blank line)."""
     lines = text.splitlines()

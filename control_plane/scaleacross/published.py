@@ -1,0 +1,226 @@
+"""Published end-to-end training runs the cost model is validated against.
+
+Each :class:`Row` holds one run: its publication and the table it comes from, the configuration
+as published (model shape, GPUs, TP/PP/DP/CP, micro and global batch, sequence, dtype,
+recomputation, pipeline schedule) and the published number, quoted next to it. Where a source
+leaves a setting out, the row says what is assumed:
+
+* **pipeline schedule**: when a source does not state interleaving, the row uses the
+  non-interleaved 1F1B schedule (``v = 1``), which Narayanan et al. SC'21 §5.3.2 call the
+  "default" schedule; rows whose source states a chunk count use it.
+* **no DP overlap**, **no distributed optimizer** (``zero = 0``) unless the source says
+  otherwise (MT-NLG: ZeRO stage 1); sequence parallelism only where the source says so.
+
+How the iteration time is derived from the published number (``Row.derivation``):
+
+* ``iteration_s``: the source gives the iteration time itself;
+* ``tflops``: ``F / (GPUs · X)`` with ``F`` the FLOPs of Narayanan et al. eq. (3)
+  (``96·B·s·l·h²·(1 + s/6h + V/16lh)``, recomputation included), the count both Narayanan
+  tables use for their "achieved teraFLOP/s per GPU" ``X``;
+* ``tokens_s_gpu``: ``B · s / (GPUs · tokens/s/GPU)``.
+
+Rows left out, and why (so that nobody adds them back unknowingly):
+
+* Llama 3 405B (Llama Team 2024, Table 4: 8,192 GPUs TP8 CP1 PP16 DP64, seq 8,192, 32
+  sequences per DP group, 430 TFLOP/s per GPU; 16,384 GPUs DP128, 16 per group, 400): 126 layers
+  over 16 stages with the first and last stage one layer short, which a plan here cannot
+  express (``pp`` must divide the layers), and the FLOP count behind "TFLOPs/GPU" is not
+  stated; its CP16 row is transcribed with DP 4 in one copy of the paper and DP 8 in others.
+* MegaScale (Jiang et al., NSDI'24): parallel transformer blocks, sliding-window attention and
+  LAMB, which the cost model does not represent.
+* The two NeMo 24.12 rows without a global batch (LLAMA2-13B, LLAMA3-70B).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from control_plane.scaleacross import formulas as fm
+from control_plane.scaleacross.scenario import Scenario, parse_scenario
+
+__all__ = ["A100", "H100_FP8", "PUBLICATIONS", "ROWS", "TABLE1", "Row"]
+
+#: Selene DGX A100: 8 A100-80GB per node, NVLink 300 GB/s per direction, 8 x 200 Gb/s HDR
+#: (Narayanan et al. §5, Korthikanti et al. §6; MT-NLG ran on the same machine).
+A100 = {"peak_tflops": 312, "memory_gb": 80, "gpus_per_node": 8, "nvlink_gbps": 2400,
+        "nic_gbps": 200, "hbm_gb_s": 2039}
+H100_FP8 = {"peak_tflops": 1979, "memory_gb": 80, "gpus_per_node": 8, "nvlink_gbps": 3600,
+            "nic_gbps": 400, "hbm_gb_s": 3350}
+
+NARAYANAN = "Narayanan et al. SC'21"
+KORTHIKANTI = "Korthikanti et al. MLSys'23"
+MTNLG = "Smith et al. 2022 (MT-NLG)"
+NEMO = "NVIDIA NeMo 24.12"
+#: the publications, in the order tables list them
+PUBLICATIONS = (NARAYANAN, KORTHIKANTI, MTNLG, NEMO)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One published run. Exactly one of ``iteration_s``, ``tflops``, ``tokens_s_gpu``."""
+
+    name: str
+    publication: str
+    source: str  # table/section and the published cells
+    model: dict
+    hardware: dict
+    tp: int
+    pp: int
+    gpus: int
+    batch: int
+    dtype: str
+    recompute: str
+    interleave: int = 1  # 1 where the source states none (see the module docstring)
+    microbatch: int = 1
+    cp: int = 1
+    sequence_parallel: bool = False
+    zero: int = 0
+    iteration_s: float | None = None
+    tflops: float | None = None
+    tokens_s_gpu: float | None = None
+    calibrate: bool = False
+
+    @property
+    def dp(self) -> int:
+        return self.gpus // (self.tp * self.pp * self.cp)
+
+    @property
+    def derivation(self) -> str:
+        if self.iteration_s is not None:
+            return "iteration time as published"
+        if self.tflops is not None:
+            return f"eq. 3 FLOPs / ({self.gpus} GPUs x {self.tflops:g} TFLOP/s)"
+        return f"GBS x seq / ({self.gpus} GPUs x {self.tokens_s_gpu:g} tokens/s/GPU)"
+
+    def scenario(self) -> Scenario:
+        raw = {
+            "model": self.model, "hardware": self.hardware,
+            "cluster": {"buildings": [{"gpus": self.gpus}]},
+            "training": {"dtype": self.dtype},
+            "parallel": {"tp": self.tp, "pp": self.pp, "dp": self.dp, "cp": self.cp,
+                         "microbatch": self.microbatch, "global_batch": self.batch,
+                         "interleave": self.interleave, "recompute": self.recompute,
+                         "zero": self.zero, "overlap_dp": False, "dp_sync": "ring",
+                         "sequence_parallel": self.sequence_parallel},
+        }
+        return parse_scenario(raw, name=self.name)
+
+    def measured_s(self) -> float:
+        """The iteration time the publication implies (see :attr:`derivation`)."""
+        if self.iteration_s is not None:
+            return self.iteration_s
+        sc = self.scenario()
+        if self.tflops is not None:
+            return fm.flops_per_iteration(sc.model, self.batch, "full") / (
+                self.gpus * self.tflops * 1e12)
+        assert self.tokens_s_gpu is not None
+        return self.batch * sc.model.seq / (self.gpus * self.tokens_s_gpu)
+
+    def config(self) -> dict:
+        """The configuration as a flat dict (tables and JSON)."""
+        m = self.model
+        return {"layers": m["layers"], "hidden": m["hidden"], "heads": m["heads"],
+                "seq": m["seq"], "vocab": m["vocab"], "gpus": self.gpus, "tp": self.tp,
+                "pp": self.pp, "dp": self.dp, "cp": self.cp, "microbatch": self.microbatch,
+                "global_batch": self.batch, "interleave": self.interleave,
+                "dtype": self.dtype, "recompute": self.recompute,
+                "sequence_parallel": self.sequence_parallel, "zero": self.zero}
+
+
+def _gpt(L: int, h: int, a: int, vocab: int = 51200) -> dict:
+    return {"layers": L, "hidden": h, "heads": a, "seq": 2048, "vocab": vocab}
+
+
+# ---- Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using
+# Megatron-LM", SC'21. Table 1 (weak scaling), cells: params (B), heads, hidden, layers, TP,
+# PP, GPUs, batch, achieved TFLOP/s per GPU. fp16, s = 2048, V = 51200, full recomputation,
+# microbatch 1 (eq. 3 "assumes activation recomputation"). Interleaving is not stated.
+TABLE1 = [
+    (1.7, 24, 2304, 24, 1, 1, 32, 512, 137), (3.6, 32, 3072, 30, 2, 1, 64, 512, 138),
+    (7.5, 32, 4096, 36, 4, 1, 128, 512, 142), (18.4, 48, 6144, 40, 8, 1, 256, 1024, 135),
+    (39.1, 64, 8192, 48, 8, 2, 512, 1536, 138), (76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140),
+    (145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148), (310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155),
+    (529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163),
+    (1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163),
+]
+ROWS: list[Row] = [
+    Row(f"GPT-{pb}B", NARAYANAN, f"Table 1: {pb}B, t={t} p={p}, {g} GPUs, B={bs}, {tf} TFLOP/s",
+        _gpt(L, h, a), A100, t, p, g, bs, "fp16", "full", tflops=tf, calibrate=i % 2 == 0)
+    for i, (pb, a, h, L, t, p, g, bs, tf) in enumerate(TABLE1)
+]
+# Table 2, PTD-P rows (same machine and settings as Table 1, microbatch 1). Cells: 174.6B,
+# model-parallel size 96 (= t 8 x p 12: "tensor-model-parallel size of 8" for large models),
+# batch 1536, 384 / 768 / 1536 GPUs, 153 / 149 / 141 TFLOP/s; 529.6B (Table 1's model),
+# model-parallel 280 (8 x 35), batch 2240, 560 / 1120 / 2240 GPUs, 171 / 167 / 159 TFLOP/s.
+ROWS += [
+    Row(f"GPT-174.6B {g} GPUs", NARAYANAN,
+        f"Table 2 PTD-P: 174.6B, model-parallel 96, B=1536, {g} GPUs, {tf} TFLOP/s",
+        _gpt(96, 12288, 96), A100, 8, 12, g, 1536, "fp16", "full", tflops=tf)
+    for g, tf in ((384, 153), (768, 149), (1536, 141))
+] + [
+    Row(f"GPT-529.6B {g} GPUs", NARAYANAN,
+        f"Table 2 PTD-P: 529.6B, model-parallel 280, B=2240, {g} GPUs, {tf} TFLOP/s",
+        _gpt(105, 20480, 128), A100, 8, 35, g, 2240, "fp16", "full", tflops=tf)
+    for g, tf in ((560, 171), (1120, 167), (2240, 159))
+]
+
+# ---- Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models"
+# (arXiv:2205.05198, MLSys'23). Table 3 (configurations, no data parallelism): 22B 64 heads
+# h 6144 48 layers t8 p1 8 GPUs B4 b4; 175B 96/12288/96 t8 p8 64 GPUs B64 b1; 530B
+# 128/20480/105 t8 p35 280 GPUs B280 b1; 1T 160/25600/128 t8 p64 512 GPUs B512 b1. §6: s = 2048,
+# V = 51200, "three interleaving stages" for the 175B and 530B models (none stated for 1T),
+# mixed precision on Selene. Table 5, iteration time (s), full recompute / present work
+# (selective recompute + sequence parallelism): 22B 1.42 / 1.10, 175B 18.13 / 13.75,
+# 530B 49.05 / 37.83, 1T 94.42 / 71.49. §6.3: the 530B model at 8-way DP (2240 GPUs, batch
+# x 8) takes 39.15 s per iteration, gradient all-reduce not overlapped.
+_K = [  # name, (L, h, a), t, p, GPUs, B, b, v, full s, present-work s
+    ("22B", (48, 6144, 64), 8, 1, 8, 4, 4, 1, 1.42, 1.10),
+    ("175B", (96, 12288, 96), 8, 8, 64, 64, 1, 3, 18.13, 13.75),
+    ("530B", (105, 20480, 128), 8, 35, 280, 280, 1, 3, 49.05, 37.83),
+    ("1T", (128, 25600, 160), 8, 64, 512, 512, 1, 1, 94.42, 71.49),
+]
+for _n, _shape, _t, _p, _g, _B, _b, _v, _full, _sel in _K:
+    ROWS.append(Row(f"K-{_n} full recompute", KORTHIKANTI,
+                    f"Tables 3+5: {_n}, full recompute, {_full} s", _gpt(*_shape), A100, _t,
+                    _p, _g, _B, "fp16", "full", interleave=_v, microbatch=_b,
+                    iteration_s=_full))
+    ROWS.append(Row(f"K-{_n} selective+SP", KORTHIKANTI,
+                    f"Tables 3+5: {_n}, present work, {_sel} s", _gpt(*_shape), A100, _t, _p,
+                    _g, _B, "fp16", "selective", interleave=_v, microbatch=_b,
+                    sequence_parallel=True, iteration_s=_sel))
+ROWS.append(Row("K-530B selective+SP DP8", KORTHIKANTI, "§6.3: 530B at 8-way DP, 39.15 s",
+                _gpt(105, 20480, 128), A100, 8, 35, 2240, 2240, "fp16", "selective",
+                interleave=3, sequence_parallel=True, iteration_s=39.15))
+
+# ---- Smith et al., "Using DeepSpeed and Megatron to Train Megatron-Turing NLG 530B" (2022).
+# §2.4: global batch 1920 on 280 / 350 / 420 DGX A100 servers, iteration time 60.1 / 50.2 /
+# 44.4 s (126 / 121 / 113 TFLOP/s per GPU). 105 layers, hidden 20480, 128 heads, sequence
+# 2048; 8-way tensor and 35-way pipeline parallelism (DeepSpeed's pipeline engine), data
+# parallelism with ZeRO stage 1 (DeepSpeed ZeRO tutorial). Not stated, assumed: no
+# interleaving (v = 1), microbatch 1, full recomputation (the published TFLOP/s equal eq. 3,
+# which counts the recomputed forward, to 0.2 %). GPT-2 BPE vocabulary, 50,272 entries once
+# padded (cli99/llm-analysis model config "mt-nlg-530b").
+ROWS += [
+    Row(f"MT-NLG 530B {n} nodes", MTNLG, f"§2.4: {n} DGX A100, B=1920, {s} s ({tf} TFLOP/s)",
+        _gpt(105, 20480, 128, 50272), A100, 8, 35, n * 8, 1920, "fp16", "full", zero=1,
+        iteration_s=s)
+    for n, s, tf in ((280, 60.1, 126), (350, 50.2, 121), (420, 44.4, 113))
+]
+
+# ---- NVIDIA NeMo 24.12 performance summary (H100-80GB SXM, FP8, 400 Gb/s per GPU): tokens/s
+# per GPU for GPT3-175B (128 GPUs: GBS 256, MBS 1, TP4 PP8 VP6, 716; 512 GPUs: GBS 2048,
+# MBS 2, 825) and LLAMA2-70B (64 GPUs: GBS 128, MBS 1, TP4 PP4 VP20, 1728). Selective
+# recomputation and sequence parallelism (NeMo's defaults for these recipes).
+_LLAMA70 = {"layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8, "ffn_hidden": 28672,
+            "gated_mlp": True, "seq": 4096, "vocab": 32000}
+ROWS += [
+    Row("NeMo GPT3-175B 128 GPUs", NEMO, "GPT3-175B, 128 GPUs, GBS 256, 716 tokens/s/GPU",
+        _gpt(96, 12288, 96), H100_FP8, 4, 8, 128, 256, "fp8", "selective", interleave=6,
+        sequence_parallel=True, tokens_s_gpu=716),
+    Row("NeMo GPT3-175B 512 GPUs", NEMO, "GPT3-175B, 512 GPUs, GBS 2048, 825 tokens/s/GPU",
+        _gpt(96, 12288, 96), H100_FP8, 4, 8, 512, 2048, "fp8", "selective", interleave=6,
+        microbatch=2, sequence_parallel=True, tokens_s_gpu=825),
+    Row("NeMo LLAMA2-70B 64 GPUs", NEMO, "LLAMA2-70B, 64 GPUs, GBS 128, 1728 tokens/s/GPU",
+        _LLAMA70, H100_FP8, 4, 4, 64, 128, "fp8", "selective", interleave=20,
+        sequence_parallel=True, tokens_s_gpu=1728),
+]
