@@ -168,12 +168,13 @@ def _print_table(res: dict) -> None:
     print(f"\n{res['scenario']} drift on {res['dataset']}: {res['clients']} clients, "
           f"{res['rounds']} rounds, seed {res['seed']}, drift at rounds {res['drift_rounds']}, "
           f"target {res['target']}")
-    print(f"{'method':10} {'final':>7} {'last3':>7} {'rounds to target':>16} {'repr B':>9} "
+    w = max(10, *(len(n) for n in res["methods"]))
+    print(f"{'method':{w}} {'final':>7} {'last3':>7} {'rounds to target':>16} {'repr B':>9} "
           f"{'updates B':>11} {'down B':>11} {'models':>6}")
     for name, m in res["methods"].items():
         b = m["bytes"]
         rtt = m["rounds_to_target"] if m["rounds_to_target"] is not None else "-"
-        print(f"{name:10} {m['final_accuracy']:7.4f} {m['final_accuracy_mean_last']:7.4f} "
+        print(f"{name:{w}} {m['final_accuracy']:7.4f} {m['final_accuracy_mean_last']:7.4f} "
               f"{rtt!s:>16} {b['representations']:9d} {b['model_updates_up']:11d} "
               f"{b['models_down']:11d} {m['models_per_round'][-1]:6d}")
     print("final, last3: mean client test accuracy in the last round / the last three; "

@@ -173,3 +173,20 @@ def test_paper_benchmark_bad_flags_name_the_flag():
     assert "Traceback" not in p.stderr
     p = _bench("--paper", "--seeds", "1")
     assert p.returncode == 2 and "--seeds needs >= 2 seeds" in p.stderr
+
+
+def test_cli_runs_an_ifca_sweep_on_mnist1d(capsys):
+    from control_plane.cli.main import main
+
+    rc = main(["fielding", "run", "--scenario", "label", "--dataset", "mnist1d", "--clients",
+               "12", "--rounds", "3", "--methods", "ifca-k3,feddrift-global", "--hidden", "8",
+               "--no-progress"])
+    assert rc == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("method"))
+    rows = lines[head + 1:head + 3]
+    assert [r.split()[0] for r in rows] == ["ifca-k3", "feddrift-global"]
+    # columns line up whatever the length of the names
+    assert rows[0].index(".") == rows[1].index(".")
+    assert main(["fielding", "run", "--scenario", "label", "--ifca-k", "0"]) == 2
+    assert "--ifca-k 0: must be >= 1" in capsys.readouterr().err
