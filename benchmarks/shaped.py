@@ -81,6 +81,12 @@ def allreduce_rows(args: argparse.Namespace, bg: Background) -> list[dict]:
                                           * args.elements / (mbps * 1e6), 4),
                      "thc_s_all": [round(t, 4) for t in r["thc_s_all"]],
                      "gloo_s_all": [round(t, 4) for t in r["gloo_s_all"]],
+                     # per repeat, all ranks together: a lost window (a socket buffer that
+                     # overflowed while its process waited for a core) costs a deadline
+                     "thc_retransmits_per_repeat": round(sum(
+                         w["retransmits"] for w in r["thc_window"]) / args.repeats, 1),
+                     "thc_deadlines_per_repeat": round(sum(
+                         w["deadlines"] for w in r["thc_window"]) / args.repeats, 1),
                      "thc_bytes_sent_per_worker": r["thc_bytes_sent"],
                      "thc_bytes_received_per_worker": r["thc_bytes_received"],
                      "gloo_bytes_each_way_per_worker": int(2 * (args.workers - 1) / args.workers
