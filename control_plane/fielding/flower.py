@@ -11,7 +11,10 @@ Each round:
 2. :class:`~control_plane.fielding.clusterer.FieldingClusterer` migrates or re-clusters;
    models of new clusters start from the nearest old cluster's model;
 3. each node gets its cluster's model in a ``train`` message (config key ``cluster-id``);
-4. ``aggregate_train`` does FedAvg per cluster, weighted by ``num-examples``.
+4. ``aggregate_train`` does FedAvg per cluster, weighted by ``num-examples`` -- or, with
+   ``network=`` (:class:`~control_plane.fielding.flower_network.InNetworkAggregation`), each
+   cluster's updates are summed by that cluster's THC job in the switch and the server gets
+   one sum per cluster instead of every update.
 
 The matching client side is :func:`make_client_app`. :class:`LocalGrid` runs real ``ClientApp``
 objects in-process so that Flower's own ``Strategy.start`` can drive a whole run without a
@@ -49,6 +52,8 @@ log = logging.getLogger(__name__)
 
 QUERY_REPRESENTATION = "query.fielding_representation"
 REPR_KEY = "representation"
+#: metric record of a query reply carrying the node's ``partition-id``
+NODE_KEY = "node"
 
 
 # --------------------------------------------------------------------------- packing
@@ -103,6 +108,10 @@ class FieldingStrategy(Strategy):
     min_available_nodes : int
         Wait until this many nodes are connected before the first query (as Flower's
         ``sample_nodes``). Every connected node takes part in every round.
+    network : InNetworkAggregation, optional
+        In-network aggregation (:mod:`control_plane.fielding.flower_network`): before each
+        train round the controller installs one THC job per cluster, every node's train
+        message names its job, and the cluster's sum comes back from one member.
     """
 
     def __init__(
@@ -113,6 +122,7 @@ class FieldingStrategy(Strategy):
         configrecord_key: str = "config",
         query_timeout: float = 600.0,
         min_available_nodes: int = 2,
+        network=None,
     ) -> None:
         self.config = config or FieldingConfig()
         self.weighted_by_key = weighted_by_key
@@ -126,6 +136,15 @@ class FieldingStrategy(Strategy):
         self.sent_to: dict[int, int] = {}  # node id -> cluster id of this round's train message
         self.representation_bytes = 0
         self.updates = []  # ClusterUpdate per round
+        self.network = network
+        #: node id -> the ``partition-id`` its node config gives (sent with every query reply)
+        self.partitions: dict[int, int] = {}
+        #: per round: nodes whose train reply arrived without error
+        self.trained: list[list[int]] = []
+        #: per round: serialized size (Flower's protobuf ``Message``) of the train replies the
+        #: ServerApp received, and of the model arrays in them
+        self.train_reply_bytes: list[int] = []
+        self.train_array_bytes: list[int] = []
 
     def summary(self) -> None:
         """Log every FIELDING parameter."""
@@ -167,6 +186,9 @@ class FieldingStrategy(Strategy):
                 log.warning("node %d: no representation (%s)", reply.metadata.src_node_id,
                             reply.error.reason)
                 continue
+            node_rec = reply.content.metric_records.get(NODE_KEY)
+            if node_rec is not None and "partition-id" in node_rec:
+                self.partitions[reply.metadata.src_node_id] = int(node_rec["partition-id"])
             rec = reply.content.array_records.get(REPR_KEY)
             if rec is not None and "rep" in rec:
                 reps[reply.metadata.src_node_id] = rec["rep"].numpy()
@@ -176,13 +198,14 @@ class FieldingStrategy(Strategy):
         return reps
 
     def _cluster_messages(
-        self, server_round: int, config: ConfigRecord, message_type: str
+        self, server_round: int, config: ConfigRecord, message_type: str,
+        extra: dict[int, dict] | None = None,
     ) -> list[Message]:
         msgs = []
         self.sent_to = {}
         for node, cid in self.clusterer.assignment.items():
             cfg = ConfigRecord({**dict(config), "server-round": server_round,
-                                "cluster-id": int(cid)})
+                                "cluster-id": int(cid), **(extra or {}).get(int(node), {})})
             content = RecordDict({self.arrayrecord_key: _to_record(self.models[cid]),
                                   self.configrecord_key: cfg})
             msgs.append(Message(content, dst_node_id=int(node), message_type=message_type))
@@ -208,12 +231,23 @@ class FieldingStrategy(Strategy):
         )
         log.info("round %d: %d clusters, %d drifted, %s", server_round,
                  len(self.models), len(update.drifted), update.reason)
-        return self._cluster_messages(server_round, config, MessageType.TRAIN)
+        extra = None
+        if self.network is not None:
+            extra = self.network.install(self.clusterer.clusters, self.partitions, server_round)
+        return self._cluster_messages(server_round, config, MessageType.TRAIN, extra)
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """FedAvg per cluster (weighted by ``num-examples``); returns the packed models."""
+        from flwr.common.serde import message_to_proto
+
+        replies = list(replies)
+        self.train_reply_bytes.append(sum(message_to_proto(r).ByteSize() for r in replies))
+        self.train_array_bytes.append(sum(_payload_bytes(r) for r in replies))
+        self.trained.append(sorted(r.metadata.src_node_id for r in replies if not r.has_error()))
+        if self.network is not None:
+            return self._aggregate_in_network(replies)
         per_cluster: dict[int, list[tuple[dict[str, np.ndarray], float]]] = {}
         metrics: list[tuple[MetricRecord, float]] = []
         for reply in replies:
@@ -241,6 +275,40 @@ class FieldingStrategy(Strategy):
             self.models[cid] = {
                 k: sum(a[k] * (n / total) for a, n in items) for k in items[0][0]
             }
+        agg = _weighted_metrics(metrics, self.weighted_by_key)
+        agg["clusters"] = len(self.models)
+        return pack(self.models), agg
+
+    def _aggregate_in_network(
+        self, replies: list[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Each cluster's new model from the one sum its THC job returned (FedAvg weights from
+        every member's ``num-examples`` metric)."""
+        metrics: list[tuple[MetricRecord, float]] = []
+        weights: dict[int, float] = {}
+        sums: dict[int, dict[str, np.ndarray]] = {}
+        for reply in replies:
+            if reply.has_error():
+                log.warning("node %d failed: %s", reply.metadata.src_node_id,
+                            reply.error.reason)
+                continue
+            node = reply.metadata.src_node_id
+            cid = self.sent_to.get(node)
+            if cid is None:
+                log.warning("ignoring reply from node %d (not sent a model this round)", node)
+                continue
+            mrec = next(iter(reply.content.metric_records.values()), MetricRecord())
+            n = float(mrec.get(self.weighted_by_key, 0))
+            if n <= 0:
+                raise ValueError(f"reply from node {node} lacks a positive "
+                                 f"'{self.weighted_by_key}' metric (FedAvg weight)")
+            weights[cid] = weights.get(cid, 0.0) + n
+            metrics.append((mrec, n))
+            if self.arrayrecord_key in reply.content.array_records:
+                sums[cid] = _to_dict(reply.content[self.arrayrecord_key])
+        if not metrics:
+            return None, None
+        self.models = self.network.apply(self.models, sums, weights, self.sent_to)
         agg = _weighted_metrics(metrics, self.weighted_by_key)
         agg["clusters"] = len(self.models)
         return pack(self.models), agg
@@ -308,7 +376,8 @@ def make_client_app(
                             embed_seed=int(cfg["embed-seed"]))
         rep = client_representation(X, y, n_classes, fc)
         last = context.state.array_records.get("fielding-last")
-        content = RecordDict()
+        content = RecordDict({NODE_KEY: MetricRecord(
+            {"partition-id": int(context.node_config.get("partition-id", -1))})})
         if last is None or l1(rep, last["rep"].numpy()) > fc.tau:
             record = ArrayRecord(array_dict={"rep": Array(rep.astype(np.float32))})
             context.state["fielding-last"] = record
@@ -326,14 +395,20 @@ def make_client_app(
     def train(msg: Message, context: Context) -> Message:
         rnd, X, y, _, _, w = round_data(msg, context)
         model = model_for(X)
-        seed = int(context.node_id) * 1000 + rnd
         w_new = local_train(model, w, X, y, LocalTraining(epochs=epochs, lr=lr),
-                            np.random.default_rng(seed))
-        content = RecordDict({
-            "arrays": ArrayRecord(array_dict={"w": Array(w_new)}),
-            "metrics": MetricRecord({"train_loss": model.loss(w_new, X, y),
-                                     "num-examples": len(y)}),
-        })
+                            np.random.default_rng(train_seed(context, rnd)))
+        metrics = MetricRecord({"train_loss": model.loss(w_new, X, y), "num-examples": len(y)})
+        cfg = msg.content["config"]
+        if "job-id" in cfg:  # in-network: the cluster's THC job sums the updates
+            from control_plane.fielding.flower_network import network_train
+
+            total = network_train(cfg, context.node_config, len(y) * (w_new - w))
+            content = RecordDict({"metrics": metrics})
+            if total is not None:
+                content["arrays"] = ArrayRecord(array_dict={"w": Array(total)})
+            return Message(content, reply_to=msg)
+        content = RecordDict({"arrays": ArrayRecord(array_dict={"w": Array(w_new)}),
+                              "metrics": metrics})
         return Message(content, reply_to=msg)
 
     @app.evaluate()
@@ -347,6 +422,13 @@ def make_client_app(
         return Message(content, reply_to=msg)
 
     return app
+
+
+def train_seed(context: Context, server_round: int) -> int:
+    """Seed of a node's local training in a round: from its ``partition-id`` (stable across
+    engines and runs; the node id, which the SuperLink draws at random, when there is none)."""
+    pid = int(context.node_config.get("partition-id", -1))
+    return (pid if pid >= 0 else int(context.node_id)) * 1000 + server_round
 
 
 # --------------------------------------------------------------------------- in-process grid
@@ -449,6 +531,10 @@ def _summary(result, sc, strategy: FieldingStrategy, rounds: int) -> dict:
         "drift_rounds": sc.events, "accuracy": acc, "clusters": clusters,
         "representation_bytes": strategy.representation_bytes,
         "reclusterings": [u.reason for u in strategy.updates if u.reclustered],
+        "trained_per_round": [len(t) for t in strategy.trained],
+        "trained_nodes": len({n for t in strategy.trained for n in t}),
+        "train_reply_bytes": strategy.train_reply_bytes,
+        "train_array_bytes": strategy.train_array_bytes,
     }
 
 
