@@ -3,8 +3,10 @@
 Every plan is a row of a :class:`Plans` table of numpy columns, so one call prices a whole
 search space. The model, per pipeline stage and microbatch (Narayanan et al. SC'21 notation):
 
-* compute ``τc`` = stage FLOPs / (peak · η(h)), η(h) = η_max · h / (h + h₀) (GEMMs on small
-  hidden sizes run below peak); backward = 2 × forward, plus recomputation;
+* compute ``τc`` = stage FLOPs / (peak · η(h)), η(h) = η_max · h / (h + h₀·β) with β the
+  GPU's peak FLOP/s per HBM byte/s (a layer's element-wise work, ∝ h bytes, weighs more
+  against its GEMMs, ∝ h² FLOPs, on small hidden sizes and on GPUs whose peak outgrows their
+  memory bandwidth, e.g. FP8); backward = 2 × forward, plus recomputation;
 * on the critical path per microbatch: TP all-reduces (4 per layer, 6 with full recompute), the
   part of CP KV exchange not hidden by attention, the part of EP all-to-all not hidden by the
   MoE MLP (``overlap_ep``), ZeRO-3 parameter gathers not hidden by compute;
