@@ -5,6 +5,9 @@
 
 ``netco fielding flower [--clients N --rounds R]``: the same clustering as a Flower strategy,
 driven by Flower's own ``Strategy.start`` loop with real ``ClientApp`` objects.
+
+``netco fielding deploy [--clients N --rounds R] [--in-network]``: the same on Flower's
+deployment engine (SuperLink and SuperNodes as separate processes; :mod:`.deploy_cli`).
 """
 
 from __future__ import annotations
@@ -63,6 +66,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     run_p.add_argument("--k-max", type=int, default=d.k_max, help="largest K for silhouette")
     run_p.add_argument("--representation", default=d.representation,
                        choices=("hist", "hist+embed"), help="client representation")
+    run_p.add_argument("--embed-map", default=d.embed_map, choices=("linear", "conv1d"),
+                       help="sketch of the inputs in hist+embed: random projection (linear) or "
+                       "max-pooled random 1-D filters (conv1d; use it on mnist1d)")
     run_p.add_argument("--init-policy", default=d.init_policy,
                        choices=("nearest-centre", "max-overlap", "fresh"),
                        help="model of a new cluster after re-clustering")
@@ -94,6 +100,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                     "Flower's simulation engine (needs Ray)")
     fl.add_argument("--json", action="store_true", help="print one JSON object")
     fl.set_defaults(func=run_flower)
+
+    from control_plane.fielding.deploy_cli import configure_deploy
+
+    configure_deploy(sub)
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
 
 
@@ -101,7 +111,8 @@ def _fielding_config(args: argparse.Namespace) -> FieldingConfig:
     try:
         return FieldingConfig(tau=args.tau, theta=args.theta, epsilon=args.epsilon,
                               k_max=args.k_max, representation=args.representation,
-                              init_policy=args.init_policy, seed=args.seed)
+                              embed_map=args.embed_map, init_policy=args.init_policy,
+                              seed=args.seed)
     except ConfigError as exc:
         raise _usage(str(exc)) from None
 

@@ -17,6 +17,8 @@ log = logging.getLogger(__name__)
 
 #: Representations a client can compute (see :mod:`control_plane.fielding.representation`).
 REPRESENTATIONS = ("hist", "hist+embed")
+#: Feature maps of the embedding block (see :mod:`control_plane.fielding.representation`).
+EMBED_MAPS = ("linear", "conv1d")
 #: How a cluster created by a global re-clustering gets its first model.
 INIT_POLICIES = ("nearest-centre", "max-overlap", "fresh")
 #: The methods a comparison runs (:func:`control_plane.fielding.harness.compare`); here, not
@@ -63,6 +65,10 @@ class FieldingConfig:
         Weight of the embedding block in the L1 distance relative to the histogram block.
     embed_seed : int
         Seed of the random sketch; all clients must share it.
+    embed_map : str
+        ``"linear"``: the sketch is a random projection ``x @ R``; ``"conv1d"``: ``embed_dim``
+        random 1-D convolution filters (length 9, zero mean) max-pooled over the sequence, a
+        translation-invariant sketch for signals whose content moves (MNIST-1D).
     init_policy : str
         ``"nearest-centre"`` (reference default): a new cluster starts from the model of the
         old cluster whose centre is nearest to its centre; ``"max-overlap"``: from the old
@@ -82,6 +88,7 @@ class FieldingConfig:
     embed_dim: int = 8
     embed_weight: float = 8.0
     embed_seed: int = 1234
+    embed_map: str = "linear"
     init_policy: str = "nearest-centre"
     kmeans_n_init: int = 5
     seed: int = 0
@@ -103,6 +110,8 @@ class FieldingConfig:
             raise ConfigError(f"embed_dim={self.embed_dim}: must be >= 1 (try 8)")
         if self.embed_weight < 0:
             raise ConfigError(f"embed_weight={self.embed_weight}: must be >= 0 (try 8.0)")
+        if self.embed_map not in EMBED_MAPS:
+            raise ConfigError(f"embed_map={self.embed_map!r}: choose one of {EMBED_MAPS}")
         if self.init_policy not in INIT_POLICIES:
             raise ConfigError(f"init_policy={self.init_policy!r}: choose one of {INIT_POLICIES}")
         if self.kmeans_n_init < 1:

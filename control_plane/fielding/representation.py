@@ -9,7 +9,10 @@ built from a fixed random sketch ``z = x @ R`` of the inputs:
 ``r = [h,  (w/d) * (1/n) sum_i onehot(y_i) (x) (z_i - mean_i z_i)]``
 
 ``R`` is a shared ``D x d`` Gaussian matrix (seeded, entries N(0, 1/D)), ``w`` the embedding
-weight and ``d`` the sketch width. Row ``c`` of the block is the class mass times the centred
+weight and ``d`` the sketch width. With ``embed_map="conv1d"`` the sketch is instead ``d``
+shared random 1-D filters max-pooled over the sequence (translation-invariant; for signals
+like MNIST-1D whose content shifts, where a linear projection of the raw input barely
+separates the groups). Row ``c`` of the block is the class mass times the centred
 mean sketch of the inputs labelled ``c``: it moves when the inputs that carry a label change,
 i.e. under feature drift (rotated inputs) and concept drift (permuted labels). Centring keeps
 histogram sampling noise from leaking into the block; absent classes contribute zeros, so the
@@ -42,6 +45,30 @@ def sketch_matrix(n_features: int, dim: int, seed: int) -> np.ndarray:
     return rng.standard_normal((n_features, dim)) / np.sqrt(n_features)
 
 
+#: Length of the random filters of the ``conv1d`` sketch.
+CONV_WIDTH = 9
+
+
+def conv_filters(dim: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The shared random filters of the ``conv1d`` sketch: ``dim`` zero-mean filters of
+    length :data:`CONV_WIDTH` (N(0, 1)) and biases (U(-1, 1))."""
+    rng = np.random.default_rng(seed)
+    W = rng.standard_normal((dim, CONV_WIDTH))
+    return W - W.mean(axis=1, keepdims=True), rng.uniform(-1.0, 1.0, dim)
+
+
+def sketch(X: np.ndarray, config: FieldingConfig) -> np.ndarray:
+    """The per-sample sketch ``z`` (n x ``embed_dim``) under ``config.embed_map``."""
+    if config.embed_map == "linear":
+        return X @ sketch_matrix(X.shape[1], config.embed_dim, config.embed_seed)
+    W, b = conv_filters(config.embed_dim, config.embed_seed)
+    if X.shape[1] < CONV_WIDTH:
+        raise ValueError(f"embed_map='conv1d' needs inputs of >= {CONV_WIDTH} values, got "
+                         f"{X.shape[1]} (use embed_map='linear')")
+    windows = np.lib.stride_tricks.sliding_window_view(X, CONV_WIDTH, axis=1)  # n x T x width
+    return (windows @ W.T + b).max(axis=1)
+
+
 def client_representation(
     X: np.ndarray, y: np.ndarray, n_classes: int, config: FieldingConfig
 ) -> np.ndarray:
@@ -62,8 +89,7 @@ def client_representation(
     if config.representation == "hist":
         return hist
     X = np.asarray(X, dtype=float).reshape(len(y), -1)
-    R = sketch_matrix(X.shape[1], config.embed_dim, config.embed_seed)
-    Z = X @ R
+    Z = sketch(X, config)
     mean = Z.mean(axis=0) if len(y) else np.zeros(config.embed_dim)
     onehot = np.zeros((len(y), n_classes))
     onehot[np.arange(len(y)), np.asarray(y, dtype=np.int64)] = 1.0
