@@ -156,12 +156,3 @@ def test_end_to_end_with_flower_start_loop():
     assert max(out["clusters"]) >= 2
     assert out["representation_bytes"] < out["bytes_from_clients"] / 10
 
-
-@pytest.mark.slow
-def test_flower_simulation_engine_if_ray_is_installed():
-    pytest.importorskip("ray", reason="Flower's simulation engine needs Ray (flwr[simulation])")
-    from control_plane.fielding.flower import run_engine
-
-    out = run_engine("concept", n_clients=8, rounds=4, seed=0)
-    assert len(out["accuracy"]) == 4 and out["accuracy"][-1] > 0.5
-    assert out["reclusterings"][0] == "initial"
