@@ -18,7 +18,12 @@ search space. The model, per pipeline stage and microbatch (Narayanan et al. SC'
   for the cross-building phase): stages finish their last backward ``δ`` apart (stage p-1
   first), their cross-building phases share the uplinks first-come first-served, and with
   ``overlap_dp`` the sync starts during the last backward (bucketed);
-* optimizer step bound by HBM bandwidth (30 bytes per fp32 parameter shard).
+* optimizer step bound by HBM bandwidth (30 bytes per fp32 parameter shard);
+* gradients of ``training.grad_dtype`` bytes (2 unless stated; DeepSpeed's BF16 optimizer
+  reduces its fp32 gradients); with ZeRO >= 1 they are reduce-scattered and the updated
+  parameters all-gathered; a DP group with ``k`` ranks per node sends through ``k`` NICs
+  (NCCL runs a ring channel per NIC); with ``training.grad_accum_pass`` a memory-bound pass
+  after each microbatch's backward adds the half-precision gradients into the main ones.
 
 η_max, h₀ and the network efficiency η_net are the three constants fitted by
 :mod:`control_plane.scaleacross.validate`.
@@ -53,9 +58,9 @@ class Efficiency:
     """The calibrated global constants (see ``validate``)."""
 
     # fitted by ``netco explore validate`` (see validate.py); a test keeps them in sync
-    eta_max: float = 0.6678
-    h0: float = 4.924
-    eta_net: float = 0.6832
+    eta_max: float = 0.6956
+    h0: float = 7.929
+    eta_net: float = 0.6468
 
     def compute(self, h, balance):
         """Achieved fraction of peak for hidden size ``h`` on a GPU of ``balance`` FLOP/byte.
@@ -110,7 +115,8 @@ def evaluate(sc: Scenario, P: Plans, eff: Efficiency | None = None) -> dict[str,
     """Price every plan in ``P``; returns per-plan arrays (seconds, GiB, booleans).
 
     Keys: ``iteration_s`` and the breakdown ``compute``, ``bubble``, ``tp_comm``, ``cp_comm``,
-    ``ep_comm``, ``pp_comm``, ``dp_comm`` (exposed), ``optimizer``, ``zero3_gather`` (they sum to
+    ``ep_comm``, ``pp_comm``, ``dp_comm`` (exposed), ``optimizer``, ``zero3_gather``,
+    ``grad_accum`` (they sum to
     ``iteration_s``); ``dp_sync_s`` (whole sync, before overlap), ``memory_gb_per_gpu``,
     ``fits``, ``placeable``, ``buildings_used``, ``ep_crosses``, ``m``.
     """
@@ -163,7 +169,8 @@ def evaluate(sc: Scenario, P: Plans, eff: Efficiency | None = None) -> dict[str,
 
     # ---- compute per microbatch per stage (last stage, which also holds the logits)
     tokens = b * s
-    Ls = L / p
+    emb = bool(sc.parallel.embedding_stage)
+    Ls = sc.stage_units / p  # transformer layers of a middle stage
     moe_frac = (md.moe_layers / L) if md.is_moe else 0.0
     fd = fm.layer_flops_fwd(md, 1.0, moe=False)
     fmoe = fm.layer_flops_fwd(md, 1.0, moe=True) if md.is_moe else fd
@@ -172,6 +179,14 @@ def evaluate(sc: Scenario, P: Plans, eff: Efficiency | None = None) -> dict[str,
     core_f = tokens * Ls * fd["core_attn"]
     logit_f = fm.logit_flops_fwd(md, tokens)
     rate = hw.peak_tflops * 1e12 * eff.compute(h, hw.peak_tflops * 1e3 / hw.hbm_gb_s) * t * c
+    if emb:
+        # the last stage holds one layer fewer than the others (``embedding_stage``): the
+        # period is the slower of a middle stage (Ls layers) and the last (Ls - 1 layers and
+        # the logits); the logits' share is what the last stage adds beyond a middle one
+        layer_rc = np.select([rc == 2, rc == 1], [1.0, core_f / np.maximum(gemm_f + core_f,
+                                                                          1e-30)], 0.0)
+        one_layer = (gemm_f + core_f) / Ls * (3 + layer_rc) / 3
+        logit_f = np.where(p > 1, np.maximum(0.0, logit_f - one_layer), logit_f)
     fwd = (gemm_f + core_f + logit_f) / rate
     rec = np.select([rc == 2, rc == 1], [(gemm_f + core_f) / rate, core_f / rate], 0.0)
     tau_c = 3 * fwd + rec
@@ -212,12 +227,28 @@ def evaluate(sc: Scenario, P: Plans, eff: Efficiency | None = None) -> dict[str,
     layer_dense = (pr["dense"] - (md.vocab + s) * h) / L
     layer_exp = pr["expert"] / L
     psi_dense = (Ls * layer_dense + (md.vocab + s) * h) / t
+    if emb:  # the busiest stage: a middle one, or the first (Ls - 1 layers and the embedding)
+        psi_dense = np.where(p > 1, np.maximum(Ls, Ls - 1 + (md.vocab + s) * h / layer_dense)
+                             * layer_dense / t, psi_dense)
     psi_exp = Ls * layer_exp / (t * e)
+    gb = float(sc.grad_bytes)  # bytes per accumulated/reduced gradient element
     n_dp = d * c
     n_edp = np.maximum(n_dp / e, 1.0)
 
+    def dp_bw(span, n):
+        """Bandwidth/latency of a DP group of ``n`` ranks spread over ``span`` GPUs.
+
+        Ranks are ordered TP fastest, then CP, then DP (Megatron's order), so a DP group whose
+        stride ``t·c`` is below a node holds ``k = gpn/(t·c)`` ranks in each node. NCCL runs
+        one ring channel per NIC, so the group's inter-node traffic leaves each node through
+        all ``k`` NICs: per rank ``k`` times one NIC, at most NVLink.
+        """
+        bw, al = group_bw(span)
+        k = np.clip(gpn / np.maximum(span / np.maximum(n, 1), 1.0), 1.0, np.maximum(n, 1))
+        return np.where(span <= gpn, bw, np.minimum(nv_bw, k * bw)), al
+
     # ---- ZeRO-3 parameter gathers per microbatch (forward + backward), hidden by compute
-    dbw, dal = group_bw(t * c * d)
+    dbw, dal = dp_bw(t * c * d, n_dp)
     # two all-gathers of the stage's parameters move as much as one all-reduce
     z3_raw = np.where(zero == 3, fm.allreduce_time(psi_dense * GRAD_BYTES, n_dp, dbw, dal), 0.0)
     # across buildings each building fetches the other buildings' shards of the whole stage
@@ -226,7 +257,14 @@ def evaluate(sc: Scenario, P: Plans, eff: Efficiency | None = None) -> dict[str,
     z3_raw = np.where((zero == 3) & dp_cross, np.maximum(z3_raw, z3_x), z3_raw)
     z3_mb = np.maximum(0.0, z3_raw - tau_c)
 
-    tau = tau_c + tp_mb + cp_mb + ep_mb + z3_mb
+    # ---- gradient accumulation outside the GEMMs (``grad_accum_pass``): after each
+    # microbatch's backward the stage's half-precision gradients are added into the main
+    # gradients and cleared (DeepSpeed's BF16 optimizer: ``update_hp_grads`` then
+    # ``clear_lp_grads``): read 2 + g, write g + 2 bytes per parameter at HBM speed
+    accum_mb = np.zeros(n)
+    if sc.grad_accum_pass:
+        accum_mb = (psi_dense + psi_exp) * (2 * GRAD_BYTES + 2 * gb) / (hw.hbm_gb_s * 1e9)
+    tau = tau_c + tp_mb + cp_mb + ep_mb + z3_mb + accum_mb
 
     # ---- pipeline point-to-point
     p2p_msg = b * (s / c) * h * by / t
@@ -251,11 +289,19 @@ def evaluate(sc: Scenario, P: Plans, eff: Efficiency | None = None) -> dict[str,
     pp_comm = t_pipe - ideal
 
     # ---- DP gradient sync of one stage (dense params over n_dp, experts over n_edp)
-    g_dense = psi_dense * GRAD_BYTES
-    g_exp = psi_exp * GRAD_BYTES
-    gbw, gal = group_bw(t * c * d)
-    local_dp = fm.allreduce_time(g_dense, n_dp, gbw, gal) + fm.allreduce_time(
-        g_exp, n_edp, group_bw(t * c * d / np.maximum(e, 1))[0], gal)
+    # all-reduce-equivalent bytes of the sync: gradients all-reduced (``zero = 0``), or
+    # reduce-scattered and the updated parameter shards all-gathered (ZeRO >= 1: Megatron's
+    # distributed optimizer, DeepSpeed ZeRO): (n-1)/n·(g + w) = an all-reduce of (g + w)/2
+    # bytes; with ``zero_grad_allreduce`` (DeepSpeed's BF16 optimizer) a full all-reduce of
+    # the gradients, then the parameter all-gather: an all-reduce of g + w/2 bytes
+    zero_b = gb + GRAD_BYTES / 2 if sc.zero_grad_allreduce else (gb + GRAD_BYTES) / 2
+    sync_b = np.where(zero >= 1, zero_b, gb)
+    g_dense = psi_dense * sync_b
+    g_exp = psi_exp * sync_b
+    gbw, gal = dp_bw(t * c * d, n_dp)
+    # (a dense model has no expert gradients: no second all-reduce, not even its latency)
+    local_dp = fm.allreduce_time(g_dense, n_dp, gbw, gal) + np.where(g_exp > 0, fm.allreduce_time(
+        g_exp, n_edp, dp_bw(t * c * d / np.maximum(e, 1), n_edp)[0], gal), 0.0)
     # cross-building variants. Expert replicas sit in every building's DP block, so the
     # expert gradients (all e shards of the stage) cross like the dense ones.
     bus_d, bus_e = fm.bus_factor("allreduce", n_dp), fm.bus_factor("allreduce", n_edp)
@@ -270,7 +316,7 @@ def evaluate(sc: Scenario, P: Plans, eff: Efficiency | None = None) -> dict[str,
     hier_local += 2 * (fm.bus_factor("reducescatter", n_eloc) * g_exp / loc_bw
                        + (n_eloc - 1) * loc_al)
     full_stage = t * (g_dense + e * g_exp)  # one stage's gradient bytes, whole replica
-    coords = (g_dense + g_exp) / GRAD_BYTES
+    coords = (g_dense + g_exp) / sync_b
     x_phase = np.select(
         [sync == 1, sync == 2, sync == 3],
         [fm.bus_factor("allreduce", G) * full_stage / up_min + 2 * (G - 1) * a_x,
@@ -331,6 +377,7 @@ def evaluate(sc: Scenario, P: Plans, eff: Efficiency | None = None) -> dict[str,
         "cp_comm": m * cp_mb,
         "ep_comm": m * ep_mb,
         "zero3_gather": m * z3_mb,
+        "grad_accum": m * accum_mb,
         "pp_comm": pp_comm,
         "dp_comm": dp_exposed,
         "optimizer": opt,
@@ -349,6 +396,7 @@ def evaluate(sc: Scenario, P: Plans, eff: Efficiency | None = None) -> dict[str,
         "logit_mb": logit_f / rate,
         "rec_mb": rec,
         "comm_mb": tp_mb + cp_mb + ep_mb + z3_mb,
+        "accum_mb": accum_mb,
         "comm_bwd_share": bwd_share,
         "p2p_bytes": p2p_msg,
         "x_bytes": x_bytes,
@@ -360,12 +408,13 @@ def evaluate(sc: Scenario, P: Plans, eff: Efficiency | None = None) -> dict[str,
 
 
 BREAKDOWN_KEYS = ("compute", "bubble", "tp_comm", "cp_comm", "ep_comm", "zero3_gather",
-                  "pp_comm", "dp_comm", "optimizer")
+                  "grad_accum", "pp_comm", "dp_comm", "optimizer")
 
 #: How the breakdown's parts are named in tables and plot legends (the JSON keeps the keys).
 BREAKDOWN_LABELS = {"compute": "compute", "bubble": "pipeline bubble",
                     "tp_comm": "tensor-parallel comm.", "cp_comm": "context-parallel comm.",
                     "ep_comm": "expert-parallel comm.", "zero3_gather": "ZeRO-3 gather",
+                    "grad_accum": "gradient accumulation",
                     "pp_comm": "pipeline comm.", "dp_comm": "data-parallel sync",
                     "optimizer": "optimizer step"}
 #: Parts shorter than this (seconds) in every row are left out of the tables and plots.

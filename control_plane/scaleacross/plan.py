@@ -94,13 +94,15 @@ def check_plan(sc: Scenario, pl: Plan) -> None:
             f"parallel.tp: {pl.tp} must divide model.heads ({md.heads}) and model.hidden")
     if md.kv % pl.tp and md.kv < pl.tp and pl.tp % md.kv:
         raise ScenarioError(f"parallel.tp: {pl.tp} incompatible with model.kv_heads ({md.kv})")
-    if md.layers % pl.pp:
+    units = sc.stage_units
+    what = "model.layers + 2 (parallel.embedding_stage)" if units != md.layers else "model.layers"
+    if units % pl.pp:
         raise ScenarioError(
-            f"parallel.pp: {pl.pp} must divide model.layers ({md.layers}); try a divisor")
-    if (md.layers // pl.pp) % pl.interleave:
+            f"parallel.pp: {pl.pp} must divide {what} ({units}); try a divisor")
+    if (units // pl.pp) % pl.interleave:
         raise ScenarioError(
             f"parallel.interleave: {pl.interleave} must divide the layers per stage "
-            f"({md.layers // pl.pp})")
+            f"({units // pl.pp})")
     if pl.interleave > 1 and pl.pp == 1:
         raise ScenarioError("parallel.interleave: needs pp > 1; set interleave: 1")
     if md.seq % pl.cp:

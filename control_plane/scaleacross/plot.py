@@ -10,7 +10,8 @@ from control_plane.scaleacross.cost import BREAKDOWN_KEYS, BREAKDOWN_LABELS, BRE
 __all__ = ["plot_breakdown"]
 
 _COLORS = {"compute": "#4c72b0", "bubble": "#dd8452", "tp_comm": "#55a868", "cp_comm": "#8172b3",
-           "ep_comm": "#937860", "zero3_gather": "#da8bc3", "pp_comm": "#c44e52",
+           "ep_comm": "#937860", "zero3_gather": "#da8bc3", "grad_accum": "#8c8c8c",
+           "pp_comm": "#c44e52",
            "dp_comm": "#ccb974", "optimizer": "#64b5cd"}
 
 

@@ -33,7 +33,7 @@ Rows left out, and why (so that nobody adds them back unknowingly):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from control_plane.scaleacross import formulas as fm
 from control_plane.scaleacross.scenario import Scenario, parse_scenario
@@ -51,8 +51,9 @@ NARAYANAN = "Narayanan et al. SC'21"
 KORTHIKANTI = "Korthikanti et al. MLSys'23"
 MTNLG = "Smith et al. 2022 (MT-NLG)"
 NEMO = "NVIDIA NeMo 24.12"
+BLOOM = "BigScience BLOOM-176B (tr11)"
 #: the publications, in the order tables list them
-PUBLICATIONS = (NARAYANAN, KORTHIKANTI, MTNLG, NEMO)
+PUBLICATIONS = (NARAYANAN, KORTHIKANTI, MTNLG, BLOOM, NEMO)
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,8 @@ class Row:
     cp: int = 1
     sequence_parallel: bool = False
     zero: int = 0
+    embedding_stage: bool = False
+    training: dict = field(default_factory=dict)  # extra ``training`` fields (grad_dtype, ...)
     iteration_s: float | None = None
     tflops: float | None = None
     tokens_s_gpu: float | None = None
@@ -101,8 +104,10 @@ class Row:
                          "microbatch": self.microbatch, "global_batch": self.batch,
                          "interleave": self.interleave, "recompute": self.recompute,
                          "zero": self.zero, "overlap_dp": False, "dp_sync": "ring",
-                         "sequence_parallel": self.sequence_parallel},
+                         "sequence_parallel": self.sequence_parallel,
+                         "embedding_stage": self.embedding_stage},
         }
+        raw["training"].update(self.training)
         return parse_scenario(raw, name=self.name)
 
     def measured_s(self) -> float:
@@ -124,7 +129,8 @@ class Row:
                 "pp": self.pp, "dp": self.dp, "cp": self.cp, "microbatch": self.microbatch,
                 "global_batch": self.batch, "interleave": self.interleave,
                 "dtype": self.dtype, "recompute": self.recompute,
-                "sequence_parallel": self.sequence_parallel, "zero": self.zero}
+                "sequence_parallel": self.sequence_parallel, "zero": self.zero,
+                "embedding_stage": self.embedding_stage, **self.training}
 
 
 def _gpt(L: int, h: int, a: int, vocab: int = 51200) -> dict:
@@ -200,12 +206,32 @@ ROWS.append(Row("K-530B selective+SP DP8", KORTHIKANTI, "§6.3: 530B at 8-way DP
 # interleaving (v = 1), microbatch 1, full recomputation (the published TFLOP/s equal eq. 3,
 # which counts the recomputed forward, to 0.2 %). GPT-2 BPE vocabulary, 50,272 entries once
 # padded (cli99/llm-analysis model config "mt-nlg-530b").
+_DS_BF16 = {"grad_dtype": "fp32", "grad_accum_pass": True, "zero_grad_allreduce": True}
 ROWS += [
     Row(f"MT-NLG 530B {n} nodes", MTNLG, f"§2.4: {n} DGX A100, B=1920, {s} s ({tf} TFLOP/s)",
-        _gpt(105, 20480, 128, 50272), A100, 8, 35, n * 8, 1920, "fp16", "full", zero=1,
-        iteration_s=s)
+        _gpt(105, 20480, 128, 50272), A100, 8, 35, n * 8, 1920, "bf16", "full", zero=1,
+        training=_DS_BF16, iteration_s=s)
     for n, s, tf in ((280, 60.1, 126), (350, 50.2, 121), (420, 44.4, 113))
 ]
+
+# ---- BigScience BLOOM-176B (bigscience-workshop/bigscience, train/tr11-176B-ml/README.md,
+# commit 00327f8). "GPUs = 384 (48 nodes of 8) ... TP=4 PP=12 DP=8 MBS=2", GBS 2048, SEQ_LEN
+# 2048, NHIDDEN=14336 NLAYERS=70 NHEADS=112, embedding "250880*14336"; "--bf16" with the
+# "BF16_Optimizer [which] implements its own ZeRO Stage 1" and "accumulates grads in fp32. It
+# doesn't shard the static fp32 buffer"; "Deepspeed's activation checkpointing" (full);
+# "--pp-partition-method 'type:transformer|embedding'": "pp rank 0: [embed | 5 transformer
+# blocks] ... pp rank 11: [5 transformer blocks | embed]". Jean Zay nodes: "416 A100 80GB",
+# "8 GPUs per node Using NVLink 4 inter-gpu connects, 4 OmniPath links" (100 Gb/s each: 50
+# Gb/s per GPU; NVLink taken as the A100 SXM4's 300 GB/s per direction). Main log at the end of
+# the first epoch: "iteration 85376/ 115311 | ... elapsed time per iteration (s): 104.70 | ...
+# global batch size: 2048 | ... TFLOPs: 149.77". Not modelled: ALiBi and the embedding layer
+# norm (element-wise, small). DeepSpeed's pipeline has no interleaving (v = 1).
+JEAN_ZAY_A100 = {**A100, "nic_gbps": 50}
+ROWS.append(Row("BLOOM-176B 384 GPUs", BLOOM,
+                "tr11-176B-ml README: TP4 PP12 DP8 MBS2, GBS 2048, 104.70 s/iteration",
+                {"layers": 70, "hidden": 14336, "heads": 112, "seq": 2048, "vocab": 250880},
+                JEAN_ZAY_A100, 4, 12, 384, 2048, "bf16", "full", microbatch=2, zero=1,
+                embedding_stage=True, training=_DS_BF16, iteration_s=104.70))
 
 # ---- NVIDIA NeMo 24.12 performance summary (H100-80GB SXM, FP8, 400 Gb/s per GPU): tokens/s
 # per GPU for GPT3-175B (128 GPUs: GBS 256, MBS 1, TP4 PP8 VP6, 716; 512 GPUs: GBS 2048,

@@ -147,6 +147,10 @@ class Parallel:
     dp_sync: str | None = None
     overlap_dp: bool | None = None
     overlap_ep: bool | None = None
+    #: the embedding and the output layer count as one layer each when the layers are split
+    #: into pipeline stages (DeepSpeed's ``type:transformer|embedding`` partition): the first
+    #: and the last stage hold one transformer layer fewer; ``pp`` divides ``layers + 2``
+    embedding_stage: bool = False
 
 
 @dataclass(frozen=True)
@@ -158,10 +162,29 @@ class Scenario:
     dtype: str = "bf16"
     global_batch: int = 0
     name: str = "scenario"
+    #: dtype of the accumulated and data-parallel-reduced gradients (``None``: 2 bytes, the
+    #: half-precision gradients of Megatron's fp16 path)
+    grad_dtype: str | None = None
+    #: gradients accumulated by a separate memory-bound pass after each microbatch's backward
+    #: (``True``) rather than inside the weight-gradient GEMM (``False``, Megatron's
+    #: gradient-accumulation fusion)
+    grad_accum_pass: bool = False
+    #: with ZeRO >= 1 the gradients are still all-reduced in full, then the updated parameter
+    #: shards all-gathered (DeepSpeed's BF16 optimizer); ``False``: reduce-scattered
+    zero_grad_allreduce: bool = False
 
     @property
     def dtype_bytes(self) -> int:
         return DTYPE_BYTES[self.dtype]
+
+    @property
+    def stage_units(self) -> int:
+        """What ``pp`` divides: the layers, plus 2 with ``parallel.embedding_stage``."""
+        return self.model.layers + (2 if self.parallel.embedding_stage else 0)
+
+    @property
+    def grad_bytes(self) -> int:
+        return DTYPE_BYTES[self.grad_dtype] if self.grad_dtype else 2
 
     def with_parallel(self, **kw: Any) -> Scenario:
         return replace(self, parallel=replace(self.parallel, **kw))
@@ -352,6 +375,7 @@ def _parse_parallel(raw: dict) -> Parallel:
         recompute=_choice(sec, p, "recompute", RECOMPUTE, None),
         sequence_parallel=_bool(sec, p, "sequence_parallel", None),
         zero=_num(sec, p, "zero", int, None, lo=0, lo_open=False),
+        embedding_stage=bool(_bool(sec, p, "embedding_stage", False)),
         cross=_choice(sec, p, "cross", CROSS, None),
         dp_sync=_choice(sec, p, "dp_sync", DP_SYNC, None),
         overlap_dp=_bool(sec, p, "overlap_dp", None),
@@ -373,8 +397,12 @@ def parse_scenario(raw: Any, name: str = "scenario") -> Scenario:
     cluster = _parse_cluster(raw, hw)
     par = _parse_parallel(raw)
     tr = _section(raw, "training", required=False)
-    _check_unknown(tr, "training", {"global_batch", "dtype"})
+    _check_unknown(tr, "training", {"global_batch", "dtype", "grad_dtype", "grad_accum_pass",
+                                    "zero_grad_allreduce"})
     dtype = _choice(tr, "training", "dtype", tuple(DTYPE_BYTES), "bf16") or "bf16"
+    grad_dtype = _choice(tr, "training", "grad_dtype", tuple(DTYPE_BYTES), None)
+    grad_accum_pass = bool(_bool(tr, "training", "grad_accum_pass", False))
+    zero_ar = bool(_bool(tr, "training", "zero_grad_allreduce", False))
     gb = par.global_batch or _num(tr, "training", "global_batch", int, 0, lo_open=False)
     if not gb:
         raise ScenarioError(
@@ -382,7 +410,8 @@ def parse_scenario(raw: Any, name: str = "scenario") -> Scenario:
             "(sequences per iteration)"
         )
     return Scenario(model, hw, cluster, par, dtype=dtype, global_batch=int(gb),
-                    name=str(raw.get("name", name)))
+                    name=str(raw.get("name", name)), grad_dtype=grad_dtype,
+                    grad_accum_pass=grad_accum_pass, zero_grad_allreduce=zero_ar)
 
 
 def load_scenario(path: str | Path) -> Scenario:

@@ -68,7 +68,7 @@ def enumerate_plans(sc: Scenario) -> Plans:
                        if md.kv % t == 0 or t % md.kv == 0])
     cps = pick(pr.cp, [c for c in (1, 2, 4, 8) if md.seq % c == 0 and md.seq // c >= 1024
                        and c <= hw.gpus_per_node])
-    pps = pick(pr.pp, _divisors(md.layers, 64))
+    pps = pick(pr.pp, _divisors(sc.stage_units, 64))
     mbs = pick(pr.microbatch, [1, 2, 4, 8])
     eps_all = [e for e in _divisors(md.experts, 64)] if md.is_moe else [1]
     eps = pick(pr.ep, eps_all)
@@ -83,7 +83,7 @@ def enumerate_plans(sc: Scenario) -> Plans:
 
     base = []
     for t, c, p, b in itertools.product(tps, cps, pps, mbs):
-        per = md.layers // p
+        per = sc.stage_units // p
         vs = pick(pr.interleave, [v for v in _divisors(per, 8) if v == 1 or p > 1])
         dps = [pr.dp] if pr.dp is not None else _dp_choices(sc, t * c * p, b, min(eps))
         for d in dps:
@@ -208,7 +208,7 @@ def megatron_default(sc: Scenario, eff: Efficiency | None = None) -> Plan:
     t = max(x for x in _divisors(md.heads, hw.gpus_per_node) if md.kv % x == 0 or x % md.kv == 0)
     total = sc.cluster.total_gpus
     big = max(x.gpus for x in sc.cluster.buildings)
-    for p in _divisors(md.layers):
+    for p in _divisors(sc.stage_units):
         d = total // (t * p)
         while d > 0 and sc.global_batch % d:
             d -= 1

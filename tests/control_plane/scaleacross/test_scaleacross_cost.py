@@ -108,3 +108,83 @@ def test_slower_cross_building_link_never_speeds_a_plan_up():
         times.append(one(sc, Plan(tp=8, pp=1, dp=16, cross="dp", dp_sync="ring",
                                   sequence_parallel=True))["iteration_s"])
     assert times[0] < times[1] < times[2]
+
+
+# ---- issue 34: the data-parallel sync, the gradient-accumulation pass, the embedding stage
+
+def _dp(sc, pl):
+    return one(sc, pl)["dp_sync_s"]
+
+
+def test_dp_group_with_k_ranks_per_node_sends_through_k_nics():
+    # 64 GPUs, 8 per node. tp 1: a DP group of 64 has 8 ranks in each node; tp 8: one. With the
+    # same gradient bytes per GPU the tp-1 group's ring runs on 8 NICs per node: 8x faster
+    # (the α terms aside), capped by NVLink (2400 Gb/s = 12 x 200 Gb/s, not reached here).
+    sc = scenario(model={"vocab": 8}, cluster={"buildings": [{"gpus": 64}]},
+                  training={"global_batch": 64})
+    one_nic = _dp(sc, Plan(tp=8, pp=1, dp=8, zero=0))
+    eight = _dp(sc, Plan(tp=1, pp=1, dp=64, zero=0))
+    g8 = _grad_bytes_per_gpu(sc, Plan(tp=8, pp=1, dp=8))
+    g1 = _grad_bytes_per_gpu(sc, Plan(tp=1, pp=1, dp=64))
+    nic = 200e9 / 8 * EFF.eta_net
+    assert one_nic == pytest.approx(2 * 7 / 8 * g8 / nic + 2 * 7 * 8e-6, rel=1e-6)
+    assert eight == pytest.approx(2 * 63 / 64 * g1 / (8 * nic) + 2 * 63 * 8e-6, rel=1e-6)
+
+
+def test_gradient_dtype_and_zero_change_the_sync_bytes():
+    base = dict(model={"vocab": 8}, cluster={"buildings": [{"gpus": 64}]},
+                training={"global_batch": 64})
+    pl = Plan(tp=8, pp=1, dp=8, zero=0)
+    half = scenario(**base)
+    fp32 = scenario(**{**base, "training": {"global_batch": 64, "grad_dtype": "fp32"}})
+    lat = 2 * 7 * 8e-6
+    t2, t4 = _dp(half, pl) - lat, _dp(fp32, pl) - lat
+    assert t4 == pytest.approx(2 * t2, rel=1e-9)  # fp32 gradients: twice the bytes
+    # ZeRO-1: reduce-scatter of the gradients + all-gather of 2-byte parameters; with 2-byte
+    # gradients that is the all-reduce again, with fp32 ones (4 + 2) / 2 = 3 of 4 bytes
+    z1 = replace(pl, zero=1)
+    assert _dp(half, z1) - lat == pytest.approx(t2, rel=1e-9)
+    assert _dp(fp32, z1) - lat == pytest.approx(0.75 * t4, rel=1e-9)
+    # DeepSpeed's BF16 optimizer all-reduces the fp32 gradients in full, then all-gathers the
+    # bf16 parameters: 4 + 2/2 = 5 "all-reduce bytes" per parameter
+    ds = scenario(**{**base, "training": {"global_batch": 64, "grad_dtype": "fp32",
+                                          "zero_grad_allreduce": True}})
+    assert _dp(ds, z1) - lat == pytest.approx(1.25 * t4, rel=1e-9)
+
+
+def test_grad_accum_pass_costs_one_hbm_pass_per_microbatch():
+    base = dict(model={"vocab": 8}, cluster={"buildings": [{"gpus": 8}]},
+                training={"global_batch": 16, "grad_dtype": "fp32"})
+    pl = Plan(tp=8, pp=1, dp=1, zero=0, microbatch=1, recompute="full")
+    off = one(scenario(**base), pl)
+    on = one(scenario(**{**base, "training": {**base["training"], "grad_accum_pass": True}}), pl)
+    psi = _grad_bytes_per_gpu(scenario(**base), pl) / 2  # parameters per GPU
+    sc = scenario(**base)
+    per_mb = psi * (2 + 4 + 4 + 2) / (sc.hardware.hbm_gb_s * 1e9)  # read bf16+fp32, write both
+    assert on["grad_accum"] == pytest.approx(16 * per_mb, rel=1e-9)
+    assert on["iteration_s"] - off["iteration_s"] == pytest.approx(16 * per_mb, rel=1e-9)
+    assert off["grad_accum"] == 0
+    parts = ("compute", "bubble", "tp_comm", "cp_comm", "ep_comm", "zero3_gather",
+             "grad_accum", "pp_comm", "dp_comm", "optimizer")
+    assert sum(on[k] for k in parts) == pytest.approx(on["iteration_s"], rel=1e-9)
+
+
+def test_embedding_stage_puts_one_layer_less_on_the_last_stage():
+    # 14 layers + 2 over 4 stages: middle stages hold 4 layers, the first and last 3 and the
+    # embedding / logits. A tiny vocabulary: the last stage is faster than a middle one, so
+    # the pipeline runs at a middle stage's pace; a huge one: the last stage sets it.
+    def run(vocab):
+        sc = scenario(model={"layers": 14, "vocab": vocab}, parallel={"embedding_stage": True},
+                      cluster={"buildings": [{"gpus": 8}]}, training={"global_batch": 32})
+        return sc, one(sc, Plan(tp=2, pp=4, dp=1, zero=0, recompute="none"))
+
+    _, small = run(8)
+    ref = scenario(model={"layers": 16, "vocab": 8}, cluster={"buildings": [{"gpus": 8}]},
+                   training={"global_batch": 32})
+    r16 = one(ref, Plan(tp=2, pp=4, dp=1, zero=0, recompute="none"))
+    # 4 layers per stage either way; the 8-entry logits are too small to matter
+    assert small["logit_mb"] == 0.0
+    assert small["compute"] == pytest.approx(r16["compute"] - 32 * r16["logit_mb"] * 3,
+                                             rel=1e-9)
+    _, big = run(400_000)
+    assert big["logit_mb"] > 0 and big["compute"] > small["compute"]

@@ -48,6 +48,10 @@ def test_shipped_scenarios_load(path):
     (lambda r: r.update(training={}), "parallel.global_batch"),
     (lambda r: r.update(parallel={"recompute": "some"}), "parallel.recompute"),
     (lambda r: r.update(parallel={"zero": 4}), "parallel.zero"),
+    (lambda r: r.update(parallel={"embedding_stage": "yes"}), "parallel.embedding_stage"),
+    (lambda r: r["training"].update(grad_dtype="fp64"), "training.grad_dtype"),
+    (lambda r: r["training"].update(grad_accum_pass=1), "training.grad_accum_pass"),
+    (lambda r: r["training"].update(zero_grad_allreduce="no"), "training.zero_grad_allreduce"),
     (lambda r: r["hardware"].update(peak_tflops=float("nan")), "hardware.peak_tflops"),
     (lambda r: r["hardware"].update(nic_gbps=float("inf")), "hardware.nic_gbps"),
     (lambda r: r["model"].update(layers=float("inf")), "model.layers"),
@@ -66,6 +70,7 @@ def test_errors_name_the_field(mutate, field):
     ({"tp": 3, "pp": 1}, "parallel.tp"),
     ({"tp": 1, "pp": 3}, "parallel.pp"),
     ({"tp": 1, "pp": 4, "interleave": 3}, "parallel.interleave"),
+    ({"tp": 1, "pp": 4, "embedding_stage": True}, "parallel.pp"),  # 4 does not divide 16 + 2
     ({"tp": 1, "pp": 1, "dp": 3}, "parallel.global_batch"),
     ({"tp": 8, "pp": 4, "dp": 8}, "parallel.dp"),
     ({"tp": 1, "pp": 1, "ep": 2}, "parallel.ep"),
