@@ -258,12 +258,15 @@ def evaluate(sc: Scenario, P: Plans, eff: Efficiency | None = None) -> dict[str,
     z3_mb = np.maximum(0.0, z3_raw - tau_c)
 
     # ---- gradient accumulation outside the GEMMs (``grad_accum_pass``): after each
-    # microbatch's backward the stage's half-precision gradients are added into the main
-    # gradients and cleared (DeepSpeed's BF16 optimizer: ``update_hp_grads`` then
-    # ``clear_lp_grads``): read 2 + g, write g + 2 bytes per parameter at HBM speed
+    # microbatch's backward the stage's 2-byte gradients are added into the g-byte main ones,
+    # as DeepSpeed's BF16 optimizer does (``update_hp_grads``:
+    # ``hp_grad.add_(lp.grad.to(hp_grad.dtype))``): read the 2-byte gradient, write and read
+    # its g-byte copy (only when g != 2: ``.to`` makes one), read and write the main gradient
+    # -- 2 + 4g bytes per parameter for fp32 main gradients, 6 for 2-byte ones, at HBM speed
     accum_mb = np.zeros(n)
     if sc.grad_accum_pass:
-        accum_mb = (psi_dense + psi_exp) * (2 * GRAD_BYTES + 2 * gb) / (hw.hbm_gb_s * 1e9)
+        per_param = GRAD_BYTES + 2 * gb + (2 * gb if gb != GRAD_BYTES else 0.0)
+        accum_mb = (psi_dense + psi_exp) * per_param / (hw.hbm_gb_s * 1e9)
     tau = tau_c + tp_mb + cp_mb + ep_mb + z3_mb + accum_mb
 
     # ---- pipeline point-to-point

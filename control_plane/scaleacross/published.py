@@ -51,7 +51,7 @@ NARAYANAN = "Narayanan et al. SC'21"
 KORTHIKANTI = "Korthikanti et al. MLSys'23"
 MTNLG = "Smith et al. 2022 (MT-NLG)"
 NEMO = "NVIDIA NeMo 24.12"
-BLOOM = "BigScience BLOOM-176B (tr11)"
+BLOOM = "BigScience BLOOM (tr11)"
 #: the publications, in the order tables list them
 PUBLICATIONS = (NARAYANAN, KORTHIKANTI, MTNLG, BLOOM, NEMO)
 

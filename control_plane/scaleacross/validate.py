@@ -6,9 +6,11 @@ The rows, their sources and configurations are in :mod:`control_plane.scaleacros
 529.6B; :data:`TRAINING_SPLIT`). Calibration fits the three global constants of
 :class:`cost.Efficiency` (η_max, h₀, η_net) by least squares on ``log(predicted/measured)`` over
 those rows only. Every other row is held out: Table 1's even rows and Table 2 (same
-publication), Korthikanti et al. (Tables 3 and 5), MT-NLG (§2.4) and NeMo 24.12 (another GPU
-and dtype, never used for fitting). The target is a held-out MAPE of at most
-:data:`TARGET_MAPE_PCT` with no held-out row worse than :data:`TARGET_MAX_ROW_PCT`.
+publication), Korthikanti et al. (Tables 3 and 5), MT-NLG (§2.4), BigScience's BLOOM-176B
+(tr11 README) and NeMo 24.12 (another GPU and dtype, never used for fitting). The target is a
+held-out MAPE of at most :data:`TARGET_MAPE_PCT` with no held-out row worse than
+:data:`TARGET_MAX_ROW_PCT`; the report gives it over all held-out rows (``met``) and over the
+rows of the publications independent of the training one alone (``met_independent``).
 """
 
 from __future__ import annotations
@@ -80,9 +82,14 @@ def run_validation(eff: Efficiency | None = None, rows: list[Row] | None = None)
     cal = np.array([r.calibrate for r in rows])
     pubs = np.array([r.publication for r in rows])
     held = _stats(err[~cal])
+    train_pubs = {r.publication for r in rows if r.calibrate}
+    independent = ~cal & ~np.isin(pubs, sorted(train_pubs))
     by_pub = {p: _stats(err[~cal & (pubs == p)]) for p in PUBLICATIONS if np.any(pubs == p)}
-    met = (held["n"] > 0 and held["mape_pct"] <= TARGET_MAPE_PCT
-           and held["max_abs_pct"] <= TARGET_MAX_ROW_PCT)
+    def _met(st: dict) -> bool:
+        return bool(st["n"] > 0 and st["mape_pct"] <= TARGET_MAPE_PCT
+                    and st["max_abs_pct"] <= TARGET_MAX_ROW_PCT)
+
+    met = _met(held)
     return {
         "constants": {"eta_max": round(eff.eta_max, 5), "h0": round(eff.h0, 4),
                       "eta_net": round(eff.eta_net, 5)},
@@ -95,6 +102,8 @@ def run_validation(eff: Efficiency | None = None, rows: list[Row] | None = None)
         "mape_heldout_pct": held["mape_pct"],
         "max_abs_heldout_pct": held["max_abs_pct"],
         "heldout_by_publication": by_pub,
+        # the held-out rows of the publications the training split does not come from
+        "heldout_independent": _stats(err[independent]),
         "target": {"mape_pct": TARGET_MAPE_PCT, "max_row_pct": TARGET_MAX_ROW_PCT,
-                   "met": bool(met)},
+                   "met": bool(met), "met_independent": _met(_stats(err[independent]))},
     }

@@ -116,19 +116,28 @@ def test_report_mape_is_the_mean_of_its_rows(report):
     t = report["target"]
     assert t["met"] == (report["mape_heldout_pct"] <= t["mape_pct"]
                         and report["max_abs_heldout_pct"] <= t["max_row_pct"])
+    ind = [abs(r["error_pct"]) for r in held if r["publication"] != NARAYANAN]
+    st = report["heldout_independent"]
+    assert st["n"] == len(ind) == 16
+    assert st["mape_pct"] == pytest.approx(np.mean(ind), abs=0.01)
+    assert t["met_independent"] == (st["mape_pct"] <= t["mape_pct"]
+                                    and st["max_abs_pct"] <= t["max_row_pct"])
 
 
 def test_heldout_error_does_not_regress(report):
     # measured with the DeepSpeed-engine terms and the per-NIC DP rings (docs/scaleacross.md,
-    # "Validation"): 4.90 % over all 27 held-out rows (5.80 % before), 2.44 % on Narayanan's
-    # held-out rows, 4.57 % Korthikanti, 13.9 % MT-NLG (19.6 % before), 3.5 % BLOOM, 6.41 % NeMo
-    # H100 FP8 (3.71 % before: the refit moved h0, see the docs)
-    assert report["mape_heldout_pct"] <= 5.0
+    # "Validation"): 4.55 % over all 27 held-out rows (5.80 % before), worst row 13.05 %
+    # (21.4 %); 2.44 % on Narayanan's held-out rows, 4.57 % Korthikanti, 11.24 % MT-NLG
+    # (19.6 %), 1.9 % BLOOM, 6.41 % NeMo H100 FP8 (3.71 % before: the refit moved h0, see the
+    # docs); 6.00 % on the 16 rows of the four independent publications alone (8.29 %)
+    assert report["mape_heldout_pct"] <= 4.7
+    assert report["max_abs_heldout_pct"] <= 13.5
+    assert report["heldout_independent"]["mape_pct"] <= 6.2
     by = report["heldout_by_publication"]
     assert by[NARAYANAN]["mape_pct"] <= 3.0
     assert by[KORTHIKANTI]["mape_pct"] <= 5.0
-    assert by[MTNLG]["mape_pct"] <= 14.5
-    assert by[BLOOM]["max_abs_pct"] <= 5.0
+    assert by[MTNLG]["mape_pct"] <= 11.5
+    assert by[BLOOM]["max_abs_pct"] <= 3.0
     assert by["NVIDIA NeMo 24.12"]["mape_pct"] <= 7.0
 
 
@@ -136,6 +145,7 @@ def test_cli_validate_prints_the_table(capsys):
     assert main(["explore", "validate"]) == 0
     text = capsys.readouterr().out
     assert "training split:" in text and "held-out publication" in text
+    assert "independent publications" in text
     for r in ROWS:
         assert r.name in text
     for pub in PUBLICATIONS:
