@@ -250,22 +250,10 @@ class FieldingStrategy(Strategy):
             return self._aggregate_in_network(replies)
         per_cluster: dict[int, list[tuple[dict[str, np.ndarray], float]]] = {}
         metrics: list[tuple[MetricRecord, float]] = []
-        for reply in replies:
-            if reply.has_error():
-                log.warning("node %d failed: %s", reply.metadata.src_node_id,
-                            reply.error.reason)
+        for node, cid, content, mrec, n in self._train_replies(replies):
+            if self.arrayrecord_key not in content.array_records:
+                log.warning("ignoring reply from node %d (no model in it)", node)
                 continue
-            node = reply.metadata.src_node_id
-            cid = self.sent_to.get(node)
-            content = reply.content
-            if cid is None or self.arrayrecord_key not in content.array_records:
-                log.warning("ignoring reply from node %d (not sent a model this round)", node)
-                continue
-            mrec = next(iter(content.metric_records.values()), MetricRecord())
-            n = float(mrec.get(self.weighted_by_key, 0))
-            if n <= 0:
-                raise ValueError(f"reply from node {node} lacks a positive "
-                                 f"'{self.weighted_by_key}' metric (FedAvg weight)")
             per_cluster.setdefault(cid, []).append((_to_dict(content[self.arrayrecord_key]), n))
             metrics.append((mrec, n))
         if not per_cluster:
@@ -279,20 +267,15 @@ class FieldingStrategy(Strategy):
         agg["clusters"] = len(self.models)
         return pack(self.models), agg
 
-    def _aggregate_in_network(
-        self, replies: list[Message]
-    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Each cluster's new model from the one sum its THC job returned (FedAvg weights from
-        every member's ``num-examples`` metric)."""
-        metrics: list[tuple[MetricRecord, float]] = []
-        weights: dict[int, float] = {}
-        sums: dict[int, dict[str, np.ndarray]] = {}
+    def _train_replies(self, replies: Iterable[Message]):
+        """``(node, cluster id, content, metrics, weight)`` of each train reply that counts:
+        errors and nodes not sent a model this round are skipped (logged); a reply without a
+        positive ``num-examples`` is a ValueError."""
         for reply in replies:
-            if reply.has_error():
-                log.warning("node %d failed: %s", reply.metadata.src_node_id,
-                            reply.error.reason)
-                continue
             node = reply.metadata.src_node_id
+            if reply.has_error():
+                log.warning("node %d failed: %s", node, reply.error.reason)
+                continue
             cid = self.sent_to.get(node)
             if cid is None:
                 log.warning("ignoring reply from node %d (not sent a model this round)", node)
@@ -302,10 +285,21 @@ class FieldingStrategy(Strategy):
             if n <= 0:
                 raise ValueError(f"reply from node {node} lacks a positive "
                                  f"'{self.weighted_by_key}' metric (FedAvg weight)")
+            yield node, cid, reply.content, mrec, n
+
+    def _aggregate_in_network(
+        self, replies: list[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Each cluster's new model from the one sum its THC job returned (FedAvg weights from
+        every member's ``num-examples`` metric)."""
+        metrics: list[tuple[MetricRecord, float]] = []
+        weights: dict[int, float] = {}
+        sums: dict[int, dict[str, np.ndarray]] = {}
+        for _, cid, content, mrec, n in self._train_replies(replies):
             weights[cid] = weights.get(cid, 0.0) + n
             metrics.append((mrec, n))
-            if self.arrayrecord_key in reply.content.array_records:
-                sums[cid] = _to_dict(reply.content[self.arrayrecord_key])
+            if self.arrayrecord_key in content.array_records:
+                sums[cid] = _to_dict(content[self.arrayrecord_key])
         if not metrics:
             return None, None
         self.models = self.network.apply(self.models, sums, weights, self.sent_to)
