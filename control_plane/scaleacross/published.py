@@ -9,7 +9,12 @@ leaves a setting out, the row says what is assumed:
   non-interleaved 1F1B schedule (``v = 1``), which Narayanan et al. SC'21 §5.3.2 call the
   "default" schedule; rows whose source states a chunk count use it.
 * **no DP overlap**, **no distributed optimizer** (``zero = 0``) unless the source says
-  otherwise (MT-NLG: ZeRO stage 1); sequence parallelism only where the source says so.
+  otherwise (MT-NLG and BLOOM: ZeRO stage 1; NeMo's recipes: distributed optimizer with
+  overlapped gradient reduce and parameter gather); sequence parallelism only where the source
+  says so;
+* **engine**: Megatron's 2-byte gradients with the accumulation fused into the weight-gradient
+  GEMM, except the DeepSpeed bf16 runs (MT-NLG, BLOOM): fp32 gradients all-reduced in full and
+  a per-microbatch accumulation pass (``_DS_BF16``; see the comment above those rows).
 
 How the iteration time is derived from the published number (``Row.derivation``):
 
@@ -77,6 +82,7 @@ class Row:
     sequence_parallel: bool = False
     zero: int = 0
     embedding_stage: bool = False
+    overlap_dp: bool = False
     training: dict = field(default_factory=dict)  # extra ``training`` fields (grad_dtype, ...)
     iteration_s: float | None = None
     tflops: float | None = None
@@ -103,7 +109,7 @@ class Row:
             "parallel": {"tp": self.tp, "pp": self.pp, "dp": self.dp, "cp": self.cp,
                          "microbatch": self.microbatch, "global_batch": self.batch,
                          "interleave": self.interleave, "recompute": self.recompute,
-                         "zero": self.zero, "overlap_dp": False, "dp_sync": "ring",
+                         "zero": self.zero, "overlap_dp": self.overlap_dp, "dp_sync": "ring",
                          "sequence_parallel": self.sequence_parallel,
                          "embedding_stage": self.embedding_stage},
         }
@@ -130,7 +136,8 @@ class Row:
                 "global_batch": self.batch, "interleave": self.interleave,
                 "dtype": self.dtype, "recompute": self.recompute,
                 "sequence_parallel": self.sequence_parallel, "zero": self.zero,
-                "embedding_stage": self.embedding_stage, **self.training}
+                "embedding_stage": self.embedding_stage, "overlap_dp": self.overlap_dp,
+                **self.training}
 
 
 def _gpt(L: int, h: int, a: int, vocab: int = 51200) -> dict:
@@ -236,17 +243,26 @@ ROWS.append(Row("BLOOM-176B 384 GPUs", BLOOM,
 # ---- NVIDIA NeMo 24.12 performance summary (H100-80GB SXM, FP8, 400 Gb/s per GPU): tokens/s
 # per GPU for GPT3-175B (128 GPUs: GBS 256, MBS 1, TP4 PP8 VP6, 716; 512 GPUs: GBS 2048,
 # MBS 2, 825) and LLAMA2-70B (64 GPUs: GBS 128, MBS 1, TP4 PP4 VP20, 1728). Selective
-# recomputation and sequence parallelism (NeMo's defaults for these recipes).
+# recomputation and sequence parallelism (NeMo's defaults for these recipes). The same three
+# numbers are in NeMo's docs/source/performance/performance_summary.md at tag v2.1.0 (there
+# labelled "Container: NeMo24.07", DGX-H100, FP8). Data-parallel settings from NeMo v2.1.0's
+# recipe nemo/collections/llm/recipes/gpt3_175b.py: "optim=distributed_fused_adam_with_cosine_
+# annealing" (``use_distributed_optimizer=True``: zero = 1) and "DistributedDataParallelConfig(
+# ... overlap_grad_reduce=True, overlap_param_gather=True ...)" (overlap_dp). Stated there and
+# not modelled: "tp_comm_overlap=True" (userbuffers) in its performance mode; its
+# grad_reduce_in_fp32 is True in the DDP config and set False by the performance mode, so the
+# rows keep 2-byte gradients.
 _LLAMA70 = {"layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8, "ffn_hidden": 28672,
             "gated_mlp": True, "seq": 4096, "vocab": 32000}
+_NEMO_DP = {"zero": 1, "overlap_dp": True}
 ROWS += [
     Row("NeMo GPT3-175B 128 GPUs", NEMO, "GPT3-175B, 128 GPUs, GBS 256, 716 tokens/s/GPU",
         _gpt(96, 12288, 96), H100_FP8, 4, 8, 128, 256, "fp8", "selective", interleave=6,
-        sequence_parallel=True, tokens_s_gpu=716),
+        sequence_parallel=True, tokens_s_gpu=716, **_NEMO_DP),
     Row("NeMo GPT3-175B 512 GPUs", NEMO, "GPT3-175B, 512 GPUs, GBS 2048, 825 tokens/s/GPU",
         _gpt(96, 12288, 96), H100_FP8, 4, 8, 512, 2048, "fp8", "selective", interleave=6,
-        microbatch=2, sequence_parallel=True, tokens_s_gpu=825),
+        microbatch=2, sequence_parallel=True, tokens_s_gpu=825, **_NEMO_DP),
     Row("NeMo LLAMA2-70B 64 GPUs", NEMO, "LLAMA2-70B, 64 GPUs, GBS 128, 1728 tokens/s/GPU",
         _LLAMA70, H100_FP8, 4, 4, 64, 128, "fp8", "selective", interleave=20,
-        sequence_parallel=True, tokens_s_gpu=1728),
+        sequence_parallel=True, tokens_s_gpu=1728, **_NEMO_DP),
 ]

@@ -125,20 +125,21 @@ def test_report_mape_is_the_mean_of_its_rows(report):
 
 
 def test_heldout_error_does_not_regress(report):
-    # measured with the DeepSpeed-engine terms and the per-NIC DP rings (docs/scaleacross.md,
-    # "Validation"): 4.55 % over all 27 held-out rows (5.80 % before), worst row 13.05 %
-    # (21.4 %); 2.44 % on Narayanan's held-out rows, 4.57 % Korthikanti, 11.24 % MT-NLG
-    # (19.6 %), 1.9 % BLOOM, 6.41 % NeMo H100 FP8 (3.71 % before: the refit moved h0, see the
-    # docs); 6.00 % on the 16 rows of the four independent publications alone (8.29 %)
-    assert report["mape_heldout_pct"] <= 4.7
+    # measured with the DeepSpeed-engine terms, the per-NIC DP rings and NeMo's stated DP
+    # settings (docs/scaleacross.md, "Validation"): 4.42 % over all 27 held-out rows (5.80 %
+    # before), worst row 13.05 % (21.4 %); 2.44 % on Narayanan's held-out rows, 4.57 %
+    # Korthikanti, 11.24 % MT-NLG (19.6 %), 1.9 % BLOOM, 5.23 % NeMo H100 FP8 (3.71 % before:
+    # the refit moved h0, see the docs); 5.78 % on the 16 rows of the four independent
+    # publications alone (8.29 %)
+    assert report["mape_heldout_pct"] <= 4.6
     assert report["max_abs_heldout_pct"] <= 13.5
-    assert report["heldout_independent"]["mape_pct"] <= 6.2
+    assert report["heldout_independent"]["mape_pct"] <= 6.0
     by = report["heldout_by_publication"]
     assert by[NARAYANAN]["mape_pct"] <= 3.0
     assert by[KORTHIKANTI]["mape_pct"] <= 5.0
     assert by[MTNLG]["mape_pct"] <= 11.5
     assert by[BLOOM]["max_abs_pct"] <= 3.0
-    assert by["NVIDIA NeMo 24.12"]["mape_pct"] <= 7.0
+    assert by["NVIDIA NeMo 24.12"]["mape_pct"] <= 5.5
 
 
 def test_cli_validate_prints_the_table(capsys):
