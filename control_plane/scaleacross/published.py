@@ -33,7 +33,8 @@ Rows left out, and why (so that nobody adds them back unknowingly):
   stated; its CP16 row is transcribed with DP 4 in one copy of the paper and DP 8 in others.
 * MegaScale (Jiang et al., NSDI'24): parallel transformer blocks, sliding-window attention and
   LAMB, which the cost model does not represent.
-* The two NeMo 24.12 rows without a global batch (LLAMA2-13B, LLAMA3-70B).
+* NeMo's Nemotron rows (squared-ReLU MLP and shapes the cost model does not take); every
+  other row of NeMo's table (v2.1.0 copy, which states all global batches) is in.
 """
 
 from __future__ import annotations
@@ -242,8 +243,12 @@ ROWS.append(Row("BLOOM-176B 384 GPUs", BLOOM,
 
 # ---- NVIDIA NeMo 24.12 performance summary (H100-80GB SXM, FP8, 400 Gb/s per GPU): tokens/s
 # per GPU for GPT3-175B (128 GPUs: GBS 256, MBS 1, TP4 PP8 VP6, 716; 512 GPUs: GBS 2048,
-# MBS 2, 825) and LLAMA2-70B (64 GPUs: GBS 128, MBS 1, TP4 PP4 VP20, 1728). Selective
-# recomputation and sequence parallelism (NeMo's defaults for these recipes). The same three
+# MBS 2, 825) and LLAMA2-70B (64 GPUs: GBS 128, MBS 1, TP4 PP4 VP20, 1728). Sequence
+# parallelism (the recipe's "sequence_parallelism: bool = True"); no recomputation: NeMo
+# v2.1.0's recipes and model configs set none, and Megatron-core's TransformerConfig defaults
+# to "recompute_granularity: Optional[str] = None" (these rows assumed selective before; the
+# attention backward of the fused/flash kernels recomputes its scores, ~0.5 of the attention
+# core's forward, which the model does not count). The same three
 # numbers are in NeMo's docs/source/performance/performance_summary.md at tag v2.1.0 (there
 # labelled "Container: NeMo24.07", DGX-H100, FP8). Data-parallel settings from NeMo v2.1.0's
 # recipe nemo/collections/llm/recipes/gpt3_175b.py: "optim=distributed_fused_adam_with_cosine_
@@ -257,12 +262,44 @@ _LLAMA70 = {"layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8, "ffn_hidde
 _NEMO_DP = {"zero": 1, "overlap_dp": True}
 ROWS += [
     Row("NeMo GPT3-175B 128 GPUs", NEMO, "GPT3-175B, 128 GPUs, GBS 256, 716 tokens/s/GPU",
-        _gpt(96, 12288, 96), H100_FP8, 4, 8, 128, 256, "fp8", "selective", interleave=6,
+        _gpt(96, 12288, 96), H100_FP8, 4, 8, 128, 256, "fp8", "none", interleave=6,
         sequence_parallel=True, tokens_s_gpu=716, **_NEMO_DP),
     Row("NeMo GPT3-175B 512 GPUs", NEMO, "GPT3-175B, 512 GPUs, GBS 2048, 825 tokens/s/GPU",
-        _gpt(96, 12288, 96), H100_FP8, 4, 8, 512, 2048, "fp8", "selective", interleave=6,
+        _gpt(96, 12288, 96), H100_FP8, 4, 8, 512, 2048, "fp8", "none", interleave=6,
         microbatch=2, sequence_parallel=True, tokens_s_gpu=825, **_NEMO_DP),
     Row("NeMo LLAMA2-70B 64 GPUs", NEMO, "LLAMA2-70B, 64 GPUs, GBS 128, 1728 tokens/s/GPU",
-        _LLAMA70, H100_FP8, 4, 4, 64, 128, "fp8", "selective", interleave=20,
+        _LLAMA70, H100_FP8, 4, 4, 64, 128, "fp8", "none", interleave=20,
         sequence_parallel=True, tokens_s_gpu=1728, **_NEMO_DP),
+]
+# The other rows of the same table (NeMo docs/source/performance/performance_summary.md at tag
+# v2.1.0, "Container: NeMo24.07", DGX-H100, FP8; cells: GPUs, GBS, MBS, sequence, TP, PP, CP,
+# VP, tokens/s/GPU): GPT3-5B 64 2048 4 2048 1 1 1 1 23406; GPT3-20B 64 256 2 2048 2 1 1 1 5851;
+# LLAMA2-7B 8 128 1 4096 1 1 1 1 16934; LLAMA2-13B 16 128 1 4096 1 4 1 10 8715; LLAMA3-8B 8 128 1
+# 8192 1 1 2 1 12273; LLAMA3-70B 64 128 1 8192 4 4 2 5 1524. Shapes from NeMo v2.1.0
+# (llm/gpt/model/base.py GPTConfig5B: 24 layers, hidden 4096, ffn 16384, 32 heads; GPTConfig20B:
+# 44, 6144, 24576, 48; llm/gpt/model/llama.py Llama2Config7B: 32, 4096, 32 heads, ffn 11008;
+# Llama2Config13B: 40, 5120, 40, 13824; Llama3Config8B: 32, 4096, 32 heads, 8 query groups,
+# ffn 14336, seq 8192; Llama3Config70B: 80, 8192, 64, 8, 28672). Vocabularies: Llama 2 32,000,
+# Llama 3 128,256; GPT3 not stated (51,200 as for the 175B rows). Same assumptions as above
+# (no recompute, SP where TP > 1, NeMo's DP settings). Nemotron rows left out (squared-
+# ReLU MLP and other shapes the cost model does not take).
+_L2 = {"gated_mlp": True, "seq": 4096, "vocab": 32000}
+_L3 = {"gated_mlp": True, "seq": 8192, "vocab": 128256, "kv_heads": 8}
+_NEMO_MORE = [  # name, model, t, p, cp, GPUs, GBS, MBS, VP, tokens/s/GPU
+    ("GPT3-5B", {**_gpt(24, 4096, 32), "ffn_hidden": 16384}, 1, 1, 1, 64, 2048, 4, 1, 23406),
+    ("GPT3-20B", {**_gpt(44, 6144, 48), "ffn_hidden": 24576}, 2, 1, 1, 64, 256, 2, 1, 5851),
+    ("LLAMA2-7B", {"layers": 32, "hidden": 4096, "heads": 32, "ffn_hidden": 11008, **_L2},
+     1, 1, 1, 8, 128, 1, 1, 16934),
+    ("LLAMA2-13B", {"layers": 40, "hidden": 5120, "heads": 40, "ffn_hidden": 13824, **_L2},
+     1, 4, 1, 16, 128, 1, 10, 8715),
+    ("LLAMA3-8B", {"layers": 32, "hidden": 4096, "heads": 32, "ffn_hidden": 14336, **_L3},
+     1, 1, 2, 8, 128, 1, 1, 12273),
+    ("LLAMA3-70B", {"layers": 80, "hidden": 8192, "heads": 64, "ffn_hidden": 28672, **_L3},
+     4, 4, 2, 64, 128, 1, 5, 1524),
+]
+ROWS += [
+    Row(f"NeMo {n} {g} GPUs", NEMO, f"{n}, {g} GPUs, GBS {B}, {tok} tokens/s/GPU (v2.1.0 table)",
+        md, H100_FP8, t, p, g, B, "fp8", "none", interleave=v, microbatch=b, cp=c,
+        sequence_parallel=t > 1, tokens_s_gpu=tok, **_NEMO_DP)
+    for n, md, t, p, c, g, B, b, v, tok in _NEMO_MORE
 ]
