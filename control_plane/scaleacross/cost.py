@@ -313,7 +313,7 @@ def evaluate(sc: Scenario, P: Plans, eff: Efficiency | None = None) -> dict[str,
     ring_lat = 2 * (n_dp - 1) * a_x
     n_loc = np.maximum(kmax * c, 1.0)
     n_eloc = np.maximum(n_loc / e, 1.0)
-    loc_bw, loc_al = group_bw(t * c * kmax)
+    loc_bw, loc_al = dp_bw(t * c * kmax, n_loc)  # the DP ranks inside one building
     hier_local = 2 * (fm.bus_factor("reducescatter", n_loc) * g_dense / loc_bw
                       + (n_loc - 1) * loc_al)
     hier_local += 2 * (fm.bus_factor("reducescatter", n_eloc) * g_exp / loc_bw
