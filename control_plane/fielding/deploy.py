@@ -161,15 +161,21 @@ class Deployment:
         Start a software switch and aggregate each cluster's updates in it.
     app_dir : Path
         The Flower app ``flwr run`` submits.
+    target : object, optional
+        A switch the caller runs (e.g. BMv2 on veth links), with ``base`` (controller file
+        without jobs, hosts named ``p<partition id>``) and ``node_configs`` (one per partition,
+        :data:`~control_plane.fielding.flower_network.RAW_KEYS` included): in-network
+        aggregation through it instead of a software switch started here.
     """
 
     def __init__(self, workdir: Path, n_clients: int, in_network: bool = False,
-                 app_dir: Path = APP_DIR) -> None:
+                 app_dir: Path = APP_DIR, target: Any = None) -> None:
         if not 2 <= n_clients <= 200:
             raise ValueError(f"n_clients={n_clients}: need 2..200 SuperNodes")
         self.workdir = Path(workdir)
         self.n_clients = n_clients
-        self.in_network = in_network
+        self.in_network = in_network or target is not None
+        self.target = target
         self.app_dir = Path(app_dir)
         self.procs: list[tuple[str, subprocess.Popen, Path]] = []
         self.home = self.workdir / "flwr-home"
@@ -216,7 +222,10 @@ class Deployment:
         self.home.mkdir(exist_ok=True)
         nodes = [{"partition-id": p, "num-partitions": self.n_clients}
                  for p in range(self.n_clients)]
-        if self.in_network:
+        if self.target is not None:
+            nodes = list(self.target.node_configs)
+            self._write_network(self.target.base)
+        elif self.in_network:
             nodes = self._start_switch(timeout)
         self.port = _free_tcp_port()
         (self.home / "config.toml").write_text(
@@ -241,9 +250,12 @@ class Deployment:
                                                         range(self.n_clients)])
         sw = self._spawn("softswitch", switch_command(target.port_specs, grpc))
         self._wait_port("softswitch", sw, grpc, timeout)
-        self.network_config = self.workdir / "network.json"
-        self.network_config.write_text(json.dumps(target.base, indent=1))
+        self._write_network(target.base)
         return target.node_configs
+
+    def _write_network(self, base: dict) -> None:
+        self.network_config = self.workdir / "network.json"
+        self.network_config.write_text(json.dumps(base, indent=1))
 
     def stop(self) -> None:
         """End every process this deployment started (its process group), newest first."""

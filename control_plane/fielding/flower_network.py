@@ -16,8 +16,9 @@ In a Flower round with in-network aggregation
    ``w + sum / sum_i n_i``: FedAvg weighted by ``num-examples``, within THC's error.
 
 The server receives one model-sized array per cluster instead of one per client. The switch
-is the software target (``python -m host.softswitch``, :func:`software_target`) or BMv2; the
-clients reach it over UDP (node config ``switch-udp`` and ``bind-ip``).
+is the software target (``python -m host.softswitch``, :func:`software_target`; the clients
+reach it over UDP, node config ``switch-udp`` and ``bind-ip``) or BMv2 on veth links (each
+client's raw endpoint in its host's network namespace, node config :data:`RAW_KEYS`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ log = logging.getLogger(__name__)
 GIVE_UP_S = 60.0
 #: Config keys of a train message that carry the node's job (:func:`network_train` reads them).
 JOB_KEYS = ("job-id", "rank", "world", "num-slots", "granularity", "round-base", "token")
+#: Node-config keys of a client that reaches its switch over a veth link (BMv2).
+RAW_KEYS = ("netns", "iface", "mac", "ip", "switch-mac", "switch-ip")
 
 
 def host_name(partition_id: int) -> str:
@@ -183,9 +186,12 @@ def network_train(cfg: Mapping[str, Any], node_config: Mapping[str, Any],
                   update: np.ndarray) -> np.ndarray | None:
     """Client side: sum ``update`` over the cluster's members through its THC job.
 
-    ``cfg``: the train message's config (:data:`JOB_KEYS`); ``node_config``: the SuperNode's
-    (``switch-udp`` = ``host:port`` of its switch port, ``bind-ip``). Returns the sum on rank 0
-    (which replies it to the server), ``None`` on the other members.
+    ``cfg``: the train message's config (:data:`JOB_KEYS`); ``node_config``: the SuperNode's,
+    naming its way to the switch: ``switch-udp`` (``host:port`` of its port on the software
+    target) and ``bind-ip``, or, for a switch on veth links (BMv2), :data:`RAW_KEYS` (the
+    host's network namespace and interface, its MAC and IP, the switch's MAC and IP; the
+    endpoint is opened in that namespace, which needs root). Returns the sum on rank 0 (which
+    replies it to the server), ``None`` on the other members.
     """
     import torch
 
@@ -194,15 +200,27 @@ def network_train(cfg: Mapping[str, Any], node_config: Mapping[str, Any],
     from host.transport.ports import UdpEndpoint
     from host.transport.slots import SlotConfig
 
-    missing = [k for k in ("switch-udp",) if k not in node_config]
-    if missing:
-        raise ValueError(f"node config: {missing[0]} missing; start the SuperNode with "
-                         "--node-config 'switch-udp=\"127.0.0.1:<port>\"' (in-network mode)")
-    host, _, port = str(node_config["switch-udp"]).rpartition(":")
     spec = JobSpec(int(cfg["job-id"]), int(cfg["rank"]), int(cfg["world"]),
                    num_slots=int(cfg["num-slots"]), granularity=int(cfg["granularity"]),
                    round_base=int(cfg["round-base"]), token=int(cfg["token"]))
-    ep = UdpEndpoint((host, int(port)), bind=(str(node_config.get("bind-ip", "127.0.0.1")), 0))
+    if "netns" in node_config:
+        from host.netns import in_netns
+        from host.transport.ports import RawEndpoint
+
+        missing = [k for k in RAW_KEYS if k not in node_config]
+        if missing:
+            raise ValueError(f"node config: {missing[0]} missing; a SuperNode on a veth link "
+                             f"needs --node-config with {', '.join(RAW_KEYS)}")
+        nc = {k: str(node_config[k]) for k in RAW_KEYS}
+        ep = in_netns(nc["netns"], lambda: RawEndpoint(nc["iface"], nc["mac"], nc["switch-mac"],
+                                                       nc["ip"], nc["switch-ip"]))
+    else:
+        if "switch-udp" not in node_config:
+            raise ValueError("node config: switch-udp missing; start the SuperNode with "
+                             "--node-config 'switch-udp=\"127.0.0.1:<port>\"' (in-network mode)")
+        host, _, port = str(node_config["switch-udp"]).rpartition(":")
+        ep = UdpEndpoint((host, int(port)),
+                         bind=(str(node_config.get("bind-ip", "127.0.0.1")), 0))
     agg = NetworkAggregator(ep, spec, SlotConfig(give_up=GIVE_UP_S))
     shape = update.shape
     try:
