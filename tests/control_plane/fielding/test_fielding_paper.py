@@ -152,6 +152,11 @@ def test_paper_benchmark_json_has_mean_and_spread_per_method():
     assert cell["best_baseline"] not in ("fielding", "oracle")
     assert len(cell["gain_pp_per_seed"]) == 3
     assert isinstance(cell["target_gain_2pp_met"], bool)
+    fixed = cell["gain_pp_if_ifca_k_fixed"]
+    assert set(fixed) == {"2", "4", "8"}
+    for k, v in fixed.items():  # one IFCA K at a time competes, never the best of the sweep
+        assert v["best"] == f"ifca-k{k}" or not v["best"].startswith("ifca")
+        assert v["gain_pp"] >= cell["gain_pp"] - 1e-9
     assert "| synthetic/label |" in p.stderr
 
 
