@@ -15,14 +15,19 @@ No engine is mocked here. The deployment tests take about two minutes each on 2 
 
 from __future__ import annotations
 
+import os
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
 
 from control_plane.fielding.deploy import Deployment, _scenario
+from control_plane.fielding.flower_network import host_name
 from control_plane.fielding.models import LocalTraining, Model, local_train
 from host.thc import THCCodec
 from host.thc.simulate import allreduce as simulated_allreduce
+from tests.support.aggnet import P4_INFO, P4_JSON, Bmv2Network
 
 N_CLIENTS, ROUNDS = 8, 3
 #: bytes of one client's model (softmax regression on digits: 65 x 10 float64)
@@ -86,6 +91,12 @@ def test_in_network_aggregation_in_a_deployment_run(tmp_path):
         assert [n for n, _, _ in dep.procs][:2] == ["softswitch", "superlink"]
         out = dep.run(rounds=ROUNDS)
     assert all(p.poll() is not None for p in procs)
+    check_in_network_run(out)
+
+
+def check_in_network_run(out: dict) -> None:
+    """One sum per cluster to the server, bit-exact THC sums, FedAvg within THC's error, and
+    clients moving between jobs with only the affected entries rewritten."""
     assert out["in_network"] and out["trained_per_round"] == [N_CLIENTS] * ROUNDS
     # the server receives one sum per cluster, not every client's model
     assert out["train_array_bytes"] == [c * MODEL_BYTES for c in out["clusters"]]
@@ -120,3 +131,46 @@ def test_in_network_aggregation_in_a_deployment_run(tmp_path):
         if before != after:
             assert 0 < rec["writes"] < first["writes"] and "<routes>" not in rec["touched_jobs"]
     assert out["accuracy"][-1] > 0.5
+
+
+SWITCH_MAC = "02:00:00:00:ff:01"
+
+
+@pytest.fixture
+def bmv2_target(tmp_path):
+    """BMv2 with hosts p0..p7 on veth links in their namespaces, as a Deployment target."""
+    if not P4_JSON.exists():
+        pytest.skip(f"{P4_JSON} missing (compile the P4 program: ./dev.sh p4)")
+    net = Bmv2Network(tmp_path / "bmv2", prefix=f"nff{os.getpid() % 10000}")
+    net.add_switch("s1")
+    names = [host_name(p) for p in range(N_CLIENTS)]
+    for h in names:
+        net.add_host(h, "s1")
+    net.start()
+    net.close_sessions()  # the cluster network is the switch's only controller
+    try:
+        sw_ip = net.switch_ip("s1")
+        base = {"controller": {"election_id": 20, "p4info": str(P4_INFO), "bmv2_json": str(P4_JSON)},
+                "switches": [{"name": "s1", "address": f"127.0.0.1:{net.switches['s1'].grpc_port}",
+                              "addr": sw_ip, "mac": SWITCH_MAC}],
+                "hosts": [{"name": h, "mac": net.hosts[h].mac, "ip": net.hosts[h].ip,
+                           "attach": f"s1:{net.hosts[h].port}"} for h in names]}
+        nodes = [{"partition-id": p, "num-partitions": N_CLIENTS, "netns": net._host_ns[h],
+                  "iface": net._host_if[h], "mac": net.hosts[h].mac, "ip": net.hosts[h].ip,
+                  "switch-mac": SWITCH_MAC, "switch-ip": sw_ip} for p, h in enumerate(names)]
+        yield SimpleNamespace(base=base, node_configs=nodes, net=net)
+    finally:
+        net.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.root
+@pytest.mark.bmv2
+def test_in_network_aggregation_on_bmv2_in_a_deployment_run(tmp_path, bmv2_target):
+    dep = Deployment(tmp_path / "flwr", N_CLIENTS, target=bmv2_target)
+    with dep:
+        procs = _started(dep)
+        assert dep.procs[0][0] == "superlink"  # no software switch started here
+        out = dep.run(rounds=ROUNDS)
+    assert all(p.poll() is not None for p in procs)
+    check_in_network_run(out)
