@@ -44,7 +44,6 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from control_plane.fielding.clusterer import FieldingClusterer, carry_models
 from control_plane.fielding.config import FieldingConfig
 from control_plane.fielding.representation import client_representation, l1
 
@@ -130,6 +129,10 @@ class FieldingStrategy(Strategy):
         self.configrecord_key = configrecord_key
         self.query_timeout = query_timeout
         self.min_available_nodes = min_available_nodes
+        # server side only: a ClientApp process (one per message on the deployment engine)
+        # need not load scikit-learn's clustering
+        from control_plane.fielding.clusterer import FieldingClusterer
+
         self.clusterer = FieldingClusterer(self.config)
         self.models: dict[int, dict[str, np.ndarray]] = {}
         self.initial: dict[str, np.ndarray] | None = None
@@ -224,6 +227,8 @@ class FieldingStrategy(Strategy):
         initial = self.initial
         if initial is None:
             raise ValueError("FieldingStrategy: start() needs initial arrays (a plain model)")
+        from control_plane.fielding.clusterer import carry_models
+
         self.models = carry_models(
             self.models, update, set(self.clusterer.centres),
             init=lambda: {k: v.copy() for k, v in initial.items()},
