@@ -42,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,30 @@ def with_free_ports(cfg: NetworkConfig) -> NetworkConfig:
             so.bind(("127.0.0.1", 0))
             out.append(dataclasses.replace(s, address=f"127.0.0.1:{so.getsockname()[1]}"))
     return dataclasses.replace(cfg, switches=tuple(out))
+
+
+def free_ports(n: int, avoid: Collection[int] = ()) -> list[int]:
+    """``n`` distinct free TCP ports on 127.0.0.1, none of them in ``avoid``.
+
+    The sockets stay bound until all are chosen, so two picks cannot return the same port; a
+    port in ``avoid`` (another switch's P4Runtime port, chosen and released earlier: the kernel
+    may hand it out again) is skipped. A BMv2 whose Thrift port equalled its own gRPC port
+    never opened P4Runtime ("Could not bind: Address already in use").
+    """
+    held: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        while len(ports) < n:
+            so = socket.socket()
+            held.append(so)
+            so.bind(("127.0.0.1", 0))
+            port = so.getsockname()[1]
+            if port not in avoid:
+                ports.append(port)
+    finally:
+        for so in held:
+            so.close()
+    return ports
 
 
 def _wait_port(port: int, proc: subprocess.Popen, timeout: float, what: str, log_path: Path) -> None:
@@ -315,12 +340,10 @@ class Testbed(TestbedWorkloads):
         net = Mininet(topo=None, switch=sw_cls, host=Host, controller=None, link=Link,
                       build=False, autoSetMacs=False, autoStaticArp=False, inNamespace=False)
         self.net = net
-        for s in self.plan.switches:
-            thrift = None
-            if self.choice.target == "bmv2":
-                with socket.socket() as so:
-                    so.bind(("127.0.0.1", 0))
-                    thrift = so.getsockname()[1]
+        thrifts = (free_ports(len(self.plan.switches),
+                              avoid={s.grpc_port for s in self.plan.switches})
+                   if self.choice.target == "bmv2" else [None] * len(self.plan.switches))
+        for s, thrift in zip(self.plan.switches, thrifts, strict=True):
             net.addSwitch(s.name, cls=sw_cls, dpid=f"{s.index + 1:x}",
                           command=switch_command(self.choice.target, s, self.python, thrift),
                           log_path=str(self.workdir / f"switch-{s.name}.log"))
