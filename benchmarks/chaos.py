@@ -88,6 +88,7 @@ import torch
 from control_plane.controller import Controller, run_sync
 from control_plane.embedded import EmbeddedNetwork, jobs_sharing_hosts
 from control_plane.tokens import ENV_STATE_DIR
+from host.bench.alongside import sending_alongside
 from host.paths import REPO
 from host.protocol import codec as wire
 from host.protocol import layout as lay
@@ -625,22 +626,11 @@ def cross_job(args: argparse.Namespace) -> dict:
                                               round_base=1000), SlotConfig(give_up=10.0))
                     for r in range(2)]
             peek = wire.norm_status_request(2, 0, ctl.tokens[2])
-            stop = threading.Event()
-            answered = [0]
             b0 = UdpEndpoint(("127.0.0.1", sw.ports[1]), bind=(ips[0], 0))
-
-            def noise() -> None:
-                while not stop.is_set():
-                    b0.send_many([peek])
-                    answered[0] += len(b0.recv_many(0.001))
-
-            th = threading.Thread(target=noise, daemon=True)
-            th.start()
-            t0 = time.monotonic()
-            got = _allreduces(aggs, xs, codec, args.iterations)
-            took = time.monotonic() - t0
-            stop.set()
-            th.join(5)
+            with sending_alongside(b0, peek) as answered:
+                t0 = time.monotonic()
+                got = _allreduces(aggs, xs, codec, args.iterations)
+                took = time.monotonic() - t0
             b0.close()
             retx = sum(a.window.stats.retransmits for a in aggs)
             _close(aggs)

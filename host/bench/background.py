@@ -126,11 +126,15 @@ def start(kind: str, procs: int | None = None) -> Background:
     elif kind == "busy":
         argv = [sys.executable, "-c", "while True: pass"]
     bg.started, bg.nice_at_start = time.monotonic(), nice_cpu_s()
-    for _ in range(bg.procs):
-        p = subprocess.Popen(argv, cwd=bg.workdir, stdin=subprocess.DEVNULL,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True, preexec_fn=_lowest_priority)
-        bg.pids.append(p.pid)
+    try:
+        for _ in range(bg.procs):
+            p = subprocess.Popen(argv, cwd=bg.workdir, stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 start_new_session=True, preexec_fn=_lowest_priority)
+            bg.pids.append(p.pid)
+    except BaseException:
+        bg.stop()   # the ones already started, and the work folder
+        raise
     if bg.procs:
         log.info("background %s: %d processes at nice 19", kind, bg.procs)
     return bg

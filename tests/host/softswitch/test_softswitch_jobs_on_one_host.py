@@ -5,13 +5,13 @@ failed). The software target as a process of its own, its C loop and its Python 
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
 import torch
 
 from control_plane.embedded import jobs_sharing_hosts
+from host.bench.alongside import sending_alongside
 from host.protocol import codec as wire
 from host.softswitch.launch import UdpSwitch
 from host.thc import THCCodec
@@ -42,26 +42,15 @@ def test_another_jobs_packets_from_a_shared_host_do_not_take_its_results(tmp_pat
         # status requests all along (each answered, so each teaches the switch its port)
         b0 = UdpEndpoint(("127.0.0.1", sw.ports[1]), bind=(IPS[0], 0))
         peek = wire.norm_status_request(2, 0, ctl.tokens[2])
-        stop = threading.Event()
-        answered = [0]
-
-        def noise() -> None:
-            while not stop.is_set():
-                b0.send_many([peek])
-                answered[0] += len(b0.recv_many(0.001))
-
-        th = threading.Thread(target=noise, daemon=True)
-        th.start()
         codec = THCCodec()
         xs = worker_data(2, 50_000, 7)
         try:
-            t0 = time.monotonic()
-            got = run_workers(2, lambda r: [a[r].allreduce(xs[r], codec) for _ in range(3)],
-                              timeout=60)
-            took = time.monotonic() - t0
+            with sending_alongside(b0, peek) as answered:
+                t0 = time.monotonic()
+                got = run_workers(2, lambda r: [a[r].allreduce(xs[r], codec) for _ in range(3)],
+                                  timeout=60)
+                took = time.monotonic() - t0
         finally:
-            stop.set()
-            th.join(5)
             b0.close()
             for x in a:
                 x.close(finish=False)
