@@ -26,9 +26,17 @@ def _nice(pid: int) -> int:
 
 
 def _descendants(pid: int) -> list[int]:
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True,
-                         text=True).stdout.split()
-    return [int(p) for p in out]
+    """The children of ``pid`` (from /proc, so that no ``ps`` is needed)."""
+    kids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+                continue
+            if ppid == pid:
+                kids.append(int(d.name))
+    return kids
 
 
 def _state(pid: int) -> str | None:
