@@ -287,8 +287,9 @@ def run_validate(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=1))
         return 0
     c = out["constants"]
-    print(f"constants: eta_max {c['eta_max']:.4f}, h0 {c['h0']:.3f} (x FLOP/byte), "
-          f"eta_net {c['eta_net']:.4f}")
+    print(f"constants: eta_max {c['eta_max']:.4f}, omega {c['omega']:.3f} (element-wise "
+          f"bytes per activation byte), "
+          f"eta_net {c['eta_net']:.4f}, eta_fp8 {c['eta_fp8']:.4f}")
     print(f"training split: {out['split']['training']}; every other row is held out")
     print()
     head = (f"{'split':<5} {'row':<27} {'publication':<27} {'GPUs':>5} {'t/p/dp':>9} "

@@ -3,10 +3,13 @@
 Every plan is a row of a :class:`Plans` table of numpy columns, so one call prices a whole
 search space. The model, per pipeline stage and microbatch (Narayanan et al. SC'21 notation):
 
-* compute ``τc`` = stage FLOPs / (peak · η(h)), η(h) = η_max · h / (h + h₀·β) with β the
-  GPU's peak FLOP/s per HBM byte/s (a layer's element-wise work, ∝ h bytes, weighs more
-  against its GEMMs, ∝ h² FLOPs, on small hidden sizes and on GPUs whose peak outgrows their
-  memory bandwidth, e.g. FP8); backward = 2 × forward, plus recomputation;
+* compute ``τc``: GEMM FLOPs at ``peak · η_max`` (× ``η_fp8`` for FP8 GEMMs), the attention
+  core at ``attention_peak · η_max`` (BF16 under Transformer Engine's FP8), plus element-wise
+  (memory-bound) work: ``ω`` × the activation bytes a layer keeps (Korthikanti et al. eqs.
+  1-6) per pass at HBM bandwidth. Backward = 2 × forward, plus recomputation. A fused
+  (flash) attention kernel (``training.fused_attention``) keeps no s × s scores (no score
+  bytes), skips the masked half of the causal scores and recomputes them in its backward
+  (2.5 × its forward);
 * on the critical path per microbatch: TP all-reduces (4 per layer, 6 with full recompute), the
   part of CP KV exchange not hidden by attention, the part of EP all-to-all not hidden by the
   MoE MLP (``overlap_ep``), ZeRO-3 parameter gathers not hidden by compute;
@@ -25,8 +28,8 @@ search space. The model, per pipeline stage and microbatch (Narayanan et al. SC'
   (NCCL runs a ring channel per NIC); with ``training.grad_accum_pass`` a memory-bound pass
   after each microbatch's backward adds the half-precision gradients into the main ones.
 
-η_max, h₀ and the network efficiency η_net are the three constants fitted by
-:mod:`control_plane.scaleacross.validate`.
+η_max, ω, the network efficiency η_net and η_fp8 are the constants fitted by
+:mod:`control_plane.scaleacross.validate` (η_fp8 on FP8 training rows only).
 """
 
 from __future__ import annotations
@@ -55,23 +58,19 @@ GRAD_BYTES = 2.0
 
 @dataclass(frozen=True)
 class Efficiency:
-    """The calibrated global constants (see ``validate``)."""
+    """The calibrated global constants (see ``validate``).
+
+    ``eta_max``: achieved fraction of peak of the GEMMs and the attention core; ``omega``:
+    bytes of element-wise (memory-bound) traffic per byte of activations a layer keeps
+    (Korthikanti et al.'s count), per forward pass, at HBM bandwidth; ``eta_net``: achieved
+    fraction of the link bandwidths.
+    """
 
     # fitted by ``netco explore validate`` (see validate.py); a test keeps them in sync
-    eta_max: float = 0.6956
-    h0: float = 7.929
-    eta_net: float = 0.6468
-
-    def compute(self, h, balance):
-        """Achieved fraction of peak for hidden size ``h`` on a GPU of ``balance`` FLOP/byte.
-
-        A layer's GEMMs cost ``~24·b·s·h²`` FLOPs at ``peak·η_max`` while its element-wise
-        (memory-bound) work moves ``~b·s·h`` bytes at the HBM bandwidth, so their time ratio is
-        ``h₀·balance / h`` with ``balance = peak FLOP/s / HBM bytes/s``: a GPU whose peak grows
-        faster than its memory bandwidth (H100 FP8 vs A100 FP16: 591 vs 153 FLOP/byte) spends
-        a larger share in element-wise work at the same ``h``.
-        """
-        return self.eta_max * h / (h + self.h0 * balance)
+    eta_max: float = 0.70607
+    omega: float = 2.4737
+    eta_net: float = 0.80573
+    eta_fp8: float = 0.69466
 
 
 Plans = dict[str, np.ndarray]
@@ -178,20 +177,49 @@ def evaluate(sc: Scenario, P: Plans, eff: Efficiency | None = None) -> dict[str,
                             + moe_frac * (fmoe["attn_gemm"] + fmoe["mlp"]))
     core_f = tokens * Ls * fd["core_attn"]
     logit_f = fm.logit_flops_fwd(md, tokens)
-    rate = hw.peak_tflops * 1e12 * eff.compute(h, hw.peak_tflops * 1e3 / hw.hbm_gb_s) * t * c
+    # GEMMs at the dtype's peak; the attention core (scores, softmax·V) at
+    # ``attention_peak_tflops`` (Transformer Engine's FP8 covers the GEMMs of its linear
+    # layers, the attention runs in BF16); both at the fitted fraction ``eta_max``
+    fp8 = eff.eta_fp8 if sc.dtype == "fp8" else 1.0
+    gemm_rate = hw.peak_tflops * 1e12 * eff.eta_max * fp8 * t * c
+    fused = bool(sc.fused_attention)
+    attn_rate = hw.attention_peak * 1e12 * eff.eta_max * t * c
+    # a fused (flash) attention kernel skips the masked half of the causal score matrix and
+    # recomputes the scores in its backward; the FlashAttention repository counts its work as
+    # "f = 4 * batch * seqlen**2 * nheads * headdim // (2 if causal else 1)" forward and
+    # "2.5 * f" backward (benchmarks/benchmark_flash_attention.py)
+    core_fwd = core_f * (0.5 if fused else 1.0) / attn_rate
+    core_bwd = core_fwd * (2.5 if fused else 2.0)
+    # element-wise (memory-bound) work: ``omega`` times the bytes of activations a layer
+    # keeps (Korthikanti et al. eqs. 1-6, no recompute; an MoE layer's MLP share scaled by
+    # top_k x capacity as in the memory model below) per pass at HBM speed; a fused attention
+    # kernel keeps no s x s scores ("memory linear in sequence length"), so no score bytes
+    hbm = hw.hbm_gb_s * 1e9
+    moe_scale = md.top_k * md.capacity_factor if md.is_moe else 1.0
+
+    def _acts(code: int):
+        return ((1 - moe_frac) * fm.activation_bytes_per_layer(s / c, b, h, md.heads, t, sp, code)
+                + moe_frac * fm.activation_bytes_per_layer(s / c, b, h, md.heads, t, sp, code,
+                                                           moe_scale))
+
+    a_lin = _acts(1)  # selective form: everything but the attention scores
+    a_core = 0.0 if fused else _acts(0) - a_lin
+    el_lin = Ls * eff.omega * a_lin / hbm
+    el_core = Ls * eff.omega * a_core / hbm
+    gemm_fwd = gemm_f / gemm_rate
+    fwd_layers = gemm_fwd + core_fwd + el_lin + el_core
+    bwd_layers = 2 * gemm_fwd + core_bwd + 2 * (el_lin + el_core)
+    rec = np.select([rc == 2, rc == 1], [fwd_layers, core_fwd + el_core], 0.0)
+    logit_t = logit_f / gemm_rate
     if emb:
         # the last stage holds one layer fewer than the others (``embedding_stage``): the
         # period is the slower of a middle stage (Ls layers) and the last (Ls - 1 layers and
         # the logits); the logits' share is what the last stage adds beyond a middle one
-        layer_rc = np.select([rc == 2, rc == 1], [1.0, core_f / np.maximum(gemm_f + core_f,
-                                                                          1e-30)], 0.0)
-        one_layer = (gemm_f + core_f) / Ls * (3 + layer_rc) / 3
-        logit_f = np.where(p > 1, np.maximum(0.0, logit_f - one_layer), logit_f)
-    fwd = (gemm_f + core_f + logit_f) / rate
-    rec = np.select([rc == 2, rc == 1], [(gemm_f + core_f) / rate, core_f / rate], 0.0)
-    tau_c = 3 * fwd + rec
-    moe_mlp_time = 3 * tokens * Ls * moe_frac * fmoe["mlp"] / rate
-    core_time = 3 * core_f / rate
+        one_layer = (fwd_layers + bwd_layers + rec) / Ls
+        logit_t = np.where(p > 1, np.maximum(0.0, 3 * logit_t - one_layer) / 3, logit_t)
+    tau_c = fwd_layers + bwd_layers + rec + 3 * logit_t
+    moe_mlp_time = 3 * tokens * Ls * moe_frac * fmoe["mlp"] / gemm_rate
+    core_time = core_fwd + core_bwd
 
     # ---- TP: 4 all-reduces (or RS+AG with SP) per layer per microbatch, 6 with full recompute
     tp_msg = b * (s / c) * h * by
@@ -283,7 +311,7 @@ def evaluate(sc: Scenario, P: Plans, eff: Efficiency | None = None) -> dict[str,
     sig_mean = np.where(p > 1, sig_sum / np.maximum(v * p - 1, 1), 0.0)
     # the last stage (logits) sets the steady-state period; fill and drain run through the
     # other stages
-    tau_other = tau - 3 * logit_f / rate
+    tau_other = tau - 3 * logit_t
     ideal = m * tau + (p - 1) / v * tau_other
     latency = 2 * sig_sum + np.maximum(m - p, 0) * 2 * (p - 1) * sig_mean / p
     # busiest uplink: 2v transfers per microbatch leave a boundary building
@@ -333,7 +361,7 @@ def evaluate(sc: Scenario, P: Plans, eff: Efficiency | None = None) -> dict[str,
     # backward share of the per-microbatch collectives: 2 of 4 (2 forward, 2 backward), or 4 of
     # 6 with full recompute (the recomputed forward repeats its collectives)
     bwd_share = (n_ar - 2) / n_ar
-    tau_b = (2 * fwd + rec) + (tau - tau_c) * bwd_share
+    tau_b = (bwd_layers + 2 * logit_t + rec) + (tau - tau_c) * bwd_share
     delta = tau_b / v + sig_mean
     w = np.where(odp, tau_b / v, 0.0)
     # with overlap and v chunks, chunk j's gradients are ready ~j·p backward chunks before the
@@ -395,8 +423,9 @@ def evaluate(sc: Scenario, P: Plans, eff: Efficiency | None = None) -> dict[str,
         "sigma_in_s": sig_in,
         "sigma_x_s": sig_x,
         "world": world,
-        "fwd_mb": fwd - logit_f / rate,
-        "logit_mb": logit_f / rate,
+        "fwd_mb": fwd_layers,
+        "bwd_mb": bwd_layers,
+        "logit_mb": logit_t,
         "rec_mb": rec,
         "comm_mb": tp_mb + cp_mb + ep_mb + z3_mb,
         "accum_mb": accum_mb,

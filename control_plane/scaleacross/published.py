@@ -50,16 +50,21 @@ __all__ = ["A100", "H100_FP8", "PUBLICATIONS", "ROWS", "TABLE1", "Row"]
 #: (Narayanan et al. §5, Korthikanti et al. §6; MT-NLG ran on the same machine).
 A100 = {"peak_tflops": 312, "memory_gb": 80, "gpus_per_node": 8, "nvlink_gbps": 2400,
         "nic_gbps": 200, "hbm_gb_s": 2039}
+#: DGX H100 under Transformer Engine's FP8 recipe: GEMMs at the dense FP8 peak (1,979 TFLOP/s),
+#: the attention at the dense BF16 peak (989 TFLOP/s): TE's ``DelayedScaling`` recipe has
+#: "fp8_dpa: bool, default = `False`  Whether to enable FP8 dot product attention" and no row
+#: here states FP8 attention (transformer_engine/common/recipe.py)
 H100_FP8 = {"peak_tflops": 1979, "memory_gb": 80, "gpus_per_node": 8, "nvlink_gbps": 3600,
-            "nic_gbps": 400, "hbm_gb_s": 3350}
+            "nic_gbps": 400, "hbm_gb_s": 3350, "attention_peak_tflops": 989}
 
 NARAYANAN = "Narayanan et al. SC'21"
 KORTHIKANTI = "Korthikanti et al. MLSys'23"
 MTNLG = "Smith et al. 2022 (MT-NLG)"
 NEMO = "NVIDIA NeMo 24.12"
 BLOOM = "BigScience BLOOM (tr11)"
+BRIDGE = "NVIDIA Megatron-Bridge 25.11"
 #: the publications, in the order tables list them
-PUBLICATIONS = (NARAYANAN, KORTHIKANTI, MTNLG, BLOOM, NEMO)
+PUBLICATIONS = (NARAYANAN, KORTHIKANTI, MTNLG, BLOOM, NEMO, BRIDGE)
 
 
 @dataclass(frozen=True)
@@ -259,7 +264,12 @@ ROWS.append(Row("BLOOM-176B 384 GPUs", BLOOM,
 # rows keep 2-byte gradients.
 _LLAMA70 = {"layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8, "ffn_hidden": 28672,
             "gated_mlp": True, "seq": 4096, "vocab": 32000}
-_NEMO_DP = {"zero": 1, "overlap_dp": True}
+# Attention: Megatron-core with Transformer Engine runs the attention core as TE's
+# ``DotProductAttention`` (flash-attention or cuDNN fused attention): ``fused_attention`` (no
+# s x s scores in memory, the masked half of the causal scores skipped, 2.5 x backward). The
+# 2021-2022 Megatron and DeepSpeed rows above materialize the scores (Megatron's fused
+# scale-mask-softmax kernel): no ``fused_attention``.
+_NEMO_DP = {"zero": 1, "overlap_dp": True, "training": {"fused_attention": True}}
 ROWS += [
     Row("NeMo GPT3-175B 128 GPUs", NEMO, "GPT3-175B, 128 GPUs, GBS 256, 716 tokens/s/GPU",
         _gpt(96, 12288, 96), H100_FP8, 4, 8, 128, 256, "fp8", "none", interleave=6,
@@ -302,4 +312,25 @@ ROWS += [
         md, H100_FP8, t, p, g, B, "fp8", "none", interleave=v, microbatch=b, cp=c,
         sequence_parallel=t > 1, tokens_s_gpu=tok, **_NEMO_DP)
     for n, md, t, p, c, g, B, b, v, tok in _NEMO_MORE
+]
+
+# ---- NVIDIA Megatron-Bridge performance summary, "25.11 NeMo Container", "System: DGX-H100"
+# (NVIDIA-NeMo/Megatron-Bridge, docs/performance-summary.md; cells: model, GPUs, precision,
+# GBS, MBS, sequence, FSDP, TP, PP, CP, VP, EP, GA, tokens/s/GPU, model TFLOP/s/GPU):
+# "LLAMA3_8B | 8 | FP8-CS | 128 | 1 | 8192 | 1 | 1 | 1 | 1 | n/a | 1 | 16 | 14451 | 744" and
+# "LLAMA3_70B | 64 | FP8-CS | 128 | 1 | 8192 | 0 | 4 | 8 | 1 | 5 | 1 | 64 | 1602 | 719".
+# Training split for ``eta_fp8`` (the one constant only FP8 rows see; see validate.py): a later
+# release and recipe (FP8 current scaling) than the NeMo 24.12 rows, which stay held out.
+# FSDP 1 is taken as ZeRO-3 over the 8 data-parallel ranks; FSDP 0 as NeMo's distributed
+# optimizer. The table's other DGX-H100 rows: LLAMA3.1_405B (126 layers over PP 8 x VP 8
+# chunks, which ``pp`` cannot express) and MoE rows (GPT OSS, Qwen3) left out.
+ROWS += [
+    Row("Bridge LLAMA3-8B 8 GPUs", BRIDGE, "LLAMA3_8B, 8 GPUs, FP8-CS, FSDP, 14451 tokens/s/GPU",
+        {"layers": 32, "hidden": 4096, "heads": 32, "ffn_hidden": 14336, **_L3}, H100_FP8,
+        1, 1, 8, 128, "fp8", "none", zero=3, overlap_dp=True,
+        training={"fused_attention": True}, tokens_s_gpu=14451, calibrate=True),
+    Row("Bridge LLAMA3-70B 64 GPUs", BRIDGE, "LLAMA3_70B, 64 GPUs, FP8-CS, 1602 tokens/s/GPU",
+        {"layers": 80, "hidden": 8192, "heads": 64, "ffn_hidden": 28672, **_L3}, H100_FP8,
+        4, 8, 64, 128, "fp8", "none", interleave=5, sequence_parallel=True,
+        tokens_s_gpu=1602, calibrate=True, **_NEMO_DP),
 ]

@@ -92,6 +92,13 @@ class Hardware:
     nvlink_latency_us: float = 3.0
     nic_latency_us: float = 8.0
     memory_reserved_gb: float = 4.0
+    #: peak of the attention core (scores and softmax·V) where it runs in another precision
+    #: than the GEMMs (Transformer Engine's FP8 recipes: BF16); ``None``: ``peak_tflops``
+    attention_peak_tflops: float | None = None
+
+    @property
+    def attention_peak(self) -> float:
+        return self.attention_peak_tflops or self.peak_tflops
 
 
 @dataclass(frozen=True)
@@ -172,6 +179,9 @@ class Scenario:
     #: with ZeRO >= 1 the gradients are still all-reduced in full, then the updated parameter
     #: shards all-gathered (DeepSpeed's BF16 optimizer); ``False``: reduce-scattered
     zero_grad_allreduce: bool = False
+    #: the attention core runs as one fused (flash) kernel: no s x s score matrix in memory,
+    #: the masked half of the causal scores skipped, the scores recomputed in its backward
+    fused_attention: bool = False
 
     @property
     def dtype_bytes(self) -> int:
@@ -307,6 +317,8 @@ def _parse_hardware(raw: dict) -> Hardware:
         nvlink_latency_us=_num(sec, p, "nvlink_latency_us", float, 3.0, lo_open=False),
         nic_latency_us=_num(sec, p, "nic_latency_us", float, 8.0, lo_open=False),
         memory_reserved_gb=_num(sec, p, "memory_reserved_gb", float, 4.0, lo_open=False),
+        attention_peak_tflops=_num(sec, p, "attention_peak_tflops", float, None,
+                                   allow_none=True),
     )
 
 
@@ -398,11 +410,12 @@ def parse_scenario(raw: Any, name: str = "scenario") -> Scenario:
     par = _parse_parallel(raw)
     tr = _section(raw, "training", required=False)
     _check_unknown(tr, "training", {"global_batch", "dtype", "grad_dtype", "grad_accum_pass",
-                                    "zero_grad_allreduce"})
+                                    "zero_grad_allreduce", "fused_attention"})
     dtype = _choice(tr, "training", "dtype", tuple(DTYPE_BYTES), "bf16") or "bf16"
     grad_dtype = _choice(tr, "training", "grad_dtype", tuple(DTYPE_BYTES), None)
     grad_accum_pass = bool(_bool(tr, "training", "grad_accum_pass", False))
     zero_ar = bool(_bool(tr, "training", "zero_grad_allreduce", False))
+    fused = bool(_bool(tr, "training", "fused_attention", False))
     gb = par.global_batch or _num(tr, "training", "global_batch", int, 0, lo_open=False)
     if not gb:
         raise ScenarioError(
@@ -411,7 +424,8 @@ def parse_scenario(raw: Any, name: str = "scenario") -> Scenario:
         )
     return Scenario(model, hw, cluster, par, dtype=dtype, global_batch=int(gb),
                     name=str(raw.get("name", name)), grad_dtype=grad_dtype,
-                    grad_accum_pass=grad_accum_pass, zero_grad_allreduce=zero_ar)
+                    grad_accum_pass=grad_accum_pass, zero_grad_allreduce=zero_ar,
+                    fused_attention=fused)
 
 
 def load_scenario(path: str | Path) -> Scenario:

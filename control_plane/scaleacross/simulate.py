@@ -108,12 +108,13 @@ def simulate(sc: Scenario, plan: Plan, eff: Efficiency | None = None) -> SimResu
     hw, xb = sc.hardware, sc.cluster.cross_building
     comm = float(r["comm_mb"])
     fwd_stage = float(r["fwd_mb"]) / v
+    bwd_stage = float(r["bwd_mb"]) / v
     rec_stage = float(r["rec_mb"]) / v
     logit = float(r["logit_mb"])
     share = float(r["comm_bwd_share"])
     f_dur = fwd_stage + comm * (1 - share) / v
     # the gradient-accumulation pass (``training.grad_accum_pass``) follows each backward
-    b_dur = 2 * fwd_stage + rec_stage + comm * share / v + float(r["accum_mb"]) / v
+    b_dur = bwd_stage + rec_stage + comm * share / v + float(r["accum_mb"]) / v
 
     def dur(kind: str, stage: int, chunk: int) -> float:
         last = stage == p - 1 and chunk == v - 1

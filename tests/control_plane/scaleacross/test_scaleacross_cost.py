@@ -12,37 +12,78 @@ from control_plane.scaleacross.cost import Efficiency, evaluate
 from control_plane.scaleacross.plan import Plan, resolve_plan
 from tests.support.scaleacross import scenario
 
-EFF = Efficiency(eta_max=0.5, h0=5.0, eta_net=0.8)
+EFF = Efficiency(eta_max=0.5, omega=2.0, eta_net=0.8)
 
 
 def one(sc, pl, eff=EFF):
     return {k: np.asarray(v)[0] for k, v in evaluate(sc, pl.to_arrays(), eff).items()}
 
 
-def test_single_gpu_time_is_flops_over_effective_peak():
+def _elementwise_s(sc, b=1, core=True):
+    """By hand: omega x Korthikanti's activation bytes of every layer, 3 passes, at HBM speed."""
+    md, hw = sc.model, sc.hardware
+    s, h, a = md.seq, md.hidden, md.heads
+    per_layer = s * b * h * (34 + (5 * a * s / h if core else 0.0))  # eq. 1, t = 1, 2-byte
+    return 3 * md.layers * EFF.omega * per_layer / (hw.hbm_gb_s * 1e9)
+
+
+def test_single_gpu_time_is_flops_over_peak_plus_elementwise_bytes():
     sc = scenario(training={"global_batch": 8})
     pl = Plan(tp=1, pp=1, dp=1, microbatch=1, recompute="none", zero=0)
     r = one(sc, pl)
     flops = fm.flops_per_iteration(sc.model, 8, "none")
-    hw = sc.hardware
-    balance = hw.peak_tflops * 1e12 / (hw.hbm_gb_s * 1e9)  # FLOP per HBM byte
-    peak = hw.peak_tflops * 1e12 * EFF.eta_max * 2048 / (2048 + 5.0 * balance)
-    assert r["iteration_s"] - r["optimizer"] == pytest.approx(flops / peak, rel=1e-9)
-    assert r["compute"] == pytest.approx(flops / peak, rel=1e-9)
+    expect = flops / (sc.hardware.peak_tflops * 1e12 * EFF.eta_max) + 8 * _elementwise_s(sc)
+    assert r["iteration_s"] - r["optimizer"] == pytest.approx(expect, rel=1e-9)
+    assert r["compute"] == pytest.approx(expect, rel=1e-9)
     assert r["bubble"] == 0 and r["dp_comm"] == 0 and r["tp_comm"] == 0
 
 
-def test_compute_efficiency_falls_with_machine_balance():
-    # same hidden size, twice the peak at the same HBM bandwidth: the element-wise share of a
-    # layer doubles, so the achieved fraction of peak drops (and the time does not halve)
+def test_a_faster_peak_leaves_the_elementwise_time():
+    # twice the peak at the same HBM bandwidth halves the FLOP time, not the element-wise one
     sc = scenario(training={"global_batch": 8})
     fast = replace(sc, hardware=replace(sc.hardware, peak_tflops=2 * sc.hardware.peak_tflops))
     pl = Plan(tp=1, pp=1, dp=1, microbatch=1, recompute="none", zero=0)
     t1, t2 = one(sc, pl)["compute"], one(fast, pl)["compute"]
+    el = 8 * _elementwise_s(sc)
+    assert t2 == pytest.approx((t1 - el) / 2 + el, rel=1e-9)
     assert t1 / 2 < t2 < t1
-    h = sc.model.hidden
-    b1 = sc.hardware.peak_tflops * 1e3 / sc.hardware.hbm_gb_s
-    assert t2 / t1 == pytest.approx(0.5 * (h + 2 * 5.0 * b1) / (h + 5.0 * b1), rel=1e-9)
+
+
+def test_fused_attention_by_hand():
+    # a fused (flash) kernel: no s x s score bytes, half the causal scores, backward 2.5 x its
+    # forward -- 3 x core + score bytes unfused against 0.5 x (1 + 2.5) x core fused
+    sc = scenario(training={"global_batch": 8})
+    fused = replace(sc, fused_attention=True)
+    pl = Plan(tp=1, pp=1, dp=1, microbatch=1, recompute="none", zero=0)
+    t_unf, t_fus = one(sc, pl)["compute"], one(fused, pl)["compute"]
+    md = sc.model
+    core = 8 * md.layers * fm.layer_flops_fwd(md, md.seq)["core_attn"] / (
+        sc.hardware.peak_tflops * 1e12 * EFF.eta_max)
+    scores = 8 * (_elementwise_s(sc) - _elementwise_s(sc, core=False))
+    assert t_unf - t_fus == pytest.approx(3 * core - 1.75 * core + scores, rel=1e-9)
+
+
+def test_fp8_gemms_and_attention_at_their_own_peaks():
+    # GEMMs at peak x eta_max x eta_fp8, the attention core at attention_peak_tflops x eta_max
+    sc = replace(scenario(training={"global_batch": 8}), dtype="fp8", fused_attention=True)
+    hw = sc.hardware
+    pl = Plan(tp=1, pp=1, dp=1, microbatch=1, recompute="none", zero=0)
+    eff = replace(EFF, eta_fp8=0.5)
+    base = one(sc, pl, eff)["compute"]
+    slow_attn = one(replace(sc, hardware=replace(hw, attention_peak_tflops=hw.peak_tflops / 2)),
+                    pl, eff)["compute"]
+    md = sc.model
+    core = 8 * md.layers * 0.5 * 3.5 * fm.layer_flops_fwd(md, md.seq)["core_attn"] / (
+        hw.peak_tflops * 1e12 * EFF.eta_max)
+    assert slow_attn - base == pytest.approx(core, rel=1e-9)
+    gemm = fm.flops_per_iteration(md, 8, "none") - 8 * md.layers * 3 * fm.layer_flops_fwd(
+        md, md.seq)["core_attn"]
+    faster = one(sc, pl, replace(eff, eta_fp8=1.0))["compute"]
+    assert base - faster == pytest.approx(gemm / (hw.peak_tflops * 1e12 * EFF.eta_max),
+                                          rel=1e-9)
+    # a 2-byte run does not see eta_fp8
+    bf16 = replace(sc, dtype="bf16")
+    assert one(bf16, pl, eff)["compute"] == pytest.approx(one(bf16, pl, EFF)["compute"])
 
 
 def test_breakdown_sums_to_iteration_time():

@@ -52,6 +52,8 @@ def test_shipped_scenarios_load(path):
     (lambda r: r["training"].update(grad_dtype="fp64"), "training.grad_dtype"),
     (lambda r: r["training"].update(grad_accum_pass=1), "training.grad_accum_pass"),
     (lambda r: r["training"].update(zero_grad_allreduce="no"), "training.zero_grad_allreduce"),
+    (lambda r: r["training"].update(fused_attention="yes"), "training.fused_attention"),
+    (lambda r: r["hardware"].update(attention_peak_tflops=0), "hardware.attention_peak_tflops"),
     (lambda r: r["hardware"].update(peak_tflops=float("nan")), "hardware.peak_tflops"),
     (lambda r: r["hardware"].update(nic_gbps=float("inf")), "hardware.nic_gbps"),
     (lambda r: r["model"].update(layers=float("inf")), "model.layers"),
