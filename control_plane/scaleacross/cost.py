@@ -70,7 +70,7 @@ class Efficiency:
     eta_max: float = 0.70607
     omega: float = 2.4737
     eta_net: float = 0.80573
-    eta_fp8: float = 0.69466
+    eta_fp8: float = 0.66239
 
 
 Plans = dict[str, np.ndarray]
@@ -134,7 +134,7 @@ def evaluate(sc: Scenario, P: Plans, eff: Efficiency | None = None) -> dict[str,
     odp, oep = P["odp"].astype(bool), P["oep"].astype(bool)
     n = t.size
     B, s, h, L = sc.global_batch, md.seq, md.hidden, md.layers
-    by = float(sc.dtype_bytes)
+    by = float(sc.wire_bytes)  # activations on the wire
     m = B / (b * d)
     gpn = hw.gpus_per_node
 
@@ -226,6 +226,11 @@ def evaluate(sc: Scenario, P: Plans, eff: Efficiency | None = None) -> dict[str,
     tbw, tal = group_bw(t)
     n_ar = np.where(rc == 2, 6.0, 4.0)
     tp_mb = Ls * n_ar * fm.allreduce_time(tp_msg, t, tbw, tal)
+    if sc.tp_comm_overlap:
+        # ``training.tp_comm_overlap`` (Transformer Engine's userbuffers): each TP all-gather /
+        # reduce-scatter is split into chunks that overlap the GEMM it feeds or drains; only
+        # what the layers' GEMMs (forward, backward, recomputed forward) cannot hide is exposed
+        tp_mb = np.maximum(0.0, tp_mb - gemm_fwd * np.where(rc == 2, 4.0, 3.0))
 
     # ---- CP: K,V gathered forward, gathered + dK,dV reduce-scattered backward
     kv = h * md.kv / md.heads
@@ -314,6 +319,15 @@ def evaluate(sc: Scenario, P: Plans, eff: Efficiency | None = None) -> dict[str,
     tau_other = tau - 3 * logit_t
     ideal = m * tau + (p - 1) / v * tau_other
     latency = 2 * sig_sum + np.maximum(m - p, 0) * 2 * (p - 1) * sig_mean / p
+    if sc.blocking_p2p:
+        # DeepSpeed's pipeline engine (``training.blocking_p2p``): every send is "blocking
+        # and must be paired with a RecvActivation on the next pipeline stage"
+        # (runtime/pipe/schedule.py), so transfers sit on the critical path in lockstep.
+        # Simulating its TrainSchedule step by step with rendezvous transfers of σ each (any
+        # forward/backward ratio) puts 4m + 2p - 8 of them on the critical path for p >= 3,
+        # 2m for p = 2 (Megatron's 1F1B: about 2 per microbatch)
+        n_blk = np.where(p >= 3, 4 * m + 2 * p - 8, np.where(p == 2, 2 * m, 0.0))
+        latency = np.maximum(latency, n_blk * sig_mean)
     # busiest uplink: 2v transfers per microbatch leave a boundary building
     busy = np.where(pp_cross, 2 * v * x_bytes / up_min, 0.0)
     t_pipe = np.maximum(ideal + latency, m * busy + (p - 1) / v * tau_other + 2 * sig_sum)

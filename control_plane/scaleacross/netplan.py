@@ -92,7 +92,7 @@ def build_network_plan(sc: Scenario, pl: Plan, eff: Efficiency | None = None) ->
     """The network plan of ``pl`` on ``sc`` as a JSON-ready dict (``version`` 1)."""
     r = {k: np.asarray(v)[0] for k, v in evaluate(sc, pl.to_arrays(), eff).items()}
     md = sc.model
-    by = sc.dtype_bytes
+    by = sc.wire_bytes  # activations on the wire
     ranks = rank_layout(sc, pl)
     m = pl.microbatches(sc.global_batch)
     s_c = md.seq / pl.cp

@@ -219,7 +219,13 @@ ROWS.append(Row("K-530B selective+SP DP8", KORTHIKANTI, "§6.3: 530B at 8-way DP
 # interleaving (v = 1), microbatch 1, full recomputation (the published TFLOP/s equal eq. 3,
 # which counts the recomputed forward, to 0.2 %). GPT-2 BPE vocabulary, 50,272 entries once
 # padded (cli99/llm-analysis model config "mt-nlg-530b").
-_DS_BF16 = {"grad_dtype": "fp32", "grad_accum_pass": True, "zero_grad_allreduce": True}
+# DeepSpeed's pipeline engine sends and receives in blocking pairs ("The communication is
+# blocking and must be paired with a :class:`RecvActivation` on the next pipeline stage to
+# avoid deadlock", deepspeed/runtime/pipe/schedule.py; p2p.py: ``dist.send``/``dist.recv``):
+# ``blocking_p2p``. Its activations are partitioned over the TP ranks ("self.is_pipe_partitioned
+# = self.is_model_parallel", runtime/pipe/engine.py), as Megatron's scatter/gather does.
+_DS_BF16 = {"grad_dtype": "fp32", "grad_accum_pass": True, "zero_grad_allreduce": True,
+            "blocking_p2p": True}
 ROWS += [
     Row(f"MT-NLG 530B {n} nodes", MTNLG, f"§2.4: {n} DGX A100, B=1920, {s} s ({tf} TFLOP/s)",
         _gpt(105, 20480, 128, 50272), A100, 8, 35, n * 8, 1920, "bf16", "full", zero=1,
@@ -269,7 +275,14 @@ _LLAMA70 = {"layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8, "ffn_hidde
 # s x s scores in memory, the masked half of the causal scores skipped, 2.5 x backward). The
 # 2021-2022 Megatron and DeepSpeed rows above materialize the scores (Megatron's fused
 # scale-mask-softmax kernel): no ``fused_attention``.
-_NEMO_DP = {"zero": 1, "overlap_dp": True, "training": {"fused_attention": True}}
+# TP communication: NeMo v2.1.0's performance recipes add "MegatronCommOverlapCallback,
+# tp_comm_overlap=True, tp_comm_overlap_cfg=userbuffers_..." (llama3_70b.py
+# pretrain_recipe_performance; gpt3_175b.py the same); Megatron-Bridge's llama3_70b recipe
+# sets "CommOverlapConfig(tp_comm_overlap=True, ...)" and its H100 performance config the
+# userbuffers config ("userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192"). Assumed for the
+# other NeMo rows with TP > 1 (LLAMA2-70B, GPT3-20B) too.
+_NEMO_DP = {"zero": 1, "overlap_dp": True,
+            "training": {"fused_attention": True, "tp_comm_overlap": True}}
 ROWS += [
     Row("NeMo GPT3-175B 128 GPUs", NEMO, "GPT3-175B, 128 GPUs, GBS 256, 716 tokens/s/GPU",
         _gpt(96, 12288, 96), H100_FP8, 4, 8, 128, 256, "fp8", "none", interleave=6,

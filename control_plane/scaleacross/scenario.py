@@ -182,10 +182,26 @@ class Scenario:
     #: the attention core runs as one fused (flash) kernel: no s x s score matrix in memory,
     #: the masked half of the causal scores skipped, the scores recomputed in its backward
     fused_attention: bool = False
+    #: TP collectives overlapped with the GEMMs they feed (Transformer Engine's userbuffers,
+    #: NeMo's ``tp_comm_overlap``): only the part the GEMMs cannot hide is exposed
+    tp_comm_overlap: bool = False
+    #: pipeline sends and receives block in pairs (DeepSpeed's pipeline engine): the
+    #: transfers sit on the critical path (see ``cost.evaluate``; not in the event simulation)
+    blocking_p2p: bool = False
 
     @property
     def dtype_bytes(self) -> int:
         return DTYPE_BYTES[self.dtype]
+
+    @property
+    def wire_bytes(self) -> int:
+        """Bytes per activation element sent between GPUs (TP, CP, EP, pipeline).
+
+        FP8 training (Transformer Engine) casts to FP8 inside its GEMM modules only: their
+        outputs, the residual stream and the attention's K, V stay BF16, and the TP
+        reductions sum in BF16, so an FP8 run sends 2-byte activations.
+        """
+        return 2 if self.dtype == "fp8" else self.dtype_bytes
 
     @property
     def stage_units(self) -> int:
@@ -410,12 +426,15 @@ def parse_scenario(raw: Any, name: str = "scenario") -> Scenario:
     par = _parse_parallel(raw)
     tr = _section(raw, "training", required=False)
     _check_unknown(tr, "training", {"global_batch", "dtype", "grad_dtype", "grad_accum_pass",
-                                    "zero_grad_allreduce", "fused_attention"})
+                                    "zero_grad_allreduce", "fused_attention",
+                                    "tp_comm_overlap", "blocking_p2p"})
     dtype = _choice(tr, "training", "dtype", tuple(DTYPE_BYTES), "bf16") or "bf16"
     grad_dtype = _choice(tr, "training", "grad_dtype", tuple(DTYPE_BYTES), None)
     grad_accum_pass = bool(_bool(tr, "training", "grad_accum_pass", False))
     zero_ar = bool(_bool(tr, "training", "zero_grad_allreduce", False))
     fused = bool(_bool(tr, "training", "fused_attention", False))
+    tp_overlap = bool(_bool(tr, "training", "tp_comm_overlap", False))
+    blocking = bool(_bool(tr, "training", "blocking_p2p", False))
     gb = par.global_batch or _num(tr, "training", "global_batch", int, 0, lo_open=False)
     if not gb:
         raise ScenarioError(
@@ -425,7 +444,7 @@ def parse_scenario(raw: Any, name: str = "scenario") -> Scenario:
     return Scenario(model, hw, cluster, par, dtype=dtype, global_batch=int(gb),
                     name=str(raw.get("name", name)), grad_dtype=grad_dtype,
                     grad_accum_pass=grad_accum_pass, zero_grad_allreduce=zero_ar,
-                    fused_attention=fused)
+                    fused_attention=fused, tp_comm_overlap=tp_overlap, blocking_p2p=blocking)
 
 
 def load_scenario(path: str | Path) -> Scenario:

@@ -86,6 +86,51 @@ def test_fp8_gemms_and_attention_at_their_own_peaks():
     assert one(bf16, pl, eff)["compute"] == pytest.approx(one(bf16, pl, EFF)["compute"])
 
 
+def test_tp_comm_overlap_hides_what_the_gemms_cover():
+    sc = scenario(training={"global_batch": 64})
+    pl = Plan(tp=8, pp=1, dp=1, microbatch=1, recompute="none", zero=0,
+              sequence_parallel=True)
+    plain = one(sc, pl)
+    assert plain["tp_comm"] > 0
+    hidden = one(replace(sc, tp_comm_overlap=True), pl)
+    # the GEMMs of a layer (3 x forward) outlast its TP collectives on NVLink: all hidden
+    assert hidden["tp_comm"] == 0
+    assert hidden["iteration_s"] == pytest.approx(plain["iteration_s"] - plain["tp_comm"],
+                                                  rel=1e-9)
+    # on a slow link only the part beyond the GEMMs stays exposed
+    slow = replace(sc, hardware=replace(sc.hardware, nvlink_gbps=1.0))
+    raw, ovl = one(slow, pl)["tp_comm"], one(replace(slow, tp_comm_overlap=True), pl)["tp_comm"]
+    md = sc.model
+    gemm = 64 * md.layers * 3 * (fm.layer_flops_fwd(md, md.seq)["attn_gemm"]
+                                 + fm.layer_flops_fwd(md, md.seq)["mlp"]) / (
+        8 * sc.hardware.peak_tflops * 1e12 * EFF.eta_max)
+    assert ovl == pytest.approx(raw - gemm, rel=1e-9)
+
+
+def test_blocking_p2p_puts_the_transfers_on_the_critical_path():
+    # DeepSpeed's TrainSchedule with rendezvous transfers: 4m + 2p - 8 transfers of sigma on
+    # the critical path (p >= 3), against Megatron's fill/drain plus ~2 per microbatch
+    sc = scenario(model={"vocab": 8}, training={"global_batch": 64})
+    pl = Plan(tp=1, pp=4, dp=1, microbatch=1, recompute="none", zero=0)
+    meg = one(sc, pl)
+    ds = one(replace(sc, blocking_p2p=True), pl)
+    sig = float(meg["sigma_in_s"])
+    m, p = 64, 4
+    assert meg["pp_comm"] == pytest.approx(2 * (p - 1) * sig + (m - p) * 2 * (p - 1) / p * sig,
+                                           rel=1e-9)
+    assert ds["pp_comm"] == pytest.approx((4 * m + 2 * p - 8) * sig, rel=1e-9)
+    assert ds["compute"] == meg["compute"] and ds["bubble"] == meg["bubble"]
+
+
+def test_fp8_sends_two_byte_activations():
+    sc = scenario(training={"global_batch": 64})
+    pl = Plan(tp=8, pp=2, dp=1, microbatch=1, recompute="none", zero=0)
+    fp8, bf16 = replace(sc, dtype="fp8"), replace(sc, dtype="bf16")
+    assert fp8.wire_bytes == bf16.wire_bytes == 2 and fp8.dtype_bytes == 1
+    assert one(fp8, pl)["tp_comm"] == pytest.approx(one(bf16, pl)["tp_comm"], rel=1e-12)
+    assert one(fp8, pl)["p2p_bytes"] == one(bf16, pl)["p2p_bytes"]
+
+
 def test_breakdown_sums_to_iteration_time():
     sc = scenario(parallel={"tp": 4, "pp": 4, "interleave": 2, "cross": "pp"})
     r = one(sc, resolve_plan(sc, EFF))

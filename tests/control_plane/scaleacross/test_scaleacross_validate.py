@@ -76,15 +76,19 @@ def test_training_split_is_stated_and_four_other_publications_are_held_out():
     assert not any(r.calibrate for r in ROWS if r.publication in others)
 
 
-def test_nemo_and_bridge_rows_run_transformer_engine_fp8():
-    # GEMMs in FP8, the fused attention in BF16 (989 dense TFLOP/s on H100 SXM)
+def test_rows_state_the_software_they_ran():
+    # NeMo / Megatron-Bridge: GEMMs in FP8, the fused attention in BF16 (989 dense TFLOP/s on
+    # H100 SXM), TP communication overlapped (userbuffers); DeepSpeed rows: blocking pipeline
+    # transfers; the 2021-2022 Megatron rows none of these
     for r in ROWS:
-        if r.publication in (NEMO, BRIDGE):
-            sc = r.scenario()
-            assert sc.dtype == "fp8" and sc.fused_attention
+        sc = r.scenario()
+        te = r.publication in (NEMO, BRIDGE)
+        assert sc.fused_attention == te, r.name
+        assert sc.tp_comm_overlap == te or (te and r.tp == 1), r.name
+        assert sc.blocking_p2p == (r.publication in (MTNLG, BLOOM)), r.name
+        if te:
+            assert sc.dtype == "fp8" and sc.wire_bytes == 2
             assert sc.hardware.attention_peak == 989 and sc.hardware.peak_tflops == 1979
-        else:
-            assert not r.scenario().fused_attention
 
 
 def test_tflops_derivation_matches_published_iteration_times():
@@ -155,20 +159,22 @@ def test_report_mape_is_the_mean_of_its_rows(report):
 
 def test_heldout_error_does_not_regress(report):
     # measured after issue 34's third round (element-wise bytes from Korthikanti's activation
-    # count, fused attention, FP8 GEMMs with eta_fp8 fitted on Megatron-Bridge's H100 rows;
-    # docs/scaleacross.md, "Validation"): 4.82 % over all 33 held-out rows (5.68 % before),
-    # worst row 17.7 % (NeMo LLAMA3-8B, CP 2; 21.7 % before); 2.18 % Narayanan's held-out
-    # rows, 3.57 % Korthikanti, 12.24 % MT-NLG, 4.16 % BLOOM, 6.91 % NeMo (9.33 % before);
-    # 6.15 % on the 22 rows of the four independent publications (7.31 % before)
-    assert report["mape_heldout_pct"] <= 4.9
-    assert report["max_abs_heldout_pct"] <= 18.0
-    assert report["heldout_independent"]["mape_pct"] <= 6.3
+    # count, fused attention, FP8 GEMMs with eta_fp8 fitted on Megatron-Bridge's H100 rows,
+    # TP communication overlap and DeepSpeed's blocking pipeline transfers as the sources
+    # state them; docs/scaleacross.md, "Validation"): 4.58 % over all 33 held-out rows (5.68 %
+    # before), worst row 14.89 % (NeMo LLAMA3-8B, CP 2; 21.7 % before); 2.18 % Narayanan's
+    # held-out rows, 3.57 % Korthikanti, 11.76 % MT-NLG, 2.53 % BLOOM, 6.37 % NeMo (9.33 %
+    # before); 5.78 % on the 22 rows of the four independent publications (7.31 % before)
+    assert report["mape_heldout_pct"] <= 4.7
+    assert report["max_abs_heldout_pct"] <= 15.0
+    assert report["target"]["met"]
+    assert report["heldout_independent"]["mape_pct"] <= 5.9
     by = report["heldout_by_publication"]
     assert by[NARAYANAN]["mape_pct"] <= 2.5
     assert by[KORTHIKANTI]["mape_pct"] <= 3.8
-    assert by[MTNLG]["mape_pct"] <= 12.5
-    assert by[BLOOM]["max_abs_pct"] <= 4.5
-    assert by[NEMO]["mape_pct"] <= 7.2
+    assert by[MTNLG]["mape_pct"] <= 12.0
+    assert by[BLOOM]["max_abs_pct"] <= 3.0
+    assert by[NEMO]["mape_pct"] <= 6.6
 
 
 def test_cli_validate_prints_the_table(capsys):
