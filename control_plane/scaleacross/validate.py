@@ -2,15 +2,15 @@
 
 The rows, their sources and configurations are in :mod:`control_plane.scaleacross.published`.
 
-**Training split**: the odd rows of Narayanan et al. SC'21 Table 1 (1.7B, 7.5B, 39.1B, 145.6B,
-529.6B; :data:`TRAINING_SPLIT`). Calibration fits the three global constants of
-:class:`cost.Efficiency` (η_max, h₀, η_net) by least squares on ``log(predicted/measured)`` over
-those rows only. Every other row is held out: Table 1's even rows and Table 2 (same
-publication), Korthikanti et al. (Tables 3 and 5), MT-NLG (§2.4), BigScience's BLOOM-176B
-(tr11 README) and NeMo 24.12 (another GPU and dtype, never used for fitting). The target is a
-held-out MAPE of at most :data:`TARGET_MAPE_PCT` with no held-out row worse than
-:data:`TARGET_MAX_ROW_PCT`; the report gives it over all held-out rows (``met``) and over the
-rows of the publications independent of the training one alone (``met_independent``).
+**Training split** (:data:`TRAINING_SPLIT`): the odd rows of Narayanan et al. SC'21 Table 1
+(1.7B, 7.5B, 39.1B, 145.6B, 529.6B) fit (η_max, ω, η_net) of :class:`cost.Efficiency` by least
+squares on ``log(predicted/measured)``; then Megatron-Bridge 25.11's two DGX-H100 FP8 rows
+(LLAMA3 8B and 70B) fit η_fp8, the one constant only FP8 rows see, with the other three fixed.
+Every other row is held out: Table 1's even rows and Table 2 (same publication), Korthikanti
+et al. (Tables 3 and 5), MT-NLG (§2.4), BigScience's BLOOM-176B (tr11 README) and NeMo 24.12
+(H100 FP8). The target is a held-out MAPE of at most :data:`TARGET_MAPE_PCT` with no held-out
+row worse than :data:`TARGET_MAX_ROW_PCT`; the report gives it over all held-out rows (``met``)
+and over the rows of the publications the training rows do not come from (``met_independent``).
 """
 
 from __future__ import annotations
