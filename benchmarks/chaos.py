@@ -8,7 +8,8 @@ workers' transport and the controller, as measurements. Prints one JSON object::
      "switch_restarts":       {"restarts", "deadlocks", "exact", "repairs", ...},
      "dead_rank_partial":     {"healthy_pkt_s", "dead_pkt_s", "ratio", "exact_where_full", ...},
      "idle_streams":          {"streams", "status_s", "answered"},
-     "start_flood", "replay", "cross_job", "token_flood", "values_above_g": ...}
+     "start_flood", "replay", "cross_job", "token_flood", "values_above_g",
+     "lapping_member": ...}
     (every class also "held": true when what it checks held)
 
 Every class runs on loopback (no root): one ``python -m host.softswitch`` process configured
@@ -57,6 +58,10 @@ token_flood
     issue 33, 4: one socket floods wrong-token datagrams during all-reduces: sums exact, the
     all-reduces within 2x of clean ones, the socket held by the rate limit (its right-token
     status request unanswered).
+lapping_member
+    issue 33, 1 (its last sentence): a member's address (another port) with the job's token
+    sends every copy's round after next, without ``START``, during all-reduces: dropped as
+    ``AHEAD`` (it reset copies still collecting, and every rank gave up), sums exact.
 values_above_g
     issue 33, 5: a member's address sends values-uplink DATA of 255 per lane into the copies
     the next all-reduce uses: dropped (``MALFORMED``), the sum exact.
@@ -735,11 +740,55 @@ def values_above_g(args: argparse.Namespace) -> dict:
             "held": exact and mal == W}
 
 
+def lapping_member(args: argparse.Namespace) -> dict:
+    """Issue 33, 1: a member (its address, another UDP port, the job's token) sends, all along
+    ``--iterations`` all-reduces, each copy's round after next and the one after that (no
+    ``START``) on every slot, data and norm: obeyed, each reset a copy still collecting and the
+    others' rounds turned STALE until every rank gave up; dropped as AHEAD, the sums stay exact
+    and on time."""
+    n, k, W = 3, args.iterations, 16
+    codec, xs, refs = _workload(n, W * 256, 12, k)
+    with EmbeddedNetwork(n, num_slots=W) as net:
+        clean, clean_s = _timed_allreduces(net, 1, xs, codec, k)
+        base = 1 << 20
+        laps = [_contribution(net, slot, base + ahead, norm)
+                for ahead in range(2, 2 * k + 4) for slot in range(W) for norm in (False, True)]
+        stop = threading.Event()
+        sent = [0]
+
+        def lap() -> None:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.bind((net.address(0).ip, 0))
+                while not stop.is_set():
+                    for d in laps:
+                        s.sendto(d, net.address(0).switch)
+                    sent[0] += len(laps)
+                    time.sleep(0.001)
+
+        before = _drops(net)
+        th = threading.Thread(target=lap, daemon=True)
+        th.start()
+        try:
+            lapped, lapped_s = _timed_allreduces(net, base, xs, codec, k)
+        finally:
+            stop.set()
+            th.join(5)
+        after = _drops(net)
+    exact = _exact(clean, refs) and _exact(lapped, refs)
+    ahead = after.get(int(lay.DropReason.AHEAD), 0) - before.get(int(lay.DropReason.AHEAD), 0)
+    return {"workers": n, "allreduces": k, "laps_sent": sent[0], "dropped_ahead": ahead,
+            "clean_s": round(clean_s, 3), "lapped_s": round(lapped_s, 3),
+            "ratio": round(lapped_s / clean_s, 2), "exact": exact,
+            "errors": [repr(g)[:160] for g in lapped if isinstance(g, BaseException)][:3],
+            "held": exact and ahead > 0}
+
+
 CLASSES = {"fuzz_member_addresses": fuzz_member_addresses, "forged_results": forged_results,
            "far_future_rounds": far_future_rounds, "switch_restarts": switch_restarts,
            "dead_rank_partial": dead_rank_partial, "idle_streams": idle_streams,
            "start_flood": start_flood, "replay": replay, "cross_job": cross_job,
-           "token_flood": token_flood, "values_above_g": values_above_g}
+           "token_flood": token_flood, "values_above_g": values_above_g,
+           "lapping_member": lapping_member}
 
 
 def main(argv: list[str] | None = None) -> int:
