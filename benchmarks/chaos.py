@@ -399,39 +399,38 @@ def switch_restarts(args: argparse.Namespace) -> dict:
             "errors": [repr(e)[:200] for e in errs] + [f"apply: {e}" for e in apply_errors]}
 
 
-def dead_rank_partial(args: argparse.Namespace) -> dict:
-    """Healthy and dead-rank runs alternate ``--dead-repeats`` times (fresh windows and round
-    bases each time, one switch); each dead run is measured after its first deadline (a first
-    exchange in the same windows learns the suspect). Medians, and every run."""
-    n, packets = 4, args.dead_packets
-    codec = THCCodec()
-    xs = _data(n, packets * 256, 5)
-    encs = encode_workers(codec, xs)
-    vals = table_values(codec, encs)
-    slots = SlotConfig(policy="partial", deadline=0.5)
-    out: dict = {"workers": n, "packets": packets, "deadline_s": slots.deadline,
-                 "repeats": args.dead_repeats}
-    healthy, firsts, dead, got, st = [], [], [], [], []
-    with EmbeddedNetwork(n, num_slots=64) as net:
-        base = 1
-        for _ in range(args.dead_repeats):
-            aggs = _aggs(net, base, slots)
-            base += 1 << 20                    # every session above the last one's rounds
-            _run(aggs, lambda i, aggs=aggs: aggs[i].sum_encoded(encs[i], codec))       # warm-up (RTT)
-            t0 = time.monotonic()
-            _run(aggs, lambda i, aggs=aggs: aggs[i].sum_encoded(encs[i], codec))
-            healthy.append(time.monotonic() - t0)
-            _close(aggs)
-            aggs = _aggs(net, base, slots, ranks=range(n - 1))              # rank 3 is dead
-            base += 1 << 20
-            t0 = time.monotonic()
-            got += _run(aggs, lambda i, aggs=aggs: aggs[i].sum_encoded(encs[i], codec))
-            firsts.append(time.monotonic() - t0)
-            t0 = time.monotonic()
-            got += _run(aggs, lambda i, aggs=aggs: aggs[i].sum_encoded(encs[i], codec))
-            dead.append(time.monotonic() - t0)
-            st += [a.window.stats for a in aggs]
-            _close(aggs)
+def _dead_rank_pairs(new_aggs, encs: list, codec: THCCodec, vals: list, n: int, packets: int,
+                     repeats: int) -> dict:
+    """The dead-rank protocol on any target: ``repeats`` alternating healthy and dead-rank pairs
+    of aggregators from ``new_aggs(ranks)`` (fresh windows and round bases each call); each dead
+    run is measured after its first deadline (a first exchange in the same windows learns the
+    suspect). Medians, every run, and the asking ranks' window statistics."""
+    healthy, firsts, dead, got, st, gains, srtts = [], [], [], [], [], [], []
+    sent_h, sent_d = [], []      # datagrams to the switch in the measured exchanges
+
+    def sent(aggs: list) -> int:
+        return sum(a.window.stats.packets for a in aggs)
+
+    for _ in range(repeats):
+        aggs = new_aggs(range(n))
+        _run(aggs, lambda i, aggs=aggs: aggs[i].sum_encoded(encs[i], codec))       # warm-up (RTT)
+        s0, t0 = sent(aggs), time.monotonic()
+        _run(aggs, lambda i, aggs=aggs: aggs[i].sum_encoded(encs[i], codec))
+        healthy.append(time.monotonic() - t0)
+        sent_h.append(sent(aggs) - s0)
+        _close(aggs)
+        aggs = new_aggs(range(n - 1))                                       # rank 3 is dead
+        t0 = time.monotonic()
+        got += _run(aggs, lambda i, aggs=aggs: aggs[i].sum_encoded(encs[i], codec))
+        firsts.append(time.monotonic() - t0)
+        s0, t0 = sent(aggs), time.monotonic()
+        got += _run(aggs, lambda i, aggs=aggs: aggs[i].sum_encoded(encs[i], codec))
+        dead.append(time.monotonic() - t0)
+        sent_d.append(sent(aggs) - s0)
+        st += [a.window.stats for a in aggs]
+        gains.append(aggs[0].window.gain)
+        srtts.append(aggs[0].window.srtt or 0.0)
+        _close(aggs)
     live = sum(vals[: n - 1])
     exact, full = True, []
     for g in got:
@@ -444,18 +443,133 @@ def dead_rank_partial(args: argparse.Namespace) -> dict:
         full.append(float(m.mean()))
         exact &= bool((sums.numpy().astype(np.int64)[m] == live[m]).all())
     h, d = statistics.median(healthy), statistics.median(dead)
-    out.update({"healthy_s": round(h, 3), "healthy_pkt_s": round(packets / h),
-                "first_with_dead_s": round(statistics.median(firsts), 3),
-                "after_first_deadline_s": round(d, 3), "dead_pkt_s": round(packets / d),
-                "ratio": round(d / h, 2), "within_2x": d <= 2 * h,
-                "healthy_s_runs": [round(x, 3) for x in healthy],
-                "after_first_deadline_s_runs": [round(x, 3) for x in dead],
-                "ratio_runs": [round(y / x, 2) for x, y in zip(healthy, dead, strict=True)],
-                "exact_where_full": exact, "held": exact and d <= 2 * h,
-                "full_count_fraction": round(min(full), 3) if full else None,
-                "fast_deadlines": sum(s.fast_deadlines for s in st),
-                "deadlines": sum(s.deadlines for s in st),
-                "before_per_packet_deadline_s": round(packets / 64 * slots.deadline, 1)})
+    return {"healthy_s": round(h, 3), "healthy_pkt_s": round(packets / h),
+            "first_with_dead_s": round(statistics.median(firsts), 3),
+            "after_first_deadline_s": round(d, 3), "dead_pkt_s": round(packets / d),
+            "ratio": round(d / h, 2), "within_2x": d <= 2 * h,
+            "healthy_s_runs": [round(x, 3) for x in healthy],
+            "after_first_deadline_s_runs": [round(x, 3) for x in dead],
+            "ratio_runs": [round(y / x, 2) for x, y in zip(healthy, dead, strict=True)],
+            "exact_where_full": exact, "held": exact and d <= 2 * h,
+            "full_count_fraction": round(min(full), 3) if full else None,
+            "fast_deadlines": sum(s.fast_deadlines for s in st),
+            "deadlines": sum(s.deadlines for s in st),
+            "deadlines_by_rank": [sum(s.deadlines for s in st[r::n - 1]) for r in range(n - 1)],
+            "retransmits": sum(s.retransmits for s in st),
+            # every datagram the workers sent (first sends, retransmissions, DEADLINE requests)
+            "healthy_sent": round(statistics.median(sent_h)),
+            "after_first_deadline_sent": round(statistics.median(sent_d)),
+            "asking_rank_gain_runs": [round(x, 2) for x in gains],
+            "asking_rank_srtt_ms_runs": [round(1000 * x, 3) for x in srtts],
+            "errors": [repr(g)[:160] for g in got if isinstance(g, BaseException)][:3]}
+
+
+#: the desired-state file the BMv2 variant of ``dead_rank_partial`` applies (its job is made
+#: partial-policy with the software target's 64 slots)
+DEAD_RANK_TOPOLOGY = REPO / "mininet" / "rack.yaml"
+
+
+def _dead_rank_bmv2(args: argparse.Namespace, n: int, slots_n: int, deadline: float) -> dict:
+    """The dead-rank protocol on BMv2, as a user runs it: ``netco testbed``'s Mininet rack
+    (:class:`control_plane.testbed.net.Testbed`, target ``bmv2``: ``simple_switch_grpc``
+    started by the testbed, the controller applying the desired-state file over P4Runtime)
+    of ``mininet/rack.yaml`` with its job made partial-policy with ``slots_n`` slots; workers
+    are :class:`NetworkAggregator` threads on raw endpoints opened in the hosts (what
+    ``TestbedWorkloads.allreduce`` does), with the testbed's slot timing
+    (:meth:`~control_plane.testbed.workload.TestbedWorkloads.slot_config`: on unimpaired links
+    the software target's, rto 0.02 s, max_rto 0.5 s) and the same ``deadline``.
+    ``{"skipped": reason}`` (one line: what to install) when BMv2, the program, Mininet or
+    root is missing."""
+    import yaml
+
+    from control_plane.config import load_config
+    from control_plane.testbed.net import Testbed, with_free_ports
+    from control_plane.testbed.targets import TestbedError, choose_target
+
+    packets = args.dead_bmv2_packets
+    with tempfile.TemporaryDirectory(prefix="netco-chaos-bmv2-") as tmp:
+        raw = yaml.safe_load(DEAD_RANK_TOPOLOGY.read_text())
+        if len(raw["jobs"][0]["members"]) != n:
+            raise RuntimeError(f"{DEAD_RANK_TOPOLOGY}: its job must have {n} members")
+        raw["jobs"][0].update(policy="partial", num_slots=slots_n)
+        path = Path(tmp) / "rack-partial.yaml"
+        path.write_text(yaml.safe_dump(raw, sort_keys=False))
+        cfg = with_free_ports(load_config(path))
+        try:
+            choose_target("bmv2", cfg.controller.bmv2_json, flag="--dead-target")
+            if os.geteuid() != 0:
+                raise TestbedError("the BMv2 rack needs root (network namespaces, raw sockets); "
+                                   "run as root or use --dead-target softswitch")
+            tb = Testbed(cfg, target="bmv2", tag=f"cd{os.getpid() % 1000:03d}", workdir=tmp)
+            t0 = time.monotonic()
+            tb.up()
+        except TestbedError as exc:
+            return {"skipped": str(exc).splitlines()[0]}
+        try:
+            up_s = time.monotonic() - t0
+            jb = tb.job()
+            codec = tb.codec(jb)
+            slots = tb.slot_config(jb, deadline=deadline)
+            encs = encode_workers(codec, _data(n, packets * 256, 5))
+            vals = table_values(codec, encs)
+            base = [1]                        # a fresh switch, as on the software target
+
+            def new_aggs(ranks: range) -> list[NetworkAggregator]:
+                spec = dict(job_id=jb.id, world=n, num_slots=jb.num_slots,
+                            granularity=jb.thc.g, lane_bits=jb.lane_bits,
+                            token=tb.tokens.get(jb.id, 0), round_base=base[0])
+                base[0] += 1 << 20             # every session above the last one's rounds
+                return [NetworkAggregator(tb.endpoint(jb.members[r]), JobSpec(rank=r, **spec),
+                                          slots) for r in ranks]
+
+            out = {"target": "bmv2", "workers": n, "packets": packets,
+                   "deadline_s": slots.deadline, "rto_s": slots.rto, "max_rto_s": slots.max_rto,
+                   "num_slots": jb.num_slots, "lane_bits": jb.lane_bits,
+                   "repeats": args.dead_repeats, "testbed_up_s": round(up_s, 2)}
+            out.update(_dead_rank_pairs(new_aggs, encs, codec, vals, n, packets,
+                                        args.dead_repeats))
+            drops = tb.counters()[cfg.switches[0].name]["ingress.drops"]
+            out["switch_drops"] = {lay.DropReason(i).name: c for i, c in sorted(drops.items()) if c}
+            return out
+        finally:
+            tb.down()
+
+
+def dead_rank_partial(args: argparse.Namespace) -> dict:
+    """Healthy and dead-rank runs alternate ``--dead-repeats`` times (fresh windows and round
+    bases each time, one switch); each dead run is measured after its first deadline (a first
+    exchange in the same windows learns the suspect). Medians, and every run. On the software
+    target (the default) and/or BMv2 (``--dead-target``; its numbers under ``"bmv2"``)."""
+    n, packets = 4, args.dead_packets
+    slots = SlotConfig(policy="partial", deadline=0.5)
+    out: dict = {}
+    held: list[bool] = []
+    if args.dead_target in ("softswitch", "both"):
+        codec = THCCodec()
+        encs = encode_workers(codec, _data(n, packets * 256, 5))
+        vals = table_values(codec, encs)
+        out.update({"workers": n, "packets": packets, "deadline_s": slots.deadline,
+                    "repeats": args.dead_repeats})
+        with EmbeddedNetwork(n, num_slots=64) as net:
+            base = [1]
+
+            def new_aggs(ranks: range) -> list[NetworkAggregator]:
+                aggs = _aggs(net, base[0], slots, ranks=ranks)
+                base[0] += 1 << 20             # every session above the last one's rounds
+                return aggs
+
+            out.update(_dead_rank_pairs(new_aggs, encs, codec, vals, n, packets,
+                                        args.dead_repeats))
+        out["before_per_packet_deadline_s"] = round(packets / 64 * slots.deadline, 1)
+        held.append(out["held"])
+    if args.dead_target in ("bmv2", "both"):
+        out["bmv2"] = _dead_rank_bmv2(args, n, 64, slots.deadline)
+        if "held" in out["bmv2"]:                 # skipped: nothing measured, nothing claimed
+            held.append(out["bmv2"]["held"])
+    out["held_targets"] = [t for t in ("softswitch", "bmv2")
+                           if (t == "softswitch" and "ratio" in out) or
+                           (t == "bmv2" and "held" in out.get("bmv2", {}))]
+    out["held"] = bool(held) and all(held)
     return out
 
 
@@ -806,6 +920,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="packets per worker in the dead-rank class (default 8192)")
     p.add_argument("--dead-repeats", type=int, default=5,
                    help="healthy/dead run pairs in the dead-rank class; medians (default 5)")
+    p.add_argument("--dead-target", choices=("softswitch", "bmv2", "both"), default="softswitch",
+                   help="where the dead-rank class runs: the software target (default), BMv2 "
+                        "(netco testbed's Mininet rack, root; reported under \"bmv2\") or both")
+    p.add_argument("--dead-bmv2-packets", type=int, default=2048,
+                   help="packets per worker in the dead-rank class on BMv2 (default 2048: "
+                        "BMv2 forwards a few thousand packets/s)")
     p.add_argument("--give-up", type=float, default=5.0,
                    help="give-up (s) in the far-future, start-flood, replay and values classes "
                         "(default 5)")
@@ -815,7 +935,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--streams", type=int, default=40,
                    help="idle P4Runtime streams, reopened as they close (default 40)")
     args = p.parse_args(argv)
-    for name in ("restarts", "iterations", "elements", "dead_packets", "dead_repeats", "streams"):
+    for name in ("restarts", "iterations", "elements", "dead_packets", "dead_repeats",
+                 "dead_bmv2_packets", "streams"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')}={getattr(args, name)}: must be >= 1")
     out = {}

@@ -4,9 +4,12 @@ correctness fields (exact sums, no deadlock, forged results dropped, the control
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -40,3 +43,49 @@ def test_chaos_benchmark_runs_every_class_and_sums_stay_exact():
     lap = r["lapping_member"]        # obeyed, the laps reset copies and every rank gave up
     assert lap["held"] and lap["exact"] and lap["errors"] == [] and lap["dropped_ahead"] > 0
     assert all("held" in v for v in r.values())
+
+
+def _dead_rank(tmp_path: Path, target: str, env: dict | None = None) -> dict:
+    p = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "chaos.py"), "--json", "--only",
+         "dead_rank_partial", "--dead-target", target, "--dead-packets", "128",
+         "--dead-bmv2-packets", "128", "--dead-repeats", "1"],
+        capture_output=True, text=True, timeout=600, cwd=REPO, check=False, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(p.stdout[p.stdout.index("{"):])["dead_rank_partial"]
+
+
+@pytest.mark.root
+@pytest.mark.bmv2
+@pytest.mark.p4c
+@pytest.mark.mininet
+def test_dead_rank_on_bmv2_is_exact_where_full_and_reports_its_ratio(tmp_path):
+    """Issue 33 (carried over): the dead-rank class on BMv2 through netco testbed's Mininet rack
+    (the controller applies the file over P4Runtime), in a tiny configuration."""
+    from control_plane.config import DEFAULT_BMV2_JSON
+
+    if not DEFAULT_BMV2_JSON.exists():
+        pytest.skip(f"{DEFAULT_BMV2_JSON} not built (netco p4 build needs p4c)")
+    r = _dead_rank(tmp_path, "bmv2")
+    b = r["bmv2"]
+    assert "skipped" not in b, b
+    assert b["target"] == "bmv2" and b["workers"] == 4 and b["packets"] == 128
+    assert b["errors"] == [] and b["exact_where_full"]
+    assert b["full_count_fraction"] > 0          # some packets had all three live ranks in
+    assert b["ratio"] > 0 and len(b["ratio_runs"]) == 1 and isinstance(b["within_2x"], bool)
+    assert b["deadlines"] > 0                     # the dead rank was released by DEADLINEs
+    assert r["held_targets"] == ["bmv2"] and r["held"] == b["held"]
+    assert "ratio" not in r                       # the software target was not asked for
+
+
+def test_dead_rank_without_bmv2_says_what_to_install_and_claims_nothing(tmp_path):
+    """No ``simple_switch_grpc`` on PATH: the BMv2 part is one line naming what to install,
+    the software target's part is measured, and ``held`` covers only what was measured."""
+    from tests.support.hidepath import path_without
+
+    env = {**os.environ, "PATH": path_without(tmp_path / "bin", "simple_switch_grpc")}
+    r = _dead_rank(tmp_path, "both", env)
+    assert list(r["bmv2"]) == ["skipped"]
+    why = r["bmv2"]["skipped"]
+    assert "simple_switch_grpc" in why and "install BMv2" in why and "\n" not in why
+    assert r["held_targets"] == ["softswitch"] and r["exact_where_full"] and r["ratio"] > 0
