@@ -38,7 +38,12 @@ switch_restarts
 dead_rank_partial
     one of four ranks never shows up (partial policy): packets/s per worker after the first
     deadline against a healthy run of the same size, ``--dead-repeats`` alternating pairs
-    (medians; single runs on a shared machine scatter by 2x and more).
+    (medians; single runs on a shared machine scatter by 2x and more). ``--dead-target bmv2``
+    or ``both``: the same on BMv2 (under ``"bmv2"``; root, Mininet): ``netco testbed``'s rack
+    of ``mininet/rack.yaml`` with its job partial-policy and 64 slots, ``simple_switch_grpc``
+    configured by the controller applying that file, raw-endpoint workers in the hosts,
+    ``--dead-bmv2-packets`` per worker; ``{"skipped": why}`` without BMv2 (then ``held``
+    covers only ``held_targets``).
 idle_streams
     ``--streams`` (40) P4Runtime streams that never arbitrate, reopened as they are closed,
     then ``controller status``: it still answers (issue 33, 6: 32 locked it out).
