@@ -64,9 +64,9 @@ token_flood
     all-reduces within 2x of clean ones, the socket held by the rate limit (its right-token
     status request unanswered).
 lapping_member
-    issue 33, 1 (its last sentence): a member's address (another port) with the job's token
-    sends every copy's round after next, without ``START``, during all-reduces: dropped as
-    ``AHEAD`` (it reset copies still collecting, and every rank gave up), sums exact.
+    issue 33, 1 (its last sentence): between all-reduces, a member's address (another port)
+    with the job's token sends every copy's round after next, without ``START``: dropped as
+    ``AHEAD`` (it reset the copies, and every rank gave up), sums exact.
 values_above_g
     issue 33, 5: a member's address sends values-uplink DATA of 255 per lane into the copies
     the next all-reduce uses: dropped (``MALFORMED``), the sum exact.
@@ -860,46 +860,53 @@ def values_above_g(args: argparse.Namespace) -> dict:
 
 
 def lapping_member(args: argparse.Namespace) -> dict:
-    """Issue 33, 1: a member (its address, another UDP port, the job's token) sends, all along
-    ``--iterations`` all-reduces, each copy's round after next and the one after that (no
-    ``START``) on every slot, data and norm: obeyed, each reset a copy still collecting and the
-    others' rounds turned STALE until every rank gave up; dropped as AHEAD, the sums stay exact
-    and on time."""
+    """Issue 33, 1: before each of ``--iterations`` all-reduces, a member (its address, another
+    UDP port, the job's token) sends every slot copy the round after its next one (no
+    ``START``), data and norm: obeyed, each reset the copy and the others' next rounds turned
+    STALE until every rank gave up; dropped as AHEAD, the sums stay exact. (A lap repeated
+    until the copy gets there would be that rank's own next contribution, which the switch
+    cannot tell from an honest one: docs/security.md, "Members".)"""
+    from host.transport.session import ThreadAgreement, start_session
+
     n, k, W = 3, args.iterations, 16
     codec, xs, refs = _workload(n, W * 256, 12, k)
+    slots = SlotConfig(give_up=args.give_up)
     with EmbeddedNetwork(n, num_slots=W) as net:
         clean, clean_s = _timed_allreduces(net, 1, xs, codec, k)
-        base = 1 << 20
-        laps = [_contribution(net, slot, base + ahead, norm)
-                for ahead in range(2, 2 * k + 4) for slot in range(W) for norm in (False, True)]
-        stop = threading.Event()
-        sent = [0]
-
-        def lap() -> None:
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-                s.bind((net.address(0).ip, 0))
-                while not stop.is_set():
-                    for d in laps:
-                        s.sendto(d, net.address(0).switch)
-                    sent[0] += len(laps)
-                    time.sleep(0.001)
-
+        aggs = _aggs(net, 1 << 20, slots)
+        # opened as attach opens a session: every copy, data and norm, holds a released round
+        agree = ThreadAgreement(n, timeout=60.0)
+        _run(aggs, lambda i: start_session(aggs[i], 1 << 20, slots, agree))
         before = _drops(net)
-        th = threading.Thread(target=lap, daemon=True)
-        th.start()
-        try:
-            lapped, lapped_s = _timed_allreduces(net, base, xs, codec, k)
-        finally:
-            stop.set()
-            th.join(5)
+        sent, lapped, took = 0, [[] for _ in range(n)], 0.0
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind((net.address(0).ip, 0))           # rank 0's address, another port
+            for _ in range(k):
+                # every copy holds a released round; the next it takes is next_round's
+                for kind, norm in (("data", False), ("norm", True)):
+                    nxt = aggs[0].window.next_round[kind]
+                    for slot in range(W):
+                        for ahead in (2, 3):          # each copy's round after next
+                            s.sendto(_contribution(net, slot, int(nxt[slot]) + ahead, norm),
+                                     net.address(0).switch)
+                            sent += 1
+                time.sleep(0.05)
+                t0 = time.monotonic()
+                got = _run(aggs, lambda i: aggs[i].allreduce(xs[i], codec),
+                           timeout=args.give_up * 4 + 30)
+                took += time.monotonic() - t0
+                for r, g in enumerate(got):
+                    lapped[r].append(g)
         after = _drops(net)
-    exact = _exact(clean, refs) and _exact(lapped, refs)
+        _close(aggs)
+    errors = [g for r in lapped for g in r if isinstance(g, BaseException)]
+    exact = _exact(clean, refs) and not errors and _exact(lapped, refs)
     ahead = after.get(int(lay.DropReason.AHEAD), 0) - before.get(int(lay.DropReason.AHEAD), 0)
-    return {"workers": n, "allreduces": k, "laps_sent": sent[0], "dropped_ahead": ahead,
-            "clean_s": round(clean_s, 3), "lapped_s": round(lapped_s, 3),
-            "ratio": round(lapped_s / clean_s, 2), "exact": exact,
-            "errors": [repr(g)[:160] for g in lapped if isinstance(g, BaseException)][:3],
-            "held": exact and ahead > 0}
+    return {"workers": n, "allreduces": k, "laps_sent": sent, "dropped_ahead": ahead,
+            "clean_s": round(clean_s, 3), "lapped_s": round(took, 3),
+            "ratio": round(took / clean_s, 2), "exact": exact,
+            "errors": [repr(g)[:160] for g in errors][:3],
+            "held": exact and ahead == sent}
 
 
 CLASSES = {"fuzz_member_addresses": fuzz_member_addresses, "forged_results": forged_results,

@@ -116,7 +116,7 @@ def _job_entities(topo: Topology, window: int) -> list:
                             "ingress.thc_validate.set_job", index=0, slot_base=0, num_slots=window,
                             expected=n, lane_bits=lay.lane_bits_for(n, max(TABLE)), mcast_grp=1,
                             has_parent=0, parent_port=0, parent_addr="0.0.0.0",
-                            self_addr=topo.switch_ip, self_id=0, token=0)),  # loadgen: 0
+                            self_addr=topo.switch_ip, self_id=0, token=loadgen.TOKEN)),
         fy.P4TableEntry("ingress.thc_load.tables", match=fy.P4TableMatch(job_id=JOB),
                         action=fy.P4TableAction("ingress.thc_load.load_table",
                                                 **{f"v{i}": v for i, v in enumerate(TABLE)})),

@@ -140,6 +140,11 @@ def fragments() -> dict[str, str]:
         frags[f"generated_load_lanes{w}.p4"] = _fragment(
             [f"meta.acc.v{i} = {cast}hdr.lanes{w}.l{i};" for i in range(C)]
         )
+    # Values uplink (issue 33, 5): every lane at most the job's g, the largest table value.
+    frags["generated_values_top.p4"] = _fragment(
+        [f"table_scratch.read(t, {i}); if (t > top) {{ top = t; }}" for i in range(E)])
+    frags["generated_check_values.p4"] = _fragment(
+        [f"if (hdr.lanes8.l{i} > top) {{ meta.drop_reason = DROP_MALFORMED; }}" for i in range(C)])
     frags["generated_load_norms.p4"] = _fragment(
         [f"meta.acc.v{i} = hdr.norms.n{i};" for i in range(K)]
     )

@@ -104,8 +104,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                           "docs/protocol.md, 'Packet width'); default: the widest the job's lanes "
                           "allow on the embedded switch, 256 (what BMv2 and Tofino take) with "
                           "--switch IP:PORT")
-    net.add_argument("--token", type=_token, default=0, metavar="T",
-                     help="the job's token with --switch IP:PORT (set_job.token as the "
+    net.add_argument("--token", type=_token, default=None, metavar="T",
+                     help="the job's token, required with --switch IP:PORT (set_job.token as the "
                           "controller installed it: `netco controller apply --json`, 'tokens'); "
                           "the embedded switch's is taken from its controller")
     parser.add_argument("--out", help="JSON report path (default netco-train-TASK-RUN.json, RUN "
@@ -258,13 +258,14 @@ def _print_table(summaries: dict[str, dict], gap: dict[str, dict], metric: str, 
 
 
 def _token(text: str) -> int:
-    """``--token``: an integer 0..2^32-1 (decimal or 0x hex)."""
+    """``--token``: an integer 1..2^32-1 (decimal or 0x hex; a job's token is never 0)."""
     try:
         value = int(text, 0)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer: give the job's token") from None
-    if not 0 <= value <= 0xFFFFFFFF:
-        raise argparse.ArgumentTypeError(f"{value} is not 32 bits: give 0..4294967295")
+    if not 0 < value <= 0xFFFFFFFF:
+        raise argparse.ArgumentTypeError(f"{value}: a job's token is 1..4294967295 (never 0): "
+                                         "give the one `netco controller apply --json` printed")
     return value
 
 @contextlib.contextmanager
@@ -304,6 +305,9 @@ def network_for(args: argparse.Namespace, thc: THCConfig) -> Iterator[NetworkSpe
            else [f"127.0.0.{11 + r}" for r in range(args.workers)])
     if len(ips) != args.workers:
         raise UsageError(f"--worker-ips: {len(ips)} addresses for {args.workers} workers")
+    if args.token is None:
+        raise UsageError("--token: give the job's token with --switch IP:PORT (the controller "
+                         "drew it: `netco controller apply --json`, 'tokens')")
     yield NetworkSpec(tuple(switches), tuple(ips), job_id=args.job_id, num_slots=args.slots,
                       granularity=thc.granularity, policy=args.policy, uplink=args.uplink,
                       lane_bits=args.lane_bits, token=args.token,

@@ -105,7 +105,7 @@ class ClusterJob:
             raise ValueError(f"client {client!r} is not a member of job {self.name} "
                              f"(members: {list(self.clients)})") from None
 
-    def worker_spec(self, client: Hashable, round_base: int, token: int = 0):
+    def worker_spec(self, client: Hashable, round_base: int, token: int):
         """The :class:`host.transport.job.JobSpec` worker ``client`` runs this job with.
 
         ``round_base`` must be fresh for every session (:func:`host.transport.job.session_round_base`):

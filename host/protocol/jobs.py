@@ -46,6 +46,11 @@ def job_problems(params: Mapping[str, int], *, pool_slots: int | None = None,
     idx = params.get("index")
     if max_jobs is not None and idx is not None and idx >= max_jobs:
         out.append(("index", f"{idx}: the switch serves jobs 0..{max_jobs - 1}"))
+    tok = params.get("token")
+    if tok is not None and tok == 0:
+        # 0 is what a header nobody filled in carries (issue 33, 7): a job's token never is
+        out.append(("token", "0: a job's token is never 0 (docs/protocol.md, \"Version 2\"); "
+                             "install the one the controller drew (1..4294967295)"))
     for flag in ("has_parent",):
         v = params.get(flag)
         if v is not None and v not in (0, 1):

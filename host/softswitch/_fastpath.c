@@ -432,13 +432,21 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
         int64_t a_wb = is_sw ? (int64_t)be32(f + OFF_BITMAP) : bit;
         int fresh = st == ST_EMPTY;
         if (!fresh && st_round[c] != r) {
-            if ((r - st_round[c]) & 0x80000000LL) { /* serial-number arithmetic: older */
+            const int64_t ahead = (r - st_round[c]) & 0xFFFFFFFFLL;
+            if (ahead & 0x80000000LL) { /* serial-number arithmetic: older */
                 z.nstale++;
                 continue;
             }
-            if (((r - st_round[c]) & 0xFFFFFFFFLL) >= ROUND_WINDOW
-                && !(f[OFF_FLAGS] & FLAG_START))
-                goto rollback; /* far ahead (issue 16, H2): dropped as AHEAD by Python */
+            if (!(f[OFF_FLAGS] & FLAG_START)) {
+                if (ahead >= ROUND_WINDOW)
+                    goto rollback; /* far ahead (issue 16, H2): dropped as AHEAD by Python */
+                /* a copy moves on only to its next round (two on): a member lapping the
+                 * others (issue 33) is dropped as AHEAD (ThcSlot, _laps) */
+                if (ahead != 2) {
+                    z.nahead++;
+                    continue;
+                }
+            }
             fresh = 1;
         }
         const int rk = f[OFF_RANK];
@@ -761,8 +769,8 @@ static PyObject *py_process(PyObject *self, PyObject *args) {
         goto done;
     }
     for (Py_ssize_t j = 0; j < n; j++) acc[j] = j;   /* a batch taken is accepted whole */
-    result = Py_BuildValue("(LLLnLLLLLL)", r.nout, r.ncontrib, r.nresults, n, r.nresent,
-                           r.nretx_up, r.nrelease, r.nparent, r.nstale, r.ndup);
+    result = Py_BuildValue("(LLLnLLLLLLL)", r.nout, r.ncontrib, r.nresults, n, r.nresent,
+                           r.nretx_up, r.nrelease, r.nparent, r.nstale, r.ndup, r.nahead);
 done:
     release_all(bufs, nb);
     return result;

@@ -108,8 +108,8 @@ typedef struct {
 typedef struct {
     long long nout, ncontrib, nresults;
     /* answers with the stored result (resent counter), partials re-sent up, releases without
-     * adding (DEADLINE), parent results stored, and the STALE and DUPLICATE drops */
-    long long nresent, nretx_up, nrelease, nparent, nstale, ndup;
+     * adding (DEADLINE), parent results stored, and the STALE, DUPLICATE and AHEAD drops */
+    long long nresent, nretx_up, nrelease, nparent, nstale, ndup, nahead;
 } fp_result_t;
 
 /* Rows 0..n-1 of buf (lens, ingress ports; order: arrival order or NULL; pay: where each

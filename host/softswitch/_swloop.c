@@ -1155,6 +1155,7 @@ PyObject *py_loop(PyObject *self, PyObject *args) {
         if (J->index >= 0 && J->index < n_resent) add(c_resent, (int)J->index, r.nresent);
         if (r.nstale) add(c_drops, DROP_STALE, r.nstale);
         if (r.ndup) add(c_drops, DROP_DUPLICATE, r.ndup);
+        if (r.nahead) add(c_drops, DROP_AHEAD, r.nahead);
         if (r.nresent) count(&L, S_RESENT, r.nresent);
         if (r.nretx_up) count(&L, S_RETX_UP, r.nretx_up);
         if (r.nrelease) count(&L, S_RELEASE, r.nrelease);

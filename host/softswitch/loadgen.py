@@ -38,6 +38,10 @@ from host.softswitch.netio import (
 )
 from host.softswitch.pipeline import ROW, THC_OFF
 
+#: The job token the generator's packets carry (a job's token is never 0: docs/protocol.md);
+#: the benchmark installs its job with it.
+TOKEN = 0x10AD_6E17
+
 #: name -> byte offset of each THC header field in a THC message.
 OFF = {name: off for name, (off, _) in lay.THC_FIELDS.items()}
 
@@ -48,7 +52,7 @@ class GenWorker:
     def __init__(self, rank: int, job_id: int, window: int, *, udp_src: str | None = None,
                  udp_dst: tuple[str, int] | None = None, ifname: str | None = None,
                  mac: str = "", ip: str = "", switch_ip: str = "", batch: int = 256,
-                 seed: int = 0) -> None:
+                 seed: int = 0, token: int = TOKEN) -> None:
         self.rank = rank
         self.window = window
         rng = np.random.default_rng(seed + rank)
@@ -67,7 +71,8 @@ class GenWorker:
         self.rows = np.zeros((window, ROW), dtype=np.uint8)
         self.lens = np.zeros(window, dtype=np.int64)
         for slot in range(window):
-            h = codec.Header(msg_type=lay.MsgType.DATA, job_id=job_id, slot=slot, round=0, rank=rank)
+            h = codec.Header(msg_type=lay.MsgType.DATA, job_id=job_id, slot=slot, round=0, rank=rank,
+                             token=token)
             idx = rng.integers(0, lay.TABLE_ENTRIES, lay.COORDS_PER_PACKET)
             msg = thc_frame(mac, ip, switch_ip, h, idx) if ifname is not None else codec.encode(h, idx)
             self.rows[slot, : len(msg)] = np.frombuffer(msg, dtype=np.uint8)
@@ -162,15 +167,17 @@ def build_c(workdir: Path) -> Path | None:
 
 
 def write_templates(path: Path, job_id: int, window: int, workers: list[dict],
-                    switch_ip: str = "10.0.0.254", seed: int = 0) -> int:
+                    switch_ip: str = "10.0.0.254", seed: int = 0, token: int = TOKEN) -> int:
     """Messages for the C generator: per worker (``{"rank", "raw", "mac", "ip"}``), ``window``
-    DATA messages of round 0, one per slot; returns the message length."""
+    DATA messages of round 0, one per slot, with the job token ``token``; returns the message
+    length."""
     out = bytearray()
     length = 0
     for w in workers:
         rng = np.random.default_rng(seed + w["rank"])
         for slot in range(window):
-            h = codec.Header(msg_type=lay.MsgType.DATA, job_id=job_id, slot=slot, round=0, rank=w["rank"])
+            h = codec.Header(msg_type=lay.MsgType.DATA, job_id=job_id, slot=slot, round=0,
+                             rank=w["rank"], token=token)
             idx = rng.integers(0, lay.TABLE_ENTRIES, lay.COORDS_PER_PACKET)
             msg = thc_frame(w["mac"], w["ip"], switch_ip, h, idx) if w["raw"] else codec.encode(h, idx)
             length = len(msg)

@@ -78,7 +78,8 @@ class JobSpec:
         The job's secret token (``set_job.token``, drawn by the controller when it first
         installs the job: :attr:`control_plane.controller.Controller.tokens`). Every packet
         carries it; the switch drops contributions with another, and the worker ignores
-        results with another (issue 16). 0..2³²−1.
+        results with another (issue 16). 1..2³²−1: 0 is refused here and by every switch
+        (issue 33, 7).
     coords_per_packet : int
         Coordinates per DATA and RESULT packet: the switch's packet width (docs/protocol.md,
         "Packet width"). 256 for every target (BMv2 and Tofino take nothing else); the
@@ -99,8 +100,9 @@ class JobSpec:
     coords_per_packet: int = COORDS_PER_PACKET
 
     def __post_init__(self) -> None:
-        if not 0 <= self.token <= 0xFFFFFFFF:
-            raise ValueError(f"token={self.token}: the job's token is 32 bits (0..4294967295)")
+        if not 0 < self.token <= 0xFFFFFFFF:
+            raise ValueError(f"token={self.token}: give the job's token from its job file "
+                             "(32 bits, never 0: a switch refuses a job with token 0)")
         if not 0 <= self.rank < self.world <= MAX_WORKERS:
             raise ValueError(f"rank={self.rank}, world={self.world}: need 0 <= rank < world <= {MAX_WORKERS}")
         if self.uplink not in UPLINKS:

@@ -246,7 +246,8 @@ def test_entries_match_the_packet_tests_fixture() -> None:
                 aggnet.Worker(2, 2, "10.0.255.3", "02:aa:00:00:00:03", is_switch=True)]
     theirs = aggnet.job_entries(aggnet.SwitchJob(
         job_id=7, index=1, table=[0, 3, 5, 7, 9, 11, 13, 14, 16, 17, 19, 21, 23, 25, 27, 30],
-        lane_bits=8, self_ip=root.addr, contributors=children, slot_base=8, num_slots=40, mcast_grp=2))
+        lane_bits=8, self_ip=root.addr, contributors=children, slot_base=8, num_slots=40, mcast_grp=2,
+        token=0))   # desired_state without tokens (the controller passes its own)
     ours = [e for e in d["root"] if (isinstance(e, fy.P4MulticastGroupEntry) and e.multicast_group_id == 2)
             or (isinstance(e, fy.P4TableEntry) and e.match and e.match.get("job_id") == 7)]
     result = diff(ours, theirs, schema())

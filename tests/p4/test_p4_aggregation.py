@@ -15,6 +15,7 @@ from host.protocol.layout import DropReason, Flag, MsgType
 from tests.support.aggnet import INTRUDER, WORKERS, SwitchJob
 from tests.support.frames import collect, thc_frame, thc_only, wait_count
 from tests.support.jobs import SWITCH, assert_exact_results, expected_sums, new_job, random_indices
+from tests.support.token import TOKEN
 
 #: THC default table, b = 4, g = 30 (docs/protocol.md; THC paper defaults)
 C = lay.COORDS_PER_PACKET
@@ -23,7 +24,8 @@ C = lay.COORDS_PER_PACKET
 def data(net, job: SwitchJob, host: str, rank: int, slot: int, rnd: int, idx: np.ndarray,
          flags: int = 0, job_id: int | None = None, chunk_offset: int = 0) -> bytes:
     h = codec.Header(msg_type=MsgType.DATA, job_id=job.job_id if job_id is None else job_id,
-                     slot=slot, round=rnd, rank=rank, flags=flags, chunk_offset=chunk_offset)
+                     slot=slot, round=rnd, rank=rank, flags=flags, chunk_offset=chunk_offset,
+                     token=job.token)
     return thc_frame(net.hosts[host], job.self_ip, h, idx)
 
 
@@ -119,10 +121,10 @@ def test_workers_cannot_forge_results_or_partials(single_switch):
     job = new_job(net, hosts)
     before = net.drop_counts(SWITCH)
     for mt in (MsgType.RESULT, MsgType.PARTIAL):
-        hd = codec.Header(msg_type=mt, job_id=job.job_id, slot=0, round=0, rank=0,
+        hd = codec.Header(token=TOKEN, msg_type=mt, job_id=job.job_id, slot=0, round=0, rank=0,
                           lane_bits=job.lane_bits, count=2, bitmap=3)
         net.send("w0", thc_frame(net.hosts["w0"], job.self_ip, hd, np.full(C, 200)))
-    hd = codec.Header(msg_type=MsgType.RESULT, job_id=job.job_id, slot=0, round=0, rank=0,
+    hd = codec.Header(token=TOKEN, msg_type=MsgType.RESULT, job_id=job.job_id, slot=0, round=0, rank=0,
                       lane_bits=16)  # lanes of another width than the job's
     net.send("w0", thc_frame(net.hosts["w0"], job.self_ip, hd, np.full(C, 200)))
     idxs = [np.full(C, 3), np.full(C, 4)]
@@ -198,7 +200,7 @@ def test_norm_maximum(single_switch):
     norms[1][0] = 3.0e38  # near the float32 maximum
     norms[2][1] = 1e-38   # tiny values still order as bits
     for rank, h in enumerate(hosts):
-        hd = codec.Header(msg_type=MsgType.NORM, job_id=job.job_id, slot=0, round=0,
+        hd = codec.Header(token=TOKEN, msg_type=MsgType.NORM, job_id=job.job_id, slot=0, round=0,
                           rank=rank, lane_bits=32)
         net.send(h, thc_frame(net.hosts[h], job.self_ip, hd, norms[rank]))
     got = collect(net, hosts)

@@ -92,6 +92,34 @@ def test_far_future_rounds_dropped_as_ahead_and_the_slot_goes_on(single_switch):
     assert drops_delta(before, net.drop_counts(SWITCH)) == {DropReason.AHEAD: 2}
 
 
+def test_a_member_lapping_the_others_is_dropped_as_ahead(single_switch):
+    """Issue 33 (1): a member (its own address and port, the job's token) sends a round past
+    its copy's next one, while the copy still collects and once it is released: both dropped
+    as AHEAD, and the others' rounds complete exactly. Obeyed (before), each reset the copy and
+    the others' contributions turned STALE."""
+    net = single_switch
+    hosts, job, rng = _past_round_0(net, TOKEN + 4, slot=1, seed=6)
+    before = net.drop_counts(SWITCH)
+    r2 = random_indices(rng, hosts)
+    net.send("w0", data(net, job, "w0", 0, 1, 2, r2[0]))
+    assert wait_count(net, net.hosts["w1"], job.self_ip, job.job_id, 1, 1, 2, want=1,
+                      token=job.token) == 1
+    net.send("w0", data(net, job, "w0", 0, 1, 6, np.full(C, 15)))   # copy 0 still collects 2
+    assert wait_count(net, net.hosts["w1"], job.self_ip, job.job_id, 1, 1, 2, want=1,
+                      token=job.token) == 1
+    net.send("w1", data(net, job, "w1", 1, 1, 2, r2[1]))
+    assert_exact_results(collect(net, hosts), hosts, r2, round=2, count=2)
+    net.send("w1", data(net, job, "w1", 1, 1, 6, np.full(C, 15)))   # released 2: 6 skips 4
+    # the copy still holds round 2's result (a barrier too: the ports' order is not fixed, and
+    # round 6 after w0's round 4 opened the copy would be its next round, which is taken)
+    assert wait_count(net, net.hosts["w1"], job.self_ip, job.job_id, 1, 1, 2, want=2,
+                      token=job.token) == 2
+    r4 = random_indices(rng, hosts)
+    got = _round(net, job, hosts, 1, 4, r4)
+    assert_exact_results(got, hosts, r4, round=4, count=2)
+    assert drops_delta(before, net.drop_counts(SWITCH)) == {DropReason.AHEAD: 2}
+
+
 def test_start_opens_a_copy_however_far_ahead(single_switch):
     """A new session starts at the clock, far above the copies' rounds: its first rounds carry
     START and open the copy; the round after (no START) is within the window."""

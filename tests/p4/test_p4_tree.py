@@ -15,6 +15,7 @@ from host.protocol.layout import DropReason, Flag, MsgType
 from tests.support.aggnet import AggregationNetwork, SwitchJob
 from tests.support.frames import collect, thc_frame, thc_only, wait_count
 from tests.support.jobs import TABLE
+from tests.support.token import TOKEN
 from tests.support.tree import HOSTS, LEAF, RANKS, full_round, install_tree_job, send_data
 
 C = lay.COORDS_PER_PACKET
@@ -45,7 +46,7 @@ def test_tree_norm_maximum(tree, tree_job):
     rng = np.random.default_rng(2)
     norms = {h: rng.uniform(0, 50, lay.NORMS_PER_PACKET).astype(np.float32) for h in HOSTS}
     for h in HOSTS:
-        hd = codec.Header(msg_type=MsgType.NORM, job_id=7, slot=1, round=0, rank=RANKS[h],
+        hd = codec.Header(token=TOKEN, msg_type=MsgType.NORM, job_id=7, slot=1, round=0, rank=RANKS[h],
                           lane_bits=32)
         net.send(h, thc_frame(net.hosts[h], net.switch_ip(LEAF[h]), hd, norms[h]))
     got = collect(net, HOSTS, more=4)

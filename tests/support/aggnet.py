@@ -52,6 +52,7 @@ from host.softswitch.launch import (
     stop_process,
     wait_listening,
 )
+from tests.support.token import TOKEN
 
 #: the compiled program BMv2 runs (``NETCO_TEST_P4BUILD`` names another build folder)
 P4BUILD = Path(os.environ.get("NETCO_TEST_P4BUILD", P4_BUILD))
@@ -105,7 +106,7 @@ class SwitchJob:
     parent_port: int | None = None
     parent_ip: str = "0.0.0.0"
     self_id: int = 0
-    token: int = 0         # set_job.token: every THC header of the job must carry it
+    token: int = TOKEN         # set_job.token: every THC header of the job must carry it
 
     def __post_init__(self) -> None:
         if len(self.table) != lay.TABLE_ENTRIES:

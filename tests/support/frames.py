@@ -12,6 +12,7 @@ from scapy.layers.l2 import Ether
 from host.protocol import codec
 from host.protocol import layout as lay
 from tests.support.aggnet import Host
+from tests.support.token import TOKEN
 
 SWITCH_MAC = "02:00:00:00:ff:fe"
 
@@ -52,7 +53,7 @@ def thc_only(frames: list[bytes]) -> list[Received]:
 
 
 def wait_count(net, host: Host, dst_ip: str, job_id: int, rank: int, slot: int, rnd: int,
-               want: int, kind: int = 1, timeout: float = 3.0, token: int = 0) -> int:
+               want: int, kind: int = 1, timeout: float = 3.0, token: int = TOKEN) -> int:
     """Poll the switch with PEEK requests until copy (slot, rnd) counts ``want`` contributions.
 
     Frames from different hosts enter the switch on different ports, whose processing order is

@@ -12,6 +12,7 @@ from host.protocol import generated_dataplane as dp
 from host.protocol.layout import COORDS_PER_PACKET
 from host.thc.table import DEFAULT_TABLE
 from tests.support.aggnet import AggregationNetwork, SwitchJob, Worker
+from tests.support.token import TOKEN
 
 #: THC's default table (b = 4, g = 30)
 TABLE = list(DEFAULT_TABLE)
@@ -28,7 +29,7 @@ def lane_bits_check(n: int, g: int) -> int:
 
 
 def new_job(net: AggregationNetwork, hosts: list[str], lane_bits: int | None = None,
-            table: list[int] = TABLE, num_slots: int = 4, token: int = 0) -> SwitchJob:
+            table: list[int] = TABLE, num_slots: int = 4, token: int = TOKEN) -> SwitchJob:
     k = next(_ids.setdefault(net, itertools.count(0)))
     assert k < dp.MAX_JOBS, "more jobs than MAX_JOBS in p4/shared/size.p4"
     contributors = []

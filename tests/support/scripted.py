@@ -12,6 +12,7 @@ from host.protocol import codec as wire
 from host.protocol.layout import COORDS_PER_PACKET, THC_HEADER, THC_HEADER_BYTES, Flag, MsgType
 from host.transport.ports import UdpEndpoint
 from host.transport.slots import SlotConfig, SlotWindow
+from tests.support.token import TOKEN
 
 _I = {f.name: i for i, f in enumerate(THC_HEADER)}
 H = wire.HEADER_STRUCT
@@ -115,7 +116,7 @@ class ScriptedSwitch:
 
 def scripted_exchange(native: bool, n: int = 300, W: int = 16, expect: bool | None = None,
                       sw: ScriptedSwitch | None = None, ep: UdpEndpoint | None = None,
-                      token: int = 0, lane_bits: int = 16, out_dtype=np.uint32) -> tuple:
+                      token: int = TOKEN, lane_bits: int = 16, out_dtype=np.uint32) -> tuple:
     """One exchange of ``n`` packets through a scripted switch (``sw``, or a new one answering
     in ``lane_bits``-bit lanes) from ``ep`` (or a new UDP endpoint) with the job token
     ``token`` into sums of ``out_dtype``; returns (window, lanes, counts, the switch's log,

@@ -19,6 +19,7 @@ from host.softswitch.frames import ipv4_checksum, read_frame, thc_frame
 from host.softswitch.p4info import netco_p4info
 from host.softswitch.switch import SoftSwitch
 from host.thc.table import DEFAULT_TABLE
+from tests.support.token import TOKEN
 
 #: THC default table (b = 4, g = 30; Li et al. NSDI 2024 artifact)
 TABLE = list(DEFAULT_TABLE)
@@ -93,7 +94,7 @@ def job_entities(job_id: int, contributors: list[Peer], *, index: int = 0, lane_
                  table: list[int] = TABLE, slot_base: int = 0, num_slots: int = 8,
                  members: list[Peer] | None = None, parent: tuple[int, str] | None = None,
                  self_id: int = 0, expected: int | None = None, mcast_grp: int | None = None,
-                 self_ip: str = SELF_IP, token: int = 0) -> list:
+                 self_ip: str = SELF_IP, token: int = TOKEN) -> list:
     """finsy entities of one job: the group, then jobs, tables, senders and members entries
     (the controller's order: a job entry names its group, which must exist)."""
     members = contributors if members is None else members
@@ -128,7 +129,9 @@ def job_entities(job_id: int, contributors: list[Peer], *, index: int = 0, lane_
 def data(p: Peer, job_id: int, slot: int, rnd: int, idx, flags: int = 0, rank: int | None = None,
          msg_type: int = lay.MsgType.DATA, lane_bits: int = lay.INDEX_BITS, coords: int = C,
          **hdr) -> tuple[int, bytes]:
-    """(port, frame) of a contribution from ``p`` (``coords``: the packet width)."""
+    """(port, frame) of a contribution from ``p`` (``coords``: the packet width; the header
+    carries the harness's job token unless ``token=`` says otherwise)."""
+    hdr.setdefault("token", TOKEN)
     h = codec.Header(msg_type=msg_type, job_id=job_id, slot=slot, round=rnd,
                      rank=p.rank if rank is None else rank, flags=flags, lane_bits=lane_bits, **hdr)
     return p.port, thc_frame(p.mac, p.ip, SELF_IP, h, idx, coords=coords)

@@ -11,6 +11,7 @@ from host.protocol.layout import COORDS_PER_PACKET, MsgType
 from tests.support.aggnet import AggregationNetwork, SwitchJob, Worker
 from tests.support.frames import collect, thc_frame
 from tests.support.jobs import TABLE
+from tests.support.token import TOKEN
 
 RANKS = {"a0": 0, "a1": 1, "b0": 2, "b1": 3}
 LEAF = {"a0": "leaf0", "a1": "leaf0", "b0": "leaf1", "b1": "leaf1"}
@@ -43,7 +44,7 @@ def send_data(net: AggregationNetwork, host: str, slot: int, rnd: int, idx: np.n
               flags: int = 0) -> None:
     """``host``'s DATA of job 7 for ``slot`` in round ``rnd`` (4-bit indices ``idx``) to its leaf."""
     hd = codec.Header(msg_type=MsgType.DATA, job_id=7, slot=slot, round=rnd, rank=RANKS[host],
-                      flags=flags)
+                      flags=flags, token=TOKEN)
     net.send(host, thc_frame(net.hosts[host], net.switch_ip(LEAF[host]), hd, idx))
 
 

@@ -134,7 +134,8 @@ class NativePath:
                                 self.native_consts(), (out.buf, out.lens, out.ports), acc)
         if res is None:
             return False
-        nout, ncontrib, nresults, nacc, nresent, nretx_up, nrelease, nparent, nstale, ndup = res
+        (nout, ncontrib, nresults, nacc, nresent, nretx_up, nrelease, nparent, nstale, ndup,
+         nahead) = res
         self.accepted = acc[:nacc].copy()
         index = job[2][6]
         c = self.counters
@@ -146,6 +147,7 @@ class NativePath:
             c.resent[index] += nresent
         c.drops[R.STALE] += nstale
         c.drops[R.DUPLICATE] += ndup
+        c.drops[R.AHEAD] += nahead
         for name, k in (("contribution", ncontrib), ("resent", nresent), ("retx_up", nretx_up),
                         ("release", nrelease), ("parent_result", nparent)):
             if k:

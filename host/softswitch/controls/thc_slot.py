@@ -28,7 +28,6 @@ from host.softswitch.controls.common import (
     OUT_ANSWER,
     OUT_MULTICAST,
     OUT_UP,
-    ROUND_WINDOW,
     ST_COLLECTING,
     ST_EMPTY,
     ST_FINAL,
@@ -53,6 +52,19 @@ def _missed(pr: list[int], missing: int, silence_ns: int) -> None:
         if m >= ABSENT_AFTER and now - pr[PRESENCE_SINCE + rk] >= silence_ns:
             pr[PRESENCE_ABSENT] |= low
         missing ^= low
+
+
+def _laps(ahead: int) -> bool:
+    """Whether a contribution without ``START``, ``ahead`` (serially, 1..2^31-1) rounds newer
+    than its non-empty copy, skips the copy's next round: a copy takes every other round of
+    its slot and no honest rank sends round r+2 before round r's result, so anything but the
+    next round (two on) comes from a member lapping the others (issue 33, 1: obeyed, it reset
+    the copy and the others' rounds turned ``STALE``) or is far ahead (issue 16, H2). Dropped
+    as ``AHEAD``; a session's first rounds carry ``START`` and open a copy at any round.
+    The next round is taken even while the copy still collects: after a switch restart the
+    workers' repairs reopen copies at rounds nobody waits for any more, and only the next
+    round moves them on (docs/protocol.md, "No lapping")."""
+    return ahead != 2
 
 
 def _heard(pr: list[int], rk: int, bit: int, fl: int) -> None:
@@ -134,8 +146,8 @@ class ThcSlot:
                     if ahead & 0x80000000:   # serial-number arithmetic: older
                         late.append((row, R.STALE))
                         continue
-                    if ahead >= ROUND_WINDOW and not fl & F_START:
-                        late.append((row, R.AHEAD))      # far-future round (issue 16, H2)
+                    if not fl & F_START and _laps(ahead):
+                        late.append((row, R.AHEAD))      # far ahead (H2) or lapping (33)
                         continue
                     fresh = True
                 pr = pres[j]
@@ -269,8 +281,8 @@ class ThcSlot:
         fresh = (st == ST_EMPTY) | ((cr != R) & ahead)
         if ((st != ST_EMPTY) & ~ahead).any() or (~fresh & (st != ST_COLLECTING)).any():
             return False                                     # stale, or complete already
-        if ((st != ST_EMPTY) & (diff >= ROUND_WINDOW) & ahead).any():
-            return False                                     # far ahead: START decides
+        if ((st != ST_EMPTY) & (cr != R) & ahead & (diff != 2)).any():
+            return False                        # far ahead or lapping: START decides (_laps)
         gor = np.bitwise_or.reduceat(bit[order], starts)
         if (np.bitwise_count(gor) != counts).any():
             return False                                     # a contributor twice

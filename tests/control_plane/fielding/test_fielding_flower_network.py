@@ -74,7 +74,7 @@ def test_strategy_aggregates_in_network_from_one_sum_per_cluster():
 
 def test_client_without_switch_address_gets_one_line():
     cfg = {"job-id": 100, "rank": 0, "world": 1, "num-slots": 8, "granularity": 30,
-           "round-base": 1, "token": 0}
+           "round-base": 1, "token": 1}
     with pytest.raises(ValueError, match=r"switch-udp missing.*--node-config"):
         network_train(cfg, {"partition-id": 0}, np.zeros(3))
 

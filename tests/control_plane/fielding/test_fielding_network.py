@@ -63,7 +63,7 @@ def test_one_job_per_cluster_with_ranks_ids_and_slots():
                                    "num_slots": 8, "slot_base": 0}
     assert [jobs[n]["slot_base"] for n in jobs] == [0, 8, 16]
     assert plan.jobs[0].rank("c2") == 2 and plan.job_of("c4").id == 201
-    spec = plan.jobs[1].worker_spec("c5", round_base=77)
+    spec = plan.jobs[1].worker_spec("c5", round_base=77, token=0x5EED)
     assert (spec.job_id, spec.rank, spec.world, spec.num_slots, spec.round_base) == (201, 2, 3, 8, 77)
     cfg = plan.network_config()
     assert [(j.id, j.members) for j in cfg.jobs] == [

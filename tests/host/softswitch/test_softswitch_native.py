@@ -63,7 +63,7 @@ def _run(frames, native: bool, batch: bool, **bench) -> tuple:
 _packet = st.tuples(
     st.sampled_from([0, 1, 2, 2, 0, 1, 3]),              # worker 0..2, 3 = intruder
     st.integers(0, 1),                                   # slot
-    st.sampled_from([0, 0, 1, 1, 2, 0xFFFFFFFF]),        # round (incl. wrap)
+    st.sampled_from([0, 0, 1, 1, 2, 4, 0xFFFFFFFF]),     # round (incl. wrap, a lap)
     st.sampled_from([0, 0, 0, int(Flag.RETX), int(Flag.DEADLINE), int(Flag.PEEK)]),
     st.integers(0, 15),                                  # fill
 )
@@ -126,6 +126,26 @@ def test_a_duplicate_mid_batch_is_dropped_and_counted_in_c():
     assert nat == 1
     assert sorted(got) == sorted(want) and state == ref
     assert ref[2] == {int(lay.DropReason.DUPLICATE): 1}
+
+
+def test_a_lapping_member_is_dropped_in_c_as_in_the_reference():
+    """Issue 33 (1): rounds a member sends past what its copy may take next (round 4 while
+    round 0 collects, round 6 once round 0 is released) are AHEAD drops in the C path, without
+    a rollback, as in the packet-by-packet reference; the others' rounds 0 and 2 complete."""
+    frames = [data(W[0], 30, 0, 0, np.full(C, 3)), data(W[1], 30, 0, 4, np.full(C, 15)),
+              data(W[1], 30, 0, 0, np.full(C, 4)), data(W[2], 30, 0, 0, np.full(C, 5)),
+              data(W[2], 30, 0, 6, np.full(C, 15)),
+              data(W[0], 30, 0, 2, np.full(C, 6)), data(W[1], 30, 0, 2, np.full(C, 7)),
+              data(W[2], 30, 0, 2, np.full(C, 8))]
+    got, state, nat = _run(frames, native=True, batch=True)
+    want, ref, _ = _run(frames, native=False, batch=False)
+    assert nat == 1
+    assert ref[2] == {int(lay.DropReason.AHEAD): 2}
+    assert sorted(got) == sorted(want) and state == ref
+    sums = sorted({bytes(f[PAYLOAD_OFFSET:]) for _, f in want})
+    t = np.asarray(TABLE)
+    assert sums == sorted({bytes([(t[3] + t[4] + t[5]) & 0xFF] * C),
+                           bytes([(t[6] + t[7] + t[8]) & 0xFF] * C)})
 
 
 def test_a_rollback_restores_sums_an_earlier_frame_of_the_batch_read():

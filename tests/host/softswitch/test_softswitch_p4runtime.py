@@ -273,6 +273,7 @@ def test_invalid_entities_get_the_spec_codes(server):
     ({"index": 100}, "index"),
     ({"parent": (0, "10.0.255.1")}, "parent_port"),   # issue 33 (7): was installed
     ({"parent": (3, "0.0.0.0")}, "parent_addr"),
+    ({"token": 0}, "token"),                           # issue 33 (7): was installed
 ])
 def test_nonsensical_job_entries_are_refused_naming_the_field(server, change, field):
     _sw, _port, loop, client = server

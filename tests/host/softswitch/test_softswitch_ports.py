@@ -24,6 +24,7 @@ from host.softswitch.launch import (
     stop_process,
 )
 from tests.support.softswitch import C, Peer, job_entities, sums
+from tests.support.token import TOKEN
 
 PARENT_IP, SELF_IP = "10.0.9.254", "10.0.1.254"
 
@@ -69,20 +70,20 @@ def test_partial_up_the_tunnel_and_result_down_to_udp_workers(leaf):
     rng = np.random.default_rng(4)
     idx = [rng.integers(0, 16, C) for _ in range(2)]
     for r, s in enumerate((w0, w1)):
-        h = codec.Header(msg_type=MsgType.DATA, job_id=3, slot=2, round=0, rank=r)
+        h = codec.Header(token=TOKEN, msg_type=MsgType.DATA, job_id=3, slot=2, round=0, rank=r)
         s.sendto(codec.encode(h, idx[r]), ("127.0.0.1", udp[r]))
     _dmac, src, dst, m = read_frame(uplink.recv(4096))     # the partial, as a whole frame
     assert (src, dst, m.header.msg_type, m.header.rank) == (SELF_IP, PARENT_IP, MsgType.PARTIAL, 5)
     assert (m.header.count, m.header.bitmap, m.header.lane_bits) == (2, 0b11, 16)
     np.testing.assert_array_equal(m.values, sums(idx))
     # a worker retransmits while the leaf waits: the partial goes up again, flagged RETX
-    h = codec.Header(msg_type=MsgType.DATA, job_id=3, slot=2, round=0, rank=0, flags=Flag.RETX)
+    h = codec.Header(token=TOKEN, msg_type=MsgType.DATA, job_id=3, slot=2, round=0, rank=0, flags=Flag.RETX)
     w0.sendto(codec.encode(h, idx[0]), ("127.0.0.1", udp[0]))
     assert read_frame(uplink.recv(4096))[3].header.flags == Flag.RETX
     # the parent's result (whole job: 5 workers) comes down the tunnel, fans out over UDP
     total = np.arange(C) * 7
     res = codec.Header(msg_type=MsgType.RESULT, job_id=3, slot=2, round=0, rank=255, lane_bits=16,
-                       count=5, bitmap=0b11111)
+                       token=TOKEN, count=5, bitmap=0b11111)
     uplink.send(thc_frame("02:00:00:00:09:fe", PARENT_IP, SELF_IP, res, total))
     for s in (w0, w1):
         got = codec.decode(s.recv(4096))

@@ -35,6 +35,7 @@ from host.softswitch.launch import (
     stop_process,
 )
 from tests.support.softswitch import C, Peer, job_entities, sums
+from tests.support.token import TOKEN
 
 N = 3
 JOB = 42
@@ -80,7 +81,7 @@ class Rig:
         (sock or self.socks[rank]).sendto(payload, ("127.0.0.1", port))
 
     def contribute(self, rank: int, slot: int, rnd: int, idx) -> None:
-        h = codec.Header(msg_type=MsgType.DATA, job_id=JOB, slot=slot, round=rnd, rank=rank)
+        h = codec.Header(token=TOKEN, msg_type=MsgType.DATA, job_id=JOB, slot=slot, round=rnd, rank=rank)
         self.send(rank, codec.encode(h, idx))
 
     def results(self, rank: int, k: int = 1) -> list[codec.Message]:
@@ -172,8 +173,8 @@ def _udp_kernel_drops(port: int) -> int:
 def test_fuzzed_packets_never_crash_and_every_drop_is_counted(rig):
     rig.install()
     rng = np.random.default_rng(1)
-    # the deeper templates carry the job's token (0 here), as a sender that knows it would
-    v, tok = lay.THC_VERSION, 0
+    # the deeper templates carry the job's token, as a sender that knows it would
+    v, tok = lay.THC_VERSION, TOKEN
     deep = dict(version=v, job_id=JOB, rank=0, elem_count=C, token=tok)
     templates = [fuzz(THC()), fuzz(THC(version=v, job_id=JOB, token=tok)),
                  fuzz(THC(version=v, job_id=JOB, msg_type=1, lane_bits=4, rank=0, token=tok)),
@@ -239,12 +240,14 @@ def test_forged_contributions_never_change_a_sum(rig):
     intruder = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     intruder.bind(("127.0.0.99", 0))
     try:
-        forged = codec.encode(codec.Header(msg_type=MsgType.DATA, job_id=JOB, slot=3, round=0, rank=0),
+        forged = codec.encode(codec.Header(msg_type=MsgType.DATA, job_id=JOB, slot=3, round=0, rank=0,
+                                           token=TOKEN),
                               np.full(C, 15))
         rig.send(0, forged, sock=intruder)             # unregistered address on rank 0's port
         rig.send(1, forged, via=1)                     # registered worker on someone else's port
         partial = codec.encode(codec.Header(msg_type=MsgType.PARTIAL, job_id=JOB, slot=3, round=0,
-                                            rank=0, lane_bits=8, count=9, bitmap=0xFF), np.full(C, 200))
+                                            token=TOKEN, rank=0, lane_bits=8, count=9, bitmap=0xFF),
+                               np.full(C, 200))
         rig.send(0, partial)                           # a worker posing as a child switch
         for r in range(N):
             rig.contribute(r, 3, 0, idxs[r])

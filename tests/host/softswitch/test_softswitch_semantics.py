@@ -17,6 +17,7 @@ from host.protocol.layout import DropReason as R
 from host.protocol.layout import Flag, MsgType
 from host.softswitch.frames import ipv4_checksum, read_frame, thc_frame, udp_frame
 from tests.support.softswitch import SELF_IP, TABLE, Bench, C, Peer, data, sums, worker
+from tests.support.token import TOKEN
 
 W = [worker(r) for r in range(4)]
 INTRUDER = Peer(0, 9, "10.0.0.9", "02:00:00:00:00:09")
@@ -161,11 +162,12 @@ def test_child_switch_partial_up_parent_result_down():
     # results are accepted only from the parent's port and address
     total = np.arange(C) * 3
     res = codec.Header(msg_type=MsgType.RESULT, job_id=11, slot=1, round=0, rank=255, lane_bits=16,
-                       count=4, bitmap=0b1111)
+                       token=TOKEN, count=4, bitmap=0b1111)
     wrong = thc_frame("02:00:00:00:01:fe", "10.0.1.254", SELF_IP, res, total)
     assert b.send((W[0].port, wrong)) == []
     assert b.drops() == {R.BAD_SENDER: 1}
-    other = codec.Header(msg_type=MsgType.RESULT, job_id=11, slot=1, round=2, rank=255, lane_bits=16)
+    other = codec.Header(msg_type=MsgType.RESULT, job_id=11, slot=1, round=2, rank=255, lane_bits=16,
+                         token=TOKEN)
     assert b.send((7, thc_frame("02:00:00:00:01:fe", "10.0.1.254", SELF_IP, other, total))) == []
     assert b.drops() == {R.BAD_SENDER: 1, R.STALE: 1}
     out = b.send((7, wrong))
@@ -212,11 +214,11 @@ def test_every_drop_reason_is_counted_and_changes_nothing():
                         action=fy.P4TableAction(
                             "ingress.thc_validate.set_job", index=2, slot_base=16, num_slots=4,
                             expected=1, lane_bits=8, mcast_grp=1, has_parent=0, parent_port=0,
-                            parent_addr="0.0.0.0", self_addr=SELF_IP, self_id=0, token=0)),
+                            parent_addr="0.0.0.0", self_addr=SELF_IP, self_id=0, token=TOKEN)),
         fy.P4TableEntry("ingress.thc_validate.senders",
                         match=fy.P4TableMatch(job_id=21, rank=0, ingress_port=1, src_addr=W[0].ip),
                         action=fy.P4TableAction("ingress.thc_validate.sender", is_switch=0))])
-    good = codec.encode(codec.Header(msg_type=MsgType.DATA, job_id=20, slot=0, round=0, rank=0),
+    good = codec.encode(codec.Header(token=TOKEN, msg_type=MsgType.DATA, job_id=20, slot=0, round=0, rank=0),
                         np.full(C, 15))
     hdr = bytearray(good)
     cases = {
@@ -330,7 +332,7 @@ def test_plain_contributions_fast_path_matches(spec):
 
 @pytest.mark.parametrize("n", [1, 2, 8])
 def test_frames_built_here_parse_back(n):
-    h = codec.Header(msg_type=MsgType.DATA, job_id=n, slot=1, round=2, rank=0)
+    h = codec.Header(token=TOKEN, msg_type=MsgType.DATA, job_id=n, slot=1, round=2, rank=0)
     f = thc_frame("02:00:00:00:00:01", "10.0.0.1", SELF_IP, h, np.arange(n) % 16)
     _dmac, src, dst, m = read_frame(f)
     assert (src, dst, m.header.job_id) == ("10.0.0.1", SELF_IP, n)

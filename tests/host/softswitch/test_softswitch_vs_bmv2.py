@@ -18,6 +18,7 @@ from host.protocol.layout import Flag, MsgType
 from host.softswitch.frames import udp_frame
 from host.thc.table import DEFAULT_TABLE
 from tests.support.aggnet import Bmv2Network, SoftswitchNetwork, SwitchJob, Worker
+from tests.support.token import TOKEN
 
 pytestmark = [pytest.mark.root, pytest.mark.bmv2, pytest.mark.p4c]
 
@@ -81,6 +82,8 @@ def _script(rng) -> list[tuple[str, dict, np.ndarray]]:
         d(0, 9, 0),                                # slot out of range
         d(1, 0, 4, Flag.PEEK),                     # status of a round the copy does not hold
         d(0, 0, 0),                                # older than copy 0's round 2: stale
+        d(2, 0, 5),                                # copy 1 collects round 1: 5 skips 3, a lap
+        d(1, 0, 6),                                # copy 0 released round 2: 6 skips 4, a lap
         ("w0", "short", idx[0]), ("w0", "version", idx[0]), ("w0", "unrouted", idx[0]),
     ]
 
@@ -95,7 +98,7 @@ def _run(net, script) -> tuple[dict[str, list[bytes]], dict[int, int]]:
             got[h] += net.recv(h, count=64, timeout=0.002)
         if isinstance(fields, str):                # raw cases: SHORT, BAD_VERSION, NO_ROUTE
             h = net.hosts[host]
-            good = codec.encode(codec.Header(msg_type=MsgType.DATA, job_id=9, slot=3, round=0,
+            good = codec.encode(codec.Header(token=TOKEN, msg_type=MsgType.DATA, job_id=9, slot=3, round=0,
                                              rank=0), values)
             payload = {"short": good[:60], "version": b"\x07" + good[1:], "unrouted": b"hello"}[fields]
             port = lay.THC_UDP_PORT if fields != "unrouted" else 9
@@ -103,7 +106,7 @@ def _run(net, script) -> tuple[dict[str, list[bytes]], dict[int, int]]:
                               else net.switch_ip("s0"), payload, sport=port, dport=port)
             net.send(host, frame)
         else:
-            net.send(host, _frame(net, host, codec.Header(**fields), values))
+            net.send(host, _frame(net, host, codec.Header(**{"token": TOKEN, **fields}), values))
         time.sleep(0.03)
     time.sleep(0.3)
     for h in HOSTS:

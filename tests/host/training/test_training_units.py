@@ -237,6 +237,8 @@ def test_compare_set_labels():
     (["--compressor", "none", "--aggregator", "network"], "--aggregator network sums THC"),
     (["--metrics-port", "9200"], "--metrics-port: .* add --aggregator network"),
     (["--metrics-port", "65535", "--workers", "2", "--aggregator", "network"], "--metrics-port=65535"),
+    (["--aggregator", "network", "--switch", "127.0.0.1:9", "--workers", "2"],
+     "--token: give the job's token"),   # issue 33 (7): a worker sent token 0, never accepted
 ])
 def test_cli_rejects_bad_input_naming_the_field(argv, field):
     p = argparse.ArgumentParser()
@@ -244,6 +246,15 @@ def test_cli_rejects_bad_input_naming_the_field(argv, field):
     args = p.parse_args(["--task", "digits", *argv])
     with pytest.raises(UsageError, match=field):
         cli.run(args)
+
+
+def test_cli_refuses_token_zero(capsys):
+    """``--token 0`` is one line naming the flag: a job's token is never 0 (issue 33, 7)."""
+    p = argparse.ArgumentParser()
+    cli.configure(p)
+    with pytest.raises(SystemExit):
+        p.parse_args(["--task", "digits", "--token", "0"])
+    assert "never 0" in capsys.readouterr().err
 
 
 def test_progress_writes_plain_lines_when_not_a_terminal():

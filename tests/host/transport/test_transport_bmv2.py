@@ -98,7 +98,7 @@ def raw_spec(net: Bmv2Network, job: SwitchJob, n: int, policy: str = "exact") ->
         ifnames=tuple(net._host_if[h] for h in WORKERS[:n]),
         macs=tuple(h.mac for h in hosts), ips=tuple(h.ip for h in hosts),
         gateway_macs=(GATEWAY_MAC,) * n, gateway_ips=(job.self_ip,) * n,
-        job_id=job.job_id, num_slots=job.num_slots, policy=policy)
+        job_id=job.job_id, num_slots=job.num_slots, policy=policy, token=job.token)
 
 
 def aggregator(spec: RawNetworkSpec, rank: int, world: int, slots: SlotConfig,
@@ -109,7 +109,8 @@ def aggregator(spec: RawNetworkSpec, rank: int, world: int, slots: SlotConfig,
         spec.gateway_ips[rank], mmsg=mmsg))
     if faults:
         ep = FaultyEndpoint(ep, seed=rank, **faults)
-    return NetworkAggregator(ep, JobSpec(spec.job_id, rank, world, spec.num_slots), slots)
+    return NetworkAggregator(ep, JobSpec(spec.job_id, rank, world, spec.num_slots, token=spec.token),
+                             slots)
 
 @pytest.mark.parametrize("n", [2, 4, 8])
 def test_exact_integer_sums(bmv2, n):

@@ -24,6 +24,7 @@ from host.transport.job import JobSpec, NetworkAggregator
 from host.transport.ports import UdpEndpoint
 from host.transport.slots import FAST_FLOOR, SlotConfig
 from tests.support.scripted import AbsentHoldingSwitch, deadline_exchange, deadline_exchanges
+from tests.support.token import TOKEN
 from tests.support.transport import in_background, run_and_close, run_workers, worker_data
 
 NATIVE = [pytest.param(True, id="c-loop"), pytest.param(False, id="python-loop")]
@@ -53,7 +54,7 @@ def _forged_results(job_id: int, slots: int, base: int, rounds: int, lane_bits: 
         for s in range(slots):
             for k in range(rounds):
                 r = base + k
-                h = wire.Header(msg_type=kind, job_id=job_id, slot=s, round=r, slot_set=r & 1,
+                h = wire.Header(token=TOKEN, msg_type=kind, job_id=job_id, slot=s, round=r, slot_set=r & 1,
                                 lane_bits=lb, rank=lay.RANK_ALL, count=2, bitmap=3,
                                 elem_count=lay.COORDS_PER_PACKET)
                 out.append(wire.pack_header(h) + p)
@@ -129,7 +130,7 @@ def test_the_job_lane_width_from_the_controller_gives_exact_sums(native):
 
 def test_jobspec_refuses_lanes_too_narrow_for_the_job():
     with pytest.raises(ValueError, match="cannot hold n·g = 16·30"):
-        JobSpec(1, 0, 16, lane_bits=8)
+        JobSpec(1, 0, 16, lane_bits=8, token=TOKEN)
 
 
 def _raises(fn):

@@ -20,6 +20,7 @@ from host.thc.layout import split_layout
 from host.transport.faults import FaultyEndpoint
 from host.transport.job import JobSpec, NetworkAggregator
 from host.transport.ports import UdpEndpoint
+from tests.support.token import TOKEN
 from tests.support.transport import run_workers, worker_data
 
 BACKENDS = ["torch", *(["fused"] if fused_mod.available() else [])]
@@ -234,18 +235,18 @@ def test_a_worker_of_another_width_is_dropped_and_fails_instead_of_summing(net2)
 
 def test_a_job_spec_refuses_a_width_its_lanes_cannot_use():
     with pytest.raises(ValueError, match="coords_per_packet=300: use one of 256, 512, 1024"):
-        JobSpec(1, 0, 2, coords_per_packet=300)
+        JobSpec(1, 0, 2, coords_per_packet=300, token=TOKEN)
     # 9 workers at g = 30 need 16-bit lanes: 1024 of them do not fit a payload
     with pytest.raises(ValueError, match="coords_per_packet=1024 coordinates of 16-bit lanes"):
-        JobSpec(1, 0, 9, coords_per_packet=1024)
-    assert JobSpec(1, 0, 9, coords_per_packet=512).coords_per_packet == 512
+        JobSpec(1, 0, 9, coords_per_packet=1024, token=TOKEN)
+    assert JobSpec(1, 0, 9, coords_per_packet=512, token=TOKEN).coords_per_packet == 512
 
 
 def test_reduce_into_refuses_a_codec_the_job_was_not_set_up_for():
     # the job at the switch sums g = 30 table values; a g = 63 encoding would decode to garbage
     ep = UdpEndpoint(("127.0.0.1", 9), bind=("127.0.0.1", 0))
     try:
-        agg = NetworkAggregator(ep, JobSpec(1, 0, 2, granularity=30))
+        agg = NetworkAggregator(ep, JobSpec(1, 0, 2, granularity=30, token=TOKEN))
         x = torch.ones(4096)
         codec = THCCodec(THCConfig(granularity=63))
         with pytest.raises(ValueError, match="g=63 but the job was set up for g=30"):

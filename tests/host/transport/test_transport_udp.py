@@ -22,6 +22,7 @@ from host.transport.faults import FaultyEndpoint
 from host.transport.job import JobSpec, NetworkAggregator
 from host.transport.ports import UdpEndpoint
 from host.transport.slots import SlotConfig, SlotTimeoutError
+from tests.support.token import TOKEN
 from tests.support.transport import (
     FAULT_IDS,
     FAULTS,
@@ -88,7 +89,7 @@ def test_a_sums_buffer_of_the_wrong_kind_is_refused_before_sending(bad):
     codec = THCCodec()
     enc = encode_all(codec, worker_data(1, 3000, 1))[0]
     agg = NetworkAggregator(UdpEndpoint(("127.0.0.1", 9), bind=("127.0.0.1", 0)),
-                            JobSpec(1, 0, 2, num_slots=4))
+                            JobSpec(1, 0, 2, num_slots=4, token=TOKEN))
     size = agg.sums_size(enc.layout.padded)
     dt = agg.spec.sums_dtype
     out = {"dtype": np.zeros(size, np.uint32), "size": np.zeros(size - 1, dt),
@@ -172,9 +173,12 @@ def test_dead_worker_exact_policy_names_it():
 
 def test_job_spec_is_checked():
     with pytest.raises(ValueError, match="rank"):
-        JobSpec(job_id=1, rank=4, world=4)
+        JobSpec(job_id=1, rank=4, world=4, token=TOKEN)
     with pytest.raises(ValueError, match="policy"):
         SlotConfig(policy="maybe")
+    # issue 33 (7): a token of 0 (the default of a header nobody filled in) is never a job's
+    with pytest.raises(ValueError, match="token=0: give the job's token"):
+        JobSpec(job_id=1, rank=0, world=4)
 
 
 def test_a_new_session_needs_newer_rounds(net):

@@ -16,6 +16,7 @@ from host.protocol import layout as lay
 from host.thc import THCCodec
 from host.transport.job import JobSpec, NetworkAggregator, uplink_values
 from host.transport.ports import UdpEndpoint
+from tests.support.token import TOKEN
 from tests.support.transport import encode_all, new_session, packed_sums, run_workers, worker_data
 
 
@@ -35,7 +36,7 @@ def test_uplink_values_refuses_values_over_8_bits():
 def test_protocol_defines_data_with_8_bit_values():
     assert lay.payload_for(lay.MsgType.DATA, lay.VALUE_BITS) is lay.LANES[8]
     assert lay.payload_for(lay.MsgType.DATA, 16) is None
-    h = wire.Header(msg_type=lay.MsgType.DATA, lane_bits=lay.VALUE_BITS, job_id=1, slot=0,
+    h = wire.Header(token=TOKEN, msg_type=lay.MsgType.DATA, lane_bits=lay.VALUE_BITS, job_id=1, slot=0,
                     round=2, rank=0, elem_count=3)
     msg = wire.decode(wire.encode(h, np.array([1, 2, 30], dtype=np.uint8)))
     assert msg.header.lane_bits == 8 and msg.values.tolist() == [1, 2, 30]
@@ -43,7 +44,7 @@ def test_protocol_defines_data_with_8_bit_values():
 
 def test_job_spec_names_the_uplinks():
     with pytest.raises(ValueError, match="uplink='bits'"):
-        JobSpec(1, 0, 2, uplink="bits")
+        JobSpec(1, 0, 2, uplink="bits", token=TOKEN)
 
 
 @pytest.fixture(scope="module")

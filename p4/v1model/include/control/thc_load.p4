@@ -4,7 +4,10 @@
 // ingress.thc_load.tables (job_id -> load_table(v0..v15)); the action copies the 16 values into
 // a register scratch, which the generated per-coordinate code reads by nibble (a register read
 // per coordinate is cheaper in BMv2 than a table lookup per coordinate).
-// Lanes (PARTIAL, RESULT) and norms are copied as they are.
+// Lanes (PARTIAL, RESULT) and norms are copied as they are; values-uplink DATA (8-bit table
+// values) only when every lane is at most the job's g, its table's largest value (issue 33, 5:
+// a lane of 255 wrapped an 8-bit sum undetectably), else MALFORMED, as the software target
+// (controls/thc_validate.py, _check_values). A job without a table entry has no bound (255).
 #ifndef NETCO_THC_LOAD_P4
 #define NETCO_THC_LOAD_P4
 
@@ -28,19 +31,32 @@ control ThcLoad(inout headers_t hdr, inout local_metadata_t meta) {
 
     apply {
         bit<8> t;
-        if (hdr.indices.isValid()) {
-            tables.apply();
-            if (meta.drop_reason == 0) {
-#include "generated_load_indices.p4"
+        // values uplink: DATA of 8-bit table values (one application site of the table: BMv2)
+        bool values = hdr.lanes8.isValid() && hdr.thc.msg_type == MSG_DATA;
+        if (hdr.indices.isValid() || values) {
+            bool hit = tables.apply().hit;
+            if (values) {
+                if (hit) {
+                    bit<8> top = 0;
+#include "generated_values_top.p4"
+#include "generated_check_values.p4"
+                } else {
+                    meta.drop_reason = 0;     // no table: no bound, as the software target
+                }
             }
-        } else if (hdr.lanes8.isValid()) {
+        }
+        if (meta.drop_reason == 0) {
+            if (hdr.indices.isValid()) {
+#include "generated_load_indices.p4"
+            } else if (hdr.lanes8.isValid()) {
 #include "generated_load_lanes8.p4"
-        } else if (hdr.lanes16.isValid()) {
+            } else if (hdr.lanes16.isValid()) {
 #include "generated_load_lanes16.p4"
-        } else if (hdr.lanes32.isValid()) {
+            } else if (hdr.lanes32.isValid()) {
 #include "generated_load_lanes32.p4"
-        } else if (hdr.norms.isValid()) {
+            } else if (hdr.norms.isValid()) {
 #include "generated_load_norms.p4"
+            }
         }
     }
 }

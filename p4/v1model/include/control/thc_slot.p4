@@ -61,8 +61,11 @@ control ThcSlot(inout headers_t hdr, inout local_metadata_t meta) {
                 bit<32> ahead = hdr.thc.round - rnd;   // serial-number comparison
                 if (ahead[31:31] == 1) {
                     meta.drop_reason = DROP_STALE;
-                } else if (ahead >= THC_ROUND_WINDOW && (hdr.thc.flags & FLAG_START) == 0) {
-                    meta.drop_reason = DROP_AHEAD;     // far-future round (issue 16, H2)
+                } else if ((hdr.thc.flags & FLAG_START) == 0 && ahead != 2) {
+                    // Without START a copy moves on only to its next round (two on): far
+                    // ahead (issue 16, H2) or a member lapping the others (issue 33) is
+                    // dropped, not obeyed (docs/protocol.md, "No lapping").
+                    meta.drop_reason = DROP_AHEAD;
                 } else {
                     fresh = true;
                 }
