@@ -60,7 +60,7 @@ void release_all(buf_t *bufs, int nb) {
  * every decision (and so every rollback) is taken in the first pass over the batch, which
  * reads and writes registers only; the sums change in the second pass, which cannot fail. */
 typedef struct {
-    int64_t cell, reg[6];
+    int64_t cell, reg[7];
 } undo_t;
 
 /* What the second pass does for one row of the first: a change of the copy's sums, then an
@@ -308,7 +308,7 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
     const Py_ssize_t nsk = S->nsk;
     int64_t *const *R = S->R;
     int64_t *st_round = R[0], *st_state = R[1], *st_contrib = R[2], *st_nc = R[3],
-            *st_cnt = R[4], *st_wb = R[5];
+            *st_cnt = R[4], *st_wb = R[5], *st_tent = R[6];
     uint32_t *sums = S->sums;
     const int W = (int)S->coords, ibytes = W / 2;   /* packet width; DATA index bytes */
     if (W < COORDS_PER_PACKET || W > MAX_COORDS_PER_PACKET || W % COORDS_PER_PACKET) return 0;
@@ -407,7 +407,7 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
         if (mark[c] < 0) {
             mark[c] = nu;
             undo[nu].cell = c;
-            for (int k = 0; k < 6; k++) undo[nu].reg[k] = R[k][c];
+            for (int k = 0; k < 7; k++) undo[nu].reg[k] = R[k][c];
             nu++;
         }
         int64_t st = st_state[c];
@@ -431,6 +431,7 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
         int64_t a_cnt = is_sw ? f[OFF_COUNT] : 1;
         int64_t a_wb = is_sw ? (int64_t)be32(f + OFF_BITMAP) : bit;
         int fresh = st == ST_EMPTY;
+        const int from_empty = fresh;   /* opened from empty: tentative (a restart's repairs) */
         if (!fresh && st_round[c] != r) {
             const int64_t ahead = (r - st_round[c]) & 0xFFFFFFFFLL;
             if (ahead & 0x80000000LL) { /* serial-number arithmetic: older */
@@ -440,9 +441,10 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
             if (!(f[OFF_FLAGS] & FLAG_START)) {
                 if (ahead >= ROUND_WINDOW)
                     goto rollback; /* far ahead (issue 16, H2): dropped as AHEAD by Python */
-                /* a copy moves on only to its next round (two on): a member lapping the
-                 * others (issue 33) is dropped as AHEAD (ThcSlot, _laps) */
-                if (ahead != 2) {
+                /* a copy moves on only to its next round (two on), and while it collects
+                 * only if it was opened from empty (a restart's repairs): a member lapping
+                 * the others (issue 33) is dropped as AHEAD (ThcSlot, _laps) */
+                if (ahead != 2 || (st != ST_FINAL && !st_tent[c])) {
                     z.nahead++;
                     continue;
                 }
@@ -499,7 +501,10 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
             cb |= bit;
             nc += 1;
             sop = t == t_data ? SUMS_ADD_DATA : SUMS_ADD_LANES;
-            if (fresh) st_round[c] = r;
+            if (fresh) {
+                st_round[c] = r;
+                st_tent[c] = from_empty;
+            }
             z.ncontrib++;
             const int64_t ab = pres[PRESENCE_ABSENT];
             release = nc >= expected || (fl & FLAG_DEADLINE)
@@ -593,7 +598,7 @@ rollback:
     if (pres_dirty) memcpy(pres, pres_saved, sizeof(pres_saved));
     for (Py_ssize_t u = nu - 1; u >= 0; u--) {
         int64_t c = undo[u].cell;
-        for (int k = 0; k < 6; k++) R[k][c] = undo[u].reg[k];
+        for (int k = 0; k < 7; k++) R[k][c] = undo[u].reg[k];
     }
 not_handled:
     handled = 0;
@@ -670,8 +675,8 @@ int fp_parse_state(PyObject *o, fp_state_t *st, buf_t *bufs, int *nb) {
         PyErr_Format(PyExc_ValueError, "coords: %lld is not a packet width", st->coords);
         return -1;
     }
-    if (!PyTuple_Check(oregs) || PyTuple_GET_SIZE(oregs) != 6) {
-        PyErr_SetString(PyExc_TypeError, "regs: a tuple of 6 int64 arrays");
+    if (!PyTuple_Check(oregs) || PyTuple_GET_SIZE(oregs) != 7) {
+        PyErr_SetString(PyExc_TypeError, "regs: a tuple of 7 int64 arrays");
         return -1;
     }
     buf_t *b = bufs + *nb;
@@ -680,7 +685,7 @@ int fp_parse_state(PyObject *o, fp_state_t *st, buf_t *bufs, int *nb) {
     if (take(osk, &b[k++], 0, 0, "sender_keys") < 0) goto out;
     if (take(osw, &b[k], 0, b[0].v.len / 8, "sender_is_switch") < 0) { k++; goto out; }
     k++;
-    for (int r = 0; r < 6; r++) {
+    for (int r = 0; r < 7; r++) {
         if (take(PyTuple_GET_ITEM(oregs, r), &b[k], 1, 8 * st->pool_slots * 4, "regs") < 0) {
             k++;
             goto out;

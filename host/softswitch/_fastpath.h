@@ -71,7 +71,7 @@ typedef struct {
     Py_ssize_t nsk;
     long long pool_slots;
     long long coords;               /* the switch's packet width (--coords-per-packet) */
-    int64_t *R[6];                  /* round, state, contrib, nc, cnt, wb per copy */
+    int64_t *R[7];                  /* round, state, contrib, nc, cnt, wb, tentative per copy */
     uint32_t *sums;                 /* rows of coords; data copies as wide as their lanes */
 } fp_state_t;
 

@@ -123,6 +123,10 @@ class Pipeline(NativePath, ThcValidate, ThcLoad, ThcSlot, ThcAccumulate, ThcOutp
         self.st_nc = np.zeros(cells, dtype=np.int64)
         self.st_cnt = np.zeros(cells, dtype=np.int64)
         self.st_wb = np.zeros(cells, dtype=np.int64)
+        # 1 while a copy holds a round it was opened at from empty (a new job, a restart):
+        # only such a copy may be moved on to its next round before it released this one
+        # (docs/protocol.md, "No lapping")
+        self.st_tent = np.zeros(cells, dtype=np.int64)
         #: use the vectorized path for batches of plain contributions (tests switch it off)
         self.fast = True
         #: try the C fast path first (with ``fast``; tests switch it off to compare)

@@ -93,10 +93,11 @@ def test_far_future_rounds_dropped_as_ahead_and_the_slot_goes_on(single_switch):
 
 
 def test_a_member_lapping_the_others_is_dropped_as_ahead(single_switch):
-    """Issue 33 (1): a member (its own address and port, the job's token) sends a round past
-    its copy's next one, while the copy still collects and once it is released: both dropped
-    as AHEAD, and the others' rounds complete exactly. Obeyed (before), each reset the copy and
-    the others' contributions turned STALE."""
+    """Issue 33 (1): a member (its own address and port, the job's token) sends its copy's
+    next round while the copy still collects the current one (the issue's case), then a round
+    past the next once it is released: both dropped as AHEAD, and the others' rounds complete
+    exactly. Obeyed (before), each reset the copy and the others' contributions turned
+    STALE."""
     net = single_switch
     hosts, job, rng = _past_round_0(net, TOKEN + 4, slot=1, seed=6)
     before = net.drop_counts(SWITCH)
@@ -104,7 +105,7 @@ def test_a_member_lapping_the_others_is_dropped_as_ahead(single_switch):
     net.send("w0", data(net, job, "w0", 0, 1, 2, r2[0]))
     assert wait_count(net, net.hosts["w1"], job.self_ip, job.job_id, 1, 1, 2, want=1,
                       token=job.token) == 1
-    net.send("w0", data(net, job, "w0", 0, 1, 6, np.full(C, 15)))   # copy 0 still collects 2
+    net.send("w0", data(net, job, "w0", 0, 1, 4, np.full(C, 15)))   # copy 0 still collects 2
     assert wait_count(net, net.hosts["w1"], job.self_ip, job.job_id, 1, 1, 2, want=1,
                       token=job.token) == 1
     net.send("w1", data(net, job, "w1", 1, 1, 2, r2[1]))

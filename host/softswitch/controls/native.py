@@ -109,7 +109,7 @@ class NativePath:
                 np.ascontiguousarray(cfg.sender_is_switch, dtype=np.uint8), self.pool_slots,
                 self.coords,
                 (self.st_round, self.st_state, self.st_contrib, self.st_nc, self.st_cnt,
-                 self.st_wb), self.sums)
+                 self.st_wb, self.st_tent), self.sums)
 
     def _native(self, buf, lens, ports, n: int, stamps, cfg: Compiled) -> bool:
         """The whole batch through ``_fastpath`` (see the module docstring); ``False``: not

@@ -54,17 +54,18 @@ def _missed(pr: list[int], missing: int, silence_ns: int) -> None:
         missing ^= low
 
 
-def _laps(ahead: int) -> bool:
+def _laps(ahead: int, st: int, tentative: int) -> bool:
     """Whether a contribution without ``START``, ``ahead`` (serially, 1..2^31-1) rounds newer
-    than its non-empty copy, skips the copy's next round: a copy takes every other round of
-    its slot and no honest rank sends round r+2 before round r's result, so anything but the
-    next round (two on) comes from a member lapping the others (issue 33, 1: obeyed, it reset
-    the copy and the others' rounds turned ``STALE``) or is far ahead (issue 16, H2). Dropped
-    as ``AHEAD``; a session's first rounds carry ``START`` and open a copy at any round.
-    The next round is taken even while the copy still collects: after a switch restart the
-    workers' repairs reopen copies at rounds nobody waits for any more, and only the next
-    round moves them on (docs/protocol.md, "No lapping")."""
-    return ahead != 2
+    than its non-empty copy (state ``st``), laps the others: a copy takes every other round of
+    its slot and no honest rank sends round r+2 before round r's result, that is before the
+    copy released round r. So anything but the next round (two on), or the next one while
+    the copy still collects (or waits for its parent), comes from a member lapping the others
+    (issue 33, 1: obeyed, it reset the copy and the others' rounds turned ``STALE``) or is far
+    ahead (issue 16, H2). Dropped as ``AHEAD``; a session's first rounds carry ``START`` and
+    open a copy at any round. One exception: a copy ``tentative`` (opened from empty: a new
+    job, or a restart, whose repairs reopen copies at rounds nobody waits for any more) takes
+    its next round before it released the one it holds (docs/protocol.md, "No lapping")."""
+    return ahead != 2 or (st != ST_FINAL and not tentative)
 
 
 def _heard(pr: list[int], rk: int, bit: int, fl: int) -> None:
@@ -84,7 +85,7 @@ class ThcSlot:
     def state(self) -> dict[str, np.ndarray]:
         """Copies of the per-cell registers (tests, debugging)."""
         return {k: getattr(self, f"st_{k}").copy()
-                for k in ("round", "state", "contrib", "nc", "cnt", "wb")}
+                for k in ("round", "state", "contrib", "nc", "cnt", "wb", "tent")}
 
     def _aggregate(self, b, v, L, ports, acc, reason, cfg: Compiled) -> None:
         """ThcSlot, ThcAccumulate, ThcEmit and ThcOutput for the accepted THC frames."""
@@ -114,6 +115,7 @@ class ThcSlot:
         c_round, c_state = self.st_round[uc].tolist(), self.st_state[uc].tolist()
         c_contrib, c_nc = self.st_contrib[uc].tolist(), self.st_nc[uc].tolist()
         c_cnt, c_wb = self.st_cnt[uc].tolist(), self.st_wb[uc].tolist()
+        c_tent = self.st_tent[uc].tolist()
 
         # the jobs' presence rows (Compiled.presence), written back after the batch
         pres = {jj: cfg.presence[jj].tolist() for jj in set(jn.tolist())}
@@ -140,13 +142,13 @@ class ThcSlot:
                     else:
                         emits.append((row, -1, OUT_ANSWER, c_cnt[x], c_wb[x], F_PEEK, j))
                     continue
-                fresh = st == ST_EMPTY
+                fresh = from_empty = st == ST_EMPTY
                 if not fresh and c_round[x] != r:
                     ahead = (r - c_round[x]) & 0xFFFFFFFF
                     if ahead & 0x80000000:   # serial-number arithmetic: older
                         late.append((row, R.STALE))
                         continue
-                    if not fl & F_START and _laps(ahead):
+                    if not fl & F_START and _laps(ahead, st, c_tent[x]):
                         late.append((row, R.AHEAD))      # far ahead (H2) or lapping (33)
                         continue
                     fresh = True
@@ -202,6 +204,7 @@ class ThcSlot:
                     adds.append((row, c, fresh, occ))
                     if fresh:
                         c_round[x] = r
+                        c_tent[x] = int(from_empty)
                     ab = pr[PRESENCE_ABSENT]
                     release = (nc >= exp or bool(fl & F_DEADLINE)
                                or bool(ab and not pr[PRESENCE_MASK] & ~(cb | ab)))
@@ -240,6 +243,7 @@ class ThcSlot:
         self.st_round[uc], self.st_state[uc] = c_round, c_state
         self.st_contrib[uc], self.st_nc[uc] = c_contrib, c_nc
         self.st_cnt[uc], self.st_wb[uc] = c_cnt, c_wb
+        self.st_tent[uc] = c_tent
         for row, why in late:
             reason[row] = why
 
@@ -283,6 +287,8 @@ class ThcSlot:
             return False                                     # stale, or complete already
         if ((st != ST_EMPTY) & (cr != R) & ahead & (diff != 2)).any():
             return False                        # far ahead or lapping: START decides (_laps)
+        if ((st != ST_EMPTY) & (st != ST_FINAL) & (cr != R) & ahead).any():
+            return False                        # the next round while collecting (_laps)
         gor = np.bitwise_or.reduceat(bit[order], starts)
         if (np.bitwise_count(gor) != counts).any():
             return False                                     # a contributor twice
@@ -299,6 +305,7 @@ class ThcSlot:
         complete = nc >= exp
         hp = cfg.job["has_parent"][jn[order][starts]] != 0
         self.st_round[ucell] = R
+        self.st_tent[ucell] = np.where(fresh, st == ST_EMPTY, self.st_tent[ucell])
         self.st_state[ucell] = np.where(complete, np.where(hp, ST_SENT_UP, ST_FINAL), ST_COLLECTING)
         self.st_contrib[ucell] = base_cb | gor
         self.st_nc[ucell] = nc

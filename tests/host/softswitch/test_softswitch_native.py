@@ -129,23 +129,30 @@ def test_a_duplicate_mid_batch_is_dropped_and_counted_in_c():
 
 
 def test_a_lapping_member_is_dropped_in_c_as_in_the_reference():
-    """Issue 33 (1): rounds a member sends past what its copy may take next (round 4 while
-    round 0 collects, round 6 once round 0 is released) are AHEAD drops in the C path, without
-    a rollback, as in the packet-by-packet reference; the others' rounds 0 and 2 complete."""
+    """Issue 33 (1): rounds a member sends past what its copy may take next are AHEAD drops in
+    the C path, without a rollback, as in the packet-by-packet reference: round 4 while round
+    0 collects, round 6 once round 0 is released, and round 4 while round 2 collects (the
+    issue's case: the next round, but the copy has not released round 2 and was opened from
+    a released copy, not from empty). The others' rounds 0, 2 and 4 complete. A copy opened
+    from empty (copy 1 here: a new job, or a restart whose repairs reopen copies at rounds
+    nobody waits for) still takes its next round while it collects."""
     frames = [data(W[0], 30, 0, 0, np.full(C, 3)), data(W[1], 30, 0, 4, np.full(C, 15)),
               data(W[1], 30, 0, 0, np.full(C, 4)), data(W[2], 30, 0, 0, np.full(C, 5)),
               data(W[2], 30, 0, 6, np.full(C, 15)),
-              data(W[0], 30, 0, 2, np.full(C, 6)), data(W[1], 30, 0, 2, np.full(C, 7)),
-              data(W[2], 30, 0, 2, np.full(C, 8))]
+              data(W[0], 30, 0, 2, np.full(C, 6)), data(W[1], 30, 0, 4, np.full(C, 15)),
+              data(W[1], 30, 0, 2, np.full(C, 7)), data(W[2], 30, 0, 2, np.full(C, 8)),
+              data(W[0], 30, 0, 1, np.full(C, 1)), data(W[1], 30, 0, 3, np.full(C, 2)),
+              data(W[0], 30, 0, 3, np.full(C, 9)), data(W[2], 30, 0, 3, np.full(C, 10))]
     got, state, nat = _run(frames, native=True, batch=True)
     want, ref, _ = _run(frames, native=False, batch=False)
     assert nat == 1
-    assert ref[2] == {int(lay.DropReason.AHEAD): 2}
+    assert ref[2] == {int(lay.DropReason.AHEAD): 3}
     assert sorted(got) == sorted(want) and state == ref
     sums = sorted({bytes(f[PAYLOAD_OFFSET:]) for _, f in want})
     t = np.asarray(TABLE)
     assert sums == sorted({bytes([(t[3] + t[4] + t[5]) & 0xFF] * C),
-                           bytes([(t[6] + t[7] + t[8]) & 0xFF] * C)})
+                           bytes([(t[6] + t[7] + t[8]) & 0xFF] * C),
+                           bytes([(t[2] + t[9] + t[10]) & 0xFF] * C)})
 
 
 def test_a_rollback_restores_sums_an_earlier_frame_of_the_batch_read():

@@ -11,7 +11,7 @@ control ThcSlot(inout headers_t hdr, inout local_metadata_t meta) {
     @name(".ingress.thc_slot.round_reg")
     register<bit<32>>(THC_CELLS) round_reg;     // round the cell holds
     @name(".ingress.thc_slot.state_reg")
-    register<bit<8>>(THC_CELLS) state_reg;      // ST_*
+    register<bit<8>>(THC_CELLS) state_reg;      // ST_*, bit 7: opened from empty (see below)
     @name(".ingress.thc_slot.contrib_reg")
     register<bit<32>>(THC_CELLS) contrib_reg;   // contributor bitmap (dedup at this switch)
     @name(".ingress.thc_slot.ncontrib_reg")
@@ -40,6 +40,10 @@ control ThcSlot(inout headers_t hdr, inout local_metadata_t meta) {
         bit<32> rnd; bit<8> st; bit<32> cb; bit<8> nc; bit<8> cnt; bit<32> wb;
         round_reg.read(rnd, meta.cell);
         state_reg.read(st, meta.cell);
+        // bit 7: the copy holds a round it was opened at from empty (a new job, a restart):
+        // only then may its next round move it on before it released this one (issue 33)
+        bit<8> tent = st & 0x80;
+        st = st & 0x7f;
         contrib_reg.read(cb, meta.cell);
         ncontrib_reg.read(nc, meta.cell);
         count_reg.read(cnt, meta.cell);
@@ -61,10 +65,12 @@ control ThcSlot(inout headers_t hdr, inout local_metadata_t meta) {
                 bit<32> ahead = hdr.thc.round - rnd;   // serial-number comparison
                 if (ahead[31:31] == 1) {
                     meta.drop_reason = DROP_STALE;
-                } else if ((hdr.thc.flags & FLAG_START) == 0 && ahead != 2) {
-                    // Without START a copy moves on only to its next round (two on): far
-                    // ahead (issue 16, H2) or a member lapping the others (issue 33) is
-                    // dropped, not obeyed (docs/protocol.md, "No lapping").
+                } else if ((hdr.thc.flags & FLAG_START) == 0
+                           && (ahead != 2 || (st != ST_FINAL && tent == 0))) {
+                    // Without START a copy moves on only to its next round (two on), and
+                    // only once released unless opened from empty: far ahead (issue 16, H2)
+                    // or a member lapping the others (issue 33) is dropped, not obeyed
+                    // (docs/protocol.md, "No lapping").
                     meta.drop_reason = DROP_AHEAD;
                 } else {
                     fresh = true;
@@ -73,6 +79,11 @@ control ThcSlot(inout headers_t hdr, inout local_metadata_t meta) {
             if (meta.drop_reason == 0) {
                 bool release = false;
                 if (fresh) {
+                    if (st == ST_EMPTY) {
+                        tent = 0x80;
+                    } else {
+                        tent = 0;
+                    }
                     rnd = hdr.thc.round; st = ST_COLLECTING;
                     cb = 0; nc = 0; cnt = 0; wb = 0;
                     meta.keep = 0;            // first contributor overwrites the old sums
@@ -121,7 +132,7 @@ control ThcSlot(inout headers_t hdr, inout local_metadata_t meta) {
                     }
                 }
                 round_reg.write(meta.cell, rnd);
-                state_reg.write(meta.cell, st);
+                state_reg.write(meta.cell, st | tent);
                 contrib_reg.write(meta.cell, cb);
                 ncontrib_reg.write(meta.cell, nc);
                 count_reg.write(meta.cell, cnt);
@@ -134,7 +145,7 @@ control ThcSlot(inout headers_t hdr, inout local_metadata_t meta) {
                 st = ST_FINAL;
                 cnt = hdr.thc.count;
                 wb = hdr.thc.bitmap;
-                state_reg.write(meta.cell, st);
+                state_reg.write(meta.cell, st | tent);
                 count_reg.write(meta.cell, cnt);
                 workers_reg.write(meta.cell, wb);
                 meta.acc_mode = ACC_STORE;
