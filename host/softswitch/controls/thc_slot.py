@@ -285,10 +285,8 @@ class ThcSlot:
         fresh = (st == ST_EMPTY) | ((cr != R) & ahead)
         if ((st != ST_EMPTY) & ~ahead).any() or (~fresh & (st != ST_COLLECTING)).any():
             return False                                     # stale, or complete already
-        if ((st != ST_EMPTY) & (cr != R) & ahead & (diff != 2)).any():
+        if ((st != ST_EMPTY) & (cr != R) & ahead & ((diff != 2) | (st != ST_FINAL))).any():
             return False                        # far ahead or lapping: START decides (_laps)
-        if ((st != ST_EMPTY) & (st != ST_FINAL) & (cr != R) & ahead).any():
-            return False                        # the next round while collecting (_laps)
         gor = np.bitwise_or.reduceat(bit[order], starts)
         if (np.bitwise_count(gor) != counts).any():
             return False                                     # a contributor twice
