@@ -322,6 +322,7 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
     int64_t *const pres = J->presence;
     int64_t pres_saved[PRESENCE_COLS];
     int pres_dirty = 0;
+    int64_t now = 0;   /* the call's time (CLOCK_MONOTONIC, ns): its ranks heard from then */
 #define PRES_SAVE() \
     do { \
         if (!pres_dirty) { memcpy(pres_saved, pres, sizeof(pres_saved)); pres_dirty = 1; } \
@@ -452,14 +453,14 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
             fresh = 1;
         }
         const int rk = f[OFF_RANK];
-        /* heard from: present again; a first transmission opening a copy for a session also
-         * forgets who was absent, not the miss streaks (ThcSlot, _heard) */
+        /* heard from now: present again; a first transmission opening a copy for a session
+         * also forgets who was absent, not the miss streaks (ThcSlot, _heard) */
         const int64_t keep = (fl & (FLAG_START | FLAG_RETX)) == FLAG_START ? 0 : ~bit;
-        if ((pres[PRESENCE_ABSENT] & ~keep) || pres[PRESENCE_MISS + rk]) {
-            PRES_SAVE();
-            pres[PRESENCE_ABSENT] &= keep;
-            pres[PRESENCE_MISS + rk] = pres[PRESENCE_SINCE + rk] = 0;
-        }
+        if (!now) now = mono_ns();
+        PRES_SAVE();
+        pres[PRESENCE_ABSENT] &= keep;
+        pres[PRESENCE_MISS + rk] = 0;
+        pres[PRESENCE_HEARD + rk] = now;
         int64_t cb, nc, cnt, wb;
         if (fresh) {
             cb = nc = cnt = wb = 0;
@@ -514,19 +515,16 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
         if (release) {
             if ((fl & FLAG_DEADLINE) && nc < expected) {
                 /* a deadline release without the ranks of missing: counted for each; a rank
-                 * missed absent_after times in a row, the first absent_silence_ns or longer
-                 * ago, is held absent (ThcSlot, _missed) */
+                 * missed absent_after times in a row and not heard from for absent_silence_ns
+                 * or longer is held absent (ThcSlot, _missed) */
                 int64_t missing = pres[PRESENCE_MASK] & ~cb;
-                const int64_t now = missing ? mono_ns() : 0;
-                if (missing) PRES_SAVE();
                 while (missing) {
                     const int q = __builtin_ctzll((unsigned long long)missing);
                     int64_t m = pres[PRESENCE_MISS + q];
-                    if (m == 0) pres[PRESENCE_SINCE + q] = now;
                     m = m + 1 > 255 ? 255 : m + 1;
                     pres[PRESENCE_MISS + q] = m;
                     if (m >= K->absent_after
-                        && now - pres[PRESENCE_SINCE + q] >= K->absent_silence_ns)
+                        && now - pres[PRESENCE_HEARD + q] >= K->absent_silence_ns)
                         pres[PRESENCE_ABSENT] |= (int64_t)1 << q;
                     missing &= missing - 1;
                 }

@@ -43,8 +43,8 @@ typedef struct {
 
 /* columns of a job's presence row (host/softswitch/config.py, Compiled.presence) */
 enum { PRESENCE_MASK = 0, PRESENCE_ABSENT = 1, PRESENCE_MISS = 2 };
-#define PRESENCE_SINCE (PRESENCE_MISS + MAX_WORKERS)
-#define PRESENCE_COLS (PRESENCE_SINCE + MAX_WORKERS)
+#define PRESENCE_HEARD (PRESENCE_MISS + MAX_WORKERS)
+#define PRESENCE_COLS (PRESENCE_HEARD + MAX_WORKERS)
 
 /* One job with a THC table (Pipeline's compiled configuration). */
 typedef struct {

@@ -47,9 +47,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "program's THC_SLOTS)")
     parser.add_argument("--absent-silence", type=float, default=ABSENT_SILENCE, metavar="SECONDS",
                         help="hold a rank absent (release its jobs' slots without it, no DEADLINE "
-                             f"needed) after {ABSENT_AFTER} deadline releases in a row without it, "
-                             "the first this long ago (default %(default)s; docs/protocol.md, "
-                             "'Absent contributors')")
+                             f"needed) after {ABSENT_AFTER} deadline releases in a row without it "
+                             "and this long without hearing from it (default %(default)s; "
+                             "docs/protocol.md, 'Absent contributors')")
     parser.add_argument("--invalid-limit", type=int, default=INVALID_LIMIT, metavar="N",
                         help="frames failing validation one source (address and UDP port) may "
                              "send per second before its frames are all dropped for 2 s, with a "

@@ -10,6 +10,7 @@ write and swapped in atomically; the data plane reads one reference per batch.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -44,8 +45,8 @@ REQUIRED_COUNTERS = (DROPS, CONTRIBUTIONS, RESULTS, RESENT)
 
 #: columns of :attr:`Compiled.presence`
 PRESENCE_MASK, PRESENCE_ABSENT, PRESENCE_MISS = 0, 1, 2
-PRESENCE_SINCE = PRESENCE_MISS + lay.MAX_WORKERS
-PRESENCE_COLS = PRESENCE_SINCE + lay.MAX_WORKERS
+PRESENCE_HEARD = PRESENCE_MISS + lay.MAX_WORKERS
+PRESENCE_COLS = PRESENCE_HEARD + lay.MAX_WORKERS
 
 JOB_PARAMS = ("index", "slot_base", "num_slots", "expected", "lane_bits", "mcast_grp",
               "has_parent", "parent_port", "parent_addr", "self_addr", "self_id", "token")
@@ -88,9 +89,10 @@ class Compiled:
     #: per job number (plus the dummy row), int64: column ``PRESENCE_MASK`` the bitmap of the
     #: ranks with a sender entry; ``PRESENCE_ABSENT`` the ranks the data plane has learned to be
     #: absent, ``PRESENCE_MISS + r`` rank r's deadline releases in a row without it and
-    #: ``PRESENCE_SINCE + r`` when the first of them happened (CLOCK_MONOTONIC, ns;
-    #: ``docs/protocol.md``, "Absent contributors"). The only part the data plane writes; a
-    #: controller's Write starts it afresh.
+    #: ``PRESENCE_HEARD + r`` when it was last heard from (CLOCK_MONOTONIC, ns; the Write that
+    #: installed it until its first contribution; ``docs/protocol.md``, "Absent
+    #: contributors"). The only part the data plane writes; a controller's Write starts it
+    #: afresh.
     presence: np.ndarray = field(
         default_factory=lambda: np.zeros((1, PRESENCE_COLS), dtype=np.int64))
 
@@ -150,6 +152,7 @@ def compile_store(store: EntityStore) -> Compiled:
         c.value_top[jn] = int(table.max())
     keys, sw = [], []
     c.presence = np.zeros((n + 1, PRESENCE_COLS), dtype=np.int64)
+    now = time.monotonic_ns()          # every rank counts as heard when its job is written
     sender = idx.action(SENDER).id
     for e in store.tables[idx.table(SENDERS).id].entries.values():
         f = _field_values(store, SENDERS, e.key)
@@ -161,6 +164,7 @@ def compile_store(store: EntityStore) -> Compiled:
         sw.append(_params(store, SENDER, e.params)["is_switch"])
         if rank < lay.MAX_WORKERS:          # a larger rank never gets to a slot
             c.presence[jn, PRESENCE_MASK] |= 1 << rank
+            c.presence[jn, PRESENCE_HEARD + rank] = now
     order = np.argsort(np.array(keys, dtype=np.uint64), kind="stable")
     c.sender_keys = np.array(keys, dtype=np.uint64)[order]
     c.sender_is_switch = np.array(sw, dtype=np.uint8)[order]

@@ -91,7 +91,7 @@ ROUND_WINDOW = int(lay.ROUND_WINDOW)
 #: without waiting for a DEADLINE, until the rank is heard from again (issue 16, H4;
 #: ``docs/protocol.md``, "Absent contributors")
 ABSENT_AFTER = 4
-#: ... and only once the first of those releases is this long ago (s): a rank that is merely
+#: ... and only once the rank has not been heard from for this long (s): a rank that is merely
 #: late (a slower step, a worker starting after the others) is heard from well within it, and
 #: is never raced past (docs/protocol.md, "Absent contributors")
 ABSENT_SILENCE = 0.05

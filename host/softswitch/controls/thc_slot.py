@@ -10,9 +10,9 @@ import numpy as np
 
 from host.softswitch.config import (
     PRESENCE_ABSENT,
+    PRESENCE_HEARD,
     PRESENCE_MASK,
     PRESENCE_MISS,
-    PRESENCE_SINCE,
     Compiled,
 )
 from host.softswitch.controls.common import (
@@ -37,19 +37,15 @@ from host.softswitch.controls.common import (
 )
 
 
-def _missed(pr: list[int], missing: int, silence_ns: int) -> None:
-    """A deadline release without the ranks of ``missing``: count it for each; a rank missed
-    :data:`ABSENT_AFTER` times in a row, the first ``silence_ns`` or longer ago, is held absent
-    (``pr``: a :attr:`Compiled.presence` row)."""
-    now = time.monotonic_ns()
+def _missed(pr: list[int], missing: int, silence_ns: int, now: int) -> None:
+    """A deadline release without the ranks of ``missing`` at ``now`` (CLOCK_MONOTONIC, ns):
+    count it for each; a rank missed :data:`ABSENT_AFTER` times in a row and not heard from for
+    ``silence_ns`` or longer is held absent (``pr``: a :attr:`Compiled.presence` row)."""
     while missing:
         low = missing & -missing
         rk = low.bit_length() - 1
-        m = pr[PRESENCE_MISS + rk]
-        if m == 0:
-            pr[PRESENCE_SINCE + rk] = now
-        pr[PRESENCE_MISS + rk] = m = min(m + 1, 255)
-        if m >= ABSENT_AFTER and now - pr[PRESENCE_SINCE + rk] >= silence_ns:
+        pr[PRESENCE_MISS + rk] = m = min(pr[PRESENCE_MISS + rk] + 1, 255)
+        if m >= ABSENT_AFTER and now - pr[PRESENCE_HEARD + rk] >= silence_ns:
             pr[PRESENCE_ABSENT] |= low
         missing ^= low
 
@@ -68,15 +64,17 @@ def _laps(ahead: int, st: int, tentative: int) -> bool:
     return ahead != 2 or (st != ST_FINAL and not tentative)
 
 
-def _heard(pr: list[int], rk: int, bit: int, fl: int) -> None:
-    """A contribution of rank ``rk`` (after the round checks): present again. A first
-    transmission that opens a slot copy for a session (START without RETX: not a retransmission,
-    DEADLINE request or repair) also forgets who was absent, not the miss streaks: in a new
-    session a rank is held absent again only after a deadline release of that session."""
+def _heard(pr: list[int], rk: int, bit: int, fl: int, now: int) -> None:
+    """A contribution of rank ``rk`` (after the round checks) at ``now``: present again, and
+    heard from then. A first transmission that opens a slot copy for a session (START without
+    RETX: not a retransmission, DEADLINE request or repair) also forgets who was absent, not the
+    miss streaks: in a new session a rank is held absent again only after a deadline release of
+    that session."""
     if fl & (F_START | F_RETX) == F_START:
         pr[PRESENCE_ABSENT] = 0
     pr[PRESENCE_ABSENT] &= ~bit
-    pr[PRESENCE_MISS + rk] = pr[PRESENCE_SINCE + rk] = 0
+    pr[PRESENCE_MISS + rk] = 0
+    pr[PRESENCE_HEARD + rk] = now
 
 
 class ThcSlot:
@@ -119,6 +117,7 @@ class ThcSlot:
 
         # the jobs' presence rows (Compiled.presence), written back after the batch
         pres = {jj: cfg.presence[jj].tolist() for jj in set(jn.tolist())}
+        now = time.monotonic_ns()          # the batch's time: when its ranks were heard from
         rank_l = v["rank"][acc].tolist()
         pend = Pending()
         touched = pend.touched
@@ -153,8 +152,7 @@ class ThcSlot:
                         continue
                     fresh = True
                 pr = pres[j]
-                if fl & F_START or pr[PRESENCE_ABSENT] & bit or pr[PRESENCE_MISS + rk]:
-                    _heard(pr, rk, bit, fl)
+                _heard(pr, rk, bit, fl, now)
                 if fresh:
                     cb = nc = cnt = wb = 0
                     st = ST_COLLECTING
@@ -210,7 +208,7 @@ class ThcSlot:
                                or bool(ab and not pr[PRESENCE_MASK] & ~(cb | ab)))
                 if release:
                     if fl & F_DEADLINE and nc < exp:
-                        _missed(pr, pr[PRESENCE_MASK] & ~cb, self.absent_silence_ns)
+                        _missed(pr, pr[PRESENCE_MASK] & ~cb, self.absent_silence_ns, now)
                     if hp:
                         st = ST_SENT_UP
                         emits.append((row, c, OUT_UP, cnt, wb, fl & (F_DEADLINE | F_START), j))
@@ -259,7 +257,7 @@ class ThcSlot:
         """
         if not up.all() or (flags & (F_PEEK | F_DEADLINE)).any():
             return False
-        if cfg.presence[np.unique(jn), PRESENCE_ABSENT:].any():
+        if cfg.presence[np.unique(jn), PRESENCE_ABSENT:PRESENCE_HEARD].any():
             return False      # an absent rank or a miss to forget: the packet-by-packet logic
         m = len(acc)
         order = np.argsort(cell, kind="stable")
@@ -298,6 +296,8 @@ class ThcSlot:
         if (base_nc + counts - 1 >= exp).any():
             return False                                     # more contributors than expected
         nc = base_nc + counts
+        # every contributor heard from now (_heard; no START-without-RETX here: none absent)
+        cfg.presence[jn, PRESENCE_HEARD + v["rank"][acc].astype(np.int64)] = time.monotonic_ns()
         cnt = np.where(fresh, 0, self.st_cnt[ucell]) + np.add.reduceat(acnt[order], starts)
         wb = np.where(fresh, 0, self.st_wb[ucell]) | np.bitwise_or.reduceat(awb[order], starts)
         complete = nc >= exp

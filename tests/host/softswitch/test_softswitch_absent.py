@@ -9,12 +9,14 @@ agree on frames, registers and the presence rows.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
 from host.protocol.layout import Flag
 from host.softswitch import pipeline as pl_mod
-from host.softswitch.config import PRESENCE_ABSENT, PRESENCE_MASK, PRESENCE_MISS, PRESENCE_SINCE
+from host.softswitch.config import PRESENCE_ABSENT, PRESENCE_HEARD, PRESENCE_MASK, PRESENCE_MISS
 from host.softswitch.controls.common import ABSENT_AFTER, R
 from tests.support.softswitch import TABLE, Bench, C, Peer, data, worker
 
@@ -37,7 +39,7 @@ def _bench(native: bool, absent_silence: float = 0.0) -> Bench:
 
 def _presence(x: Bench) -> list[int]:
     """Job 30's presence row without the clock columns."""
-    return x.sw.pipeline.cfg.presence[0, :PRESENCE_SINCE].tolist()
+    return x.sw.pipeline.cfg.presence[0, :PRESENCE_HEARD].tolist()
 
 
 def _fill(rank: int, rnd: int) -> np.ndarray:
@@ -73,9 +75,10 @@ def test_a_rank_missed_absent_after_times_is_held_absent_until_heard_from(native
                                   table[_fill(0, rnd)] + table[_fill(1, rnd)])
     # rank 2 comes back late for that round: answered with the stored sum, present again
     assert _results(x.send(data(W[2], JOB, 0, rnd, _fill(2, rnd)))) == [(2, int(Flag.RESENT))]
-    # nothing of the streak is left (the clock column too: the numpy path's fast case
-    # needs a row without anything to forget)
-    assert not x.sw.pipeline.cfg.presence[0, PRESENCE_ABSENT:].any()
+    # nothing of the streak is left (the numpy path's fast case needs a row without anything
+    # to forget); the clock column says when rank 2 was heard from
+    assert not x.sw.pipeline.cfg.presence[0, PRESENCE_ABSENT:PRESENCE_HEARD].any()
+    assert x.sw.pipeline.cfg.presence[0, PRESENCE_HEARD + 2] > 0
     # the next round waits for it again, and includes it
     rnd += 1
     assert x.send(data(W[0], JOB, 0, rnd, _fill(0, rnd)), data(W[1], JOB, 0, rnd, _fill(1, rnd))) == []
@@ -166,6 +169,33 @@ def test_a_rank_is_held_absent_only_after_its_silence(native):
 
 
 @pytest.mark.parametrize("native", PATHS)
+def test_the_silence_is_counted_from_when_the_rank_was_last_heard(native):
+    """A rank already silent for longer than ``absent_silence`` (never heard since its job was
+    installed, or since its last contribution) is held absent at its ``ABSENT_AFTER``-th miss,
+    with no further silence after the first miss: a dead rank's first deadline release comes a
+    whole deadline after its silence began (before, the silence was counted from the first
+    miss, and the next exchange of a fast job ran at the old pace while the switch learned)."""
+    x = _bench(native, absent_silence=0.2)
+    time.sleep(0.25)                        # rank 2 silent since the job was installed
+    for rnd in range(ABSENT_AFTER):
+        assert _presence(x)[PRESENCE_ABSENT] == 0
+        _partial_round(x, rnd)
+    assert _presence(x)[PRESENCE_ABSENT] == 0b100
+    # heard from again: silent for less than the silence, so its misses do not make it absent
+    rnd = ABSENT_AFTER
+    assert _results(x.send(data(W[2], JOB, 0, rnd, _fill(2, rnd)))) == []
+    assert _presence(x)[PRESENCE_ABSENT] == 0
+    x.send(data(W[0], JOB, 0, rnd, _fill(0, rnd)), data(W[1], JOB, 0, rnd, _fill(1, rnd)))
+    for rnd in range(ABSENT_AFTER + 1, 3 * ABSENT_AFTER):
+        _partial_round(x, rnd)
+    assert _presence(x)[PRESENCE_MISS + 2] == 2 * ABSENT_AFTER - 1
+    assert _presence(x)[PRESENCE_ABSENT] == 0
+    time.sleep(0.25)
+    _partial_round(x, 3 * ABSENT_AFTER)     # silent long enough now
+    assert _presence(x)[PRESENCE_ABSENT] == 0b100
+
+
+@pytest.mark.parametrize("native", PATHS)
 def test_a_new_session_forgets_who_was_absent(native):
     """A first transmission opening a slot copy for a session (START, not RETX) forgets who was
     absent, so a rank absent in the last session that just starts later in this one is waited
@@ -189,4 +219,4 @@ def test_a_new_session_forgets_who_was_absent(native):
                  data(W[1], JOB, 0, rnd, _fill(1, rnd), flags=start))
     assert out == []                       # START again: waits for rank 2 once more
     assert _results(x.send(data(W[2], JOB, 0, rnd, _fill(2, rnd), flags=start))) == [(3, 0)] * 3
-    assert _presence(x)[PRESENCE_ABSENT:] == [0] * (PRESENCE_SINCE - PRESENCE_ABSENT)
+    assert _presence(x)[PRESENCE_ABSENT:] == [0] * (PRESENCE_HEARD - PRESENCE_ABSENT)

@@ -17,7 +17,7 @@ from host.protocol import layout as lay
 from host.protocol.framing import PAYLOAD_OFFSET
 from host.protocol.layout import Flag, MsgType
 from host.softswitch import pipeline as pl_mod
-from host.softswitch.config import PRESENCE_SINCE
+from host.softswitch.config import PRESENCE_HEARD
 from host.softswitch.frames import ipv4_checksum
 from host.softswitch.pipeline import ROW
 from tests.support.softswitch import TABLE, Bench, C, Peer, data, worker
@@ -41,7 +41,7 @@ def _state(x: Bench) -> tuple:
     return ({k: v.tolist() for k, v in p.state().items()}, p.sums.tobytes(), x.drops(),
             x.counter("contributions").tolist(), x.counter("results").tolist(),
             x.counter("resent").tolist(), dict(p.outcomes),
-            p.cfg.presence[:, :PRESENCE_SINCE].tolist())   # (the clock column differs)
+            p.cfg.presence[:, :PRESENCE_HEARD].tolist())   # (the clock column differs)
 
 
 def _process(x: Bench, frames, native: bool, batch: bool) -> tuple:
