@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -342,15 +343,17 @@ class Controller:
     async def read_counters(self, client: fy.Switch) -> dict[str, dict[int, int]]:
         """Packet counts of the program's counters (index → packets), those the P4Info has."""
         names = {c.preamble.name for c in self.p4info.counters}
-        out: dict[str, dict[int, int]] = {}
-        for name in (DROP_COUNTER, *JOB_COUNTERS):
-            if name not in names:
-                continue
-            vals: dict[int, int] = {}
-            async for e in client.read(fy.P4CounterEntry(name)):
-                vals[int(e.index or 0)] = int(e.packet_count or 0)
-            out[name] = vals
-        return out
+        return {name: await self.read_counter(client, name)
+                for name in (DROP_COUNTER, *JOB_COUNTERS) if name in names}
+
+    @staticmethod
+    async def read_counter(client: fy.Switch, name: str) -> dict[int, int]:
+        """Packet counts of one counter (index → packets; indices never counted may be
+        missing)."""
+        vals: dict[int, int] = {}
+        async for e in client.read(fy.P4CounterEntry(name)):
+            vals[int(e.index or 0)] = int(e.packet_count or 0)
+        return vals
 
     async def _pipeline_state(self, client: fy.Switch) -> str:
         from finsy.p4client import P4ClientError
@@ -412,6 +415,18 @@ class Controller:
             res.diff = diff(self.desired[sw.name], installed, self.schema)
             res.counters = await self.read_counters(client)
         return res
+
+    # -- absent ranks (control_plane.thc_slot) ------------------------------------------------
+    def set_absent(self, switch: str, job_id: int, ranks: frozenset[int]) -> None:
+        """Hold ``ranks`` of job ``job_id`` absent at ``switch``: its ``set_job.expected`` there
+        leaves them out (``JobAtSwitch.absent``; ``control_plane.thc_slot``); written by the
+        next :meth:`apply`."""
+        per = tuple(dataclasses.replace(js, absent=frozenset(ranks)) if js.job.id == job_id
+                    else js for js in self.placement.per_switch[switch])
+        self.placement = dataclasses.replace(
+            self.placement, per_switch={**self.placement.per_switch, switch: per})
+        self.desired = desired_state(self.cfg, program_view(self.p4info), self.placement,
+                                     self.tokens)
 
     # -- job tokens ---------------------------------------------------------------------------
     def job_addresses(self, job: str) -> list[str]:

@@ -55,7 +55,8 @@ def check_controller_args(args: Namespace, error: type[Exception] = OptionError)
     """Validate ``netco controller`` arguments; raise ``error`` with one line.
 
     Checks the desired-state file (and ``--plan``), ``--election-id``, ``--timeout``,
-    ``--watch`` (finite) and the TLS files (stored back as ``args.tls``).
+    ``--watch`` (finite), ``--dead-after`` (> 0, with ``--watch``) and the TLS files (stored
+    back as ``args.tls``).
     """
     check_options(_check, args, error)
 
@@ -73,6 +74,13 @@ def _check(args: Namespace) -> None:
     watch = getattr(args, "watch", None)
     if watch is not None and not math.isfinite(watch):
         raise OptionError(f"--watch {watch}: give a number of seconds >= 0")
+    dead = getattr(args, "dead_after", None)
+    if dead is not None and dead != 0:
+        if not (math.isfinite(dead) and dead > 0):
+            raise OptionError(f"--dead-after {dead}: give a number of seconds > 0")
+        if not watch:
+            raise OptionError("--dead-after needs --watch S (the per-rank counters are read "
+                              "every round)")
     args.tls = tls_credentials(getattr(args, "tls_ca", None), getattr(args, "tls_cert", None),
                                getattr(args, "tls_key", None), getattr(args, "tls_server_name", None))
 

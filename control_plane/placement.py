@@ -108,11 +108,16 @@ class JobAtSwitch:
     parent_port: int
     parent_addr: str
     contributors: tuple[Contributor, ...]
+    #: ranks of contributors the controller's watch found dead (``control_plane.thc_slot``):
+    #: not waited for (``expected`` leaves them out), still senders and receivers, so that their
+    #: return shows in the per-rank counter
+    absent: frozenset[int] = frozenset()
 
     @property
     def expected(self) -> int:
-        """Distinct direct contributors that complete a slot at this switch."""
-        return len(self.contributors)
+        """Distinct direct contributors that complete a slot at this switch (those held
+        :attr:`absent` left out)."""
+        return sum(1 for c in self.contributors if c.rank not in self.absent)
 
     @property
     def receivers(self) -> tuple[Contributor, ...]:

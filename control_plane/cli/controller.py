@@ -73,6 +73,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                    help="keep reconciling every S seconds (heals restarted switches); Ctrl-C stops")
     p.add_argument("--rounds", type=int, default=0, metavar="N",
                    help="with --watch: stop after N rounds (default 0: run until interrupted)")
+    p.add_argument("--dead-after", type=float, default=0.0, metavar="S",
+                   help="with --watch: a rank of a partial-policy job whose per-rank counter stands "
+                        "still S seconds while the others contribute is not waited for (its "
+                        "set_job.expected leaves it out) until it contributes again (default 0: "
+                        "off; docs/protocol.md, 'Absent contributors')")
     p.set_defaults(func=run_apply)
 
     p = sub.add_parser("diff", help="show what apply would change (read only)")
@@ -285,11 +290,19 @@ def _watch(args: argparse.Namespace, ctl) -> int:
     from control_plane.controller import run_sync
     from control_plane.tokens import TokenStoreError
 
+    watch = None
+    if getattr(args, "dead_after", 0.0) > 0:
+        from control_plane.thc_slot import DeadRankWatch
+
+        watch = DeadRankWatch(ctl, dead_after=args.dead_after)
+
     async def loop() -> int:
         rounds = 0
         while True:
             t0 = time.monotonic()
             before = ctl.writes
+            # ranks found dead (or back) since the last round: this round's apply writes them
+            changes = await watch.poll() if watch is not None else []
             try:
                 results = await ctl.apply(prune=args.prune, switches=args.switch)
             except TokenStoreError as exc:
@@ -299,9 +312,12 @@ def _watch(args: argparse.Namespace, ctl) -> int:
             failed = [r for r in results if not r.ok]
             if args.json:
                 _print_json_line({"round": rounds, "writes": wrote,
-                                  "switches": [r.to_json() for r in results]})
-            elif wrote or failed or rounds == 1:
+                                  "switches": [r.to_json() for r in results],
+                                  **({"ranks": [c.to_json() for c in changes]} if watch else {})})
+            elif wrote or failed or rounds == 1 or changes:
                 stamp = time.strftime("%H:%M:%S")
+                for c in changes:
+                    print(f"{stamp} {c.line()}", flush=True)
                 per = ", ".join(f"{r.switch}: {r.writes}" if r.ok else f"{r.switch}: unreachable"
                                 for r in results)
                 print(f"{stamp} round {rounds}: {wrote} updates ({per})", flush=True)

@@ -585,6 +585,10 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
         default:
             break;
         }
+        /* rank_contributions.count(index * MAX_WORKERS + rank): one per contribution added */
+        if (J->rank_counts && (op->sums_op == SUMS_ADD_DATA || op->sums_op == SUMS_ADD_LANES)
+            && f[OFF_RANK] < MAX_WORKERS)
+            J->rank_counts[f[OFF_RANK]]++;
         if (op->action != OUT_NONE)
             nout += emit(K, J, f, ports[op->row], s, op->action, op->cnt, op->wb, op->flags,
                          out, nout, W);
@@ -616,11 +620,13 @@ int fp_parse_consts(PyObject *o, fp_consts_t *k) {
 
 /* (job_id, jn, (slot_base, num_slots, expected, has_parent, lane_bits, self_addr, index, token),
  *  lut, group ports, member_hit, member_mac, member_addr, presence[, (parent_port, parent_addr,
- *  self_id)]); takes 6 buffers. Without the last item a job with a parent is not the C path's case. */
+ *  self_id)[, rank_counts]]); takes 7 buffers. Without the tree a job with a parent is not the
+ *  C path's case; rank_counts (None or MAX_WORKERS int64, written) is the job's row of
+ *  ingress.thc_slot.rank_contributions. */
 int fp_parse_job(PyObject *o, fp_job_t *j, buf_t *bufs, int *nb) {
-    PyObject *params, *olut, *og, *oh, *om, *oa, *opres, *otree = NULL;
-    if (!PyArg_ParseTuple(o, "iiOOOOOOO|O", &j->job_id, &j->jn, &params, &olut, &og, &oh, &om,
-                          &oa, &opres, &otree))
+    PyObject *params, *olut, *og, *oh, *om, *oa, *opres, *otree = NULL, *orank = NULL;
+    if (!PyArg_ParseTuple(o, "iiOOOOOOO|OO", &j->job_id, &j->jn, &params, &olut, &og, &oh, &om,
+                          &oa, &opres, &otree, &orank))
         return -1;
     if (!PyArg_ParseTuple(params, "LLLLLLLL", &j->slot_base, &j->num_slots, &j->expected,
                           &j->has_parent, &j->lane_bits, &j->self_addr, &j->index, &j->token))
@@ -639,6 +645,12 @@ int fp_parse_job(PyObject *o, fp_job_t *j, buf_t *bufs, int *nb) {
     if (take(om, &b[3], 0, 6 * j->ng, "member_mac") < 0) return (*nb += 4, -1);
     if (take(oa, &b[4], 0, 4 * j->ng, "member_addr") < 0) return (*nb += 5, -1);
     if (take(opres, &b[5], 1, 8 * PRESENCE_COLS, "presence") < 0) return (*nb += 6, -1);
+    j->rank_counts = NULL;
+    if (orank && orank != Py_None) {
+        if (take(orank, &b[6], 1, 8 * MAX_WORKERS, "rank_counts") < 0) return (*nb += 7, -1);
+        j->rank_counts = b[6].v.buf;
+        *nb += 1;
+    }
     *nb += 6;
     j->presence = b[5].v.buf;
     j->lut = b[0].v.buf;

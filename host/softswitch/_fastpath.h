@@ -59,6 +59,7 @@ typedef struct {
     const uint32_t *maddr;
     Py_ssize_t ng;
     int64_t *presence;              /* PRESENCE_COLS: ranks, absent ranks, misses (written) */
+    int64_t *rank_counts;           /* MAX_WORKERS: rank_contributions of the job (or NULL) */
     /* the tree (a job with a parent): given (tree = 1) with the job's last tuple item */
     int tree;
     long long parent_port, parent_addr, self_id;

@@ -886,7 +886,7 @@ const char *loop_doc =
     "   for the Python pipeline is in rx (several_ports: order it by rx stamps), 3 timeout_ms\n"
     "   passed (Python's signal handlers run between calls).";
 
-#define MAX_JOB_BUFS (6 * (MAX_JOBS + 1))
+#define MAX_JOB_BUFS (7 * (MAX_JOBS + 1))   /* fp_parse_job takes at most 7 */
 
 PyObject *py_loop(PyObject *self, PyObject *args) {
     PyObject *omem, *octl, *ostats, *oports, *orx, *ojobs, *omap, *ostate, *oconst, *olearn,

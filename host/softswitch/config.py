@@ -35,6 +35,8 @@ ROUTES = "ingress.routing.routes"
 ROUTE = "ingress.routing.route"
 DROPS = "ingress.drops"
 CONTRIBUTIONS = "ingress.thc_slot.contributions"
+#: per job and rank (optional: a P4Info without it gets no per-rank counts)
+RANK_CONTRIBUTIONS = "ingress.thc_slot.rank_contributions"
 RESULTS = "ingress.thc_output.results"
 RESENT = "ingress.thc_output.resent"
 

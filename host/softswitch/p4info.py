@@ -209,6 +209,7 @@ _PROGRAM_ACTIONS = {
 _PROGRAM_COUNTERS = {
     "ingress.drops": lay.DROP_REASONS,
     "ingress.thc_slot.contributions": dp.MAX_JOBS,
+    "ingress.thc_slot.rank_contributions": dp.MAX_JOBS * lay.MAX_WORKERS,
     "ingress.thc_output.results": dp.MAX_JOBS,
     "ingress.thc_output.resent": dp.MAX_JOBS,
 }

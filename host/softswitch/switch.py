@@ -160,7 +160,10 @@ class SoftSwitch:
             return store.counters[idx.counter(name).id]
 
         counters = Counters(arr(cfgmod.DROPS), arr(cfgmod.CONTRIBUTIONS), arr(cfgmod.RESULTS),
-                            arr(cfgmod.RESENT))
+                            arr(cfgmod.RESENT),
+                            arr(cfgmod.RANK_CONTRIBUTIONS)
+                            if cfgmod.RANK_CONTRIBUTIONS in idx.counter_by_name
+                            else np.zeros(0, dtype=np.int64))
         pipe = Pipeline(self.pool_slots, counters, coords=self.coords,
                         absent_silence=self.absent_silence)
         pipe.cfg = cfgmod.compile_store(store)
@@ -413,7 +416,7 @@ class SoftSwitch:
             reason, n, several = _fastpath.loop(
                 self._c_memory, self._ctl, (pl.live, self.cstats), self._c_ports(),
                 (rxb.buf, rxb.names, self.lens, self.inports, self.stamps),
-                native_jobs(cfg), cfg.job_map, pl.native_state(cfg), pl.native_consts(),
+                native_jobs(cfg, pl.counters), cfg.job_map, pl.native_state(cfg), pl.native_consts(),
                 (self.learned.addr, self.learned.port, self.learned.count),
                 (c.contributions, c.results, c.resent, c.drops),
                 (self.batch, max(1, int(timeout * 1000)), int(self.send_thread),

@@ -8,7 +8,7 @@ and ``p4/v1model/include/size.p4``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -122,12 +122,31 @@ class Counters:
     contributions: np.ndarray
     results: np.ndarray
     resent: np.ndarray
+    #: ``ingress.thc_slot.rank_contributions``: per job index and rank (index * MAX_WORKERS +
+    #: rank); empty where the P4Info has no such counter
+    rank_contributions: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @classmethod
     def empty(cls, jobs: int = dp.MAX_JOBS) -> Counters:
         """Counters not bound to a P4Runtime store."""
         z = lambda n: np.zeros(n, dtype=np.int64)  # noqa: E731
-        return cls(z(lay.DROP_REASONS), z(jobs), z(jobs), z(jobs))
+        return cls(z(lay.DROP_REASONS), z(jobs), z(jobs), z(jobs), z(jobs * lay.MAX_WORKERS))
+
+    def rank_row(self, index: int) -> np.ndarray | None:
+        """Job ``index``'s row of :attr:`rank_contributions` (a view the C path counts into),
+        or ``None`` where the counter has no such row."""
+        lo = index * lay.MAX_WORKERS
+        if index < 0 or lo + lay.MAX_WORKERS > self.rank_contributions.size:
+            return None
+        return self.rank_contributions[lo : lo + lay.MAX_WORKERS]
+
+    def count_contributions(self, index: np.ndarray, rank: np.ndarray) -> None:
+        """``contributions.count(index)`` and ``rank_contributions.count(index * MAX_WORKERS +
+        rank)`` (ranks below ``MAX_WORKERS``) for each contribution added (ThcSlot)."""
+        count(self.contributions, index)
+        rank = rank.astype(np.int64)
+        ok = rank < lay.MAX_WORKERS
+        count(self.rank_contributions, index[ok] * lay.MAX_WORKERS + rank[ok])
 
 
 def count(counter: np.ndarray, index: np.ndarray) -> None:

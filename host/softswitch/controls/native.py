@@ -20,6 +20,7 @@ from host.softswitch.controls.common import (
     OFF_JOB,
     RESULT_TTL,
     ROW,
+    Counters,
     R,
     T,
 )
@@ -58,9 +59,10 @@ _NATIVE_CONSTS = (lay.THC_VERSION, int(T.DATA), lay.INDEX_BITS, int(T.RESULT), l
                   int(lay.THC_UDP_PORT), lay.MAX_WORKERS, RESULT_TTL, ABSENT_AFTER)
 
 
-def native_job(cfg: Compiled, jn: int) -> tuple | None:
+def native_job(cfg: Compiled, jn: int, counters: Counters | None = None) -> tuple | None:
     """The job ``jn`` of ``cfg`` as ``_fastpath`` takes it (cached on ``cfg``), or ``None``
-    when it has no THC table (not the C path's case)."""
+    when it has no THC table (not the C path's case); with ``counters``, the job's row of
+    ``rank_contributions`` for the C path to count into."""
     if jn < 0 or jn >= len(cfg.has_table) - 1 or not cfg.has_table[jn]:
         return None
     nat = getattr(cfg, "_native", None)
@@ -87,12 +89,15 @@ def native_job(cfg: Compiled, jn: int) -> tuple | None:
         # the presence row is a view: the C path writes it in place (Compiled.presence)
         per_job = nat[jn] = (int(cfg.job_id[jn]), jn, params, np.ascontiguousarray(cfg.lut[jn]),
                              gports, hit, mac, addr, cfg.presence[jn], tree)
-    return per_job
+    if counters is None:
+        return per_job
+    return (*per_job, counters.rank_row(int(cfg.job["index"][jn])))
 
 
-def native_jobs(cfg: Compiled) -> tuple:
+def native_jobs(cfg: Compiled, counters: Counters | None = None) -> tuple:
     """Every job of ``cfg`` (by job number, at most ``MAX_JOBS``) for ``_fastpath.loop``."""
-    return tuple(native_job(cfg, jn) for jn in range(min(len(cfg.has_table) - 1, dp.MAX_JOBS)))
+    return tuple(native_job(cfg, jn, counters)
+                 for jn in range(min(len(cfg.has_table) - 1, dp.MAX_JOBS)))
 
 
 class NativePath:
@@ -117,7 +122,7 @@ class NativePath:
         if _fastpath is None or buf.dtype != np.uint8 or buf.shape[1] != ROW:
             return False
         job_id = (int(buf[0, OFF_JOB]) << 8) | int(buf[0, OFF_JOB + 1])
-        job = native_job(cfg, int(cfg.job_map[job_id]))
+        job = native_job(cfg, int(cfg.job_map[job_id]), self.counters)
         if job is None:
             return False
         out = self.out

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from host.softswitch.config import Compiled
-from host.softswitch.controls.common import PAYLOAD_CLASS, PC_NORMS, Pending, count
+from host.softswitch.controls.common import PAYLOAD_CLASS, PC_NORMS, Pending
 
 
 class ThcAccumulate:
@@ -46,7 +46,7 @@ class ThcAccumulate:
             sums[ucell, :w] = np.maximum(old, red) if cls == PC_NORMS else old + red
             if w < sums.shape[1] and fresh.any():
                 sums[ucell[fresh], w:] = 0
-        count(self.counters.contributions, cfg.job["index"][jn])
+        self.counters.count_contributions(cfg.job["index"][jn], v["rank"][rows])
         self.outcomes["contribution"] += len(rows)
         return True
 
@@ -54,7 +54,7 @@ class ThcAccumulate:
         """ThcAccumulate's ACC_ADD for rows (``occ``: how many earlier rows of this group add
         to the same cell; ``over``: the first contributor of a fresh round overwrites)."""
         jn = cfg.job_map[v["job_id"][a_rows].astype(np.int64)]
-        count(self.counters.contributions, cfg.job["index"][jn])
+        self.counters.count_contributions(cfg.job["index"][jn], v["rank"][a_rows])
         self.outcomes["contribution"] += len(a_rows)
         pc = PAYLOAD_CLASS[v["msg_type"][a_rows], v["lane_bits"][a_rows]]
         # norms in 32-bit rows, data sums as wide as the job's lanes (Pipeline.sums_for)

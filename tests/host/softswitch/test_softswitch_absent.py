@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from host.protocol.layout import Flag
+from host.protocol.layout import MAX_WORKERS, Flag
 from host.softswitch import pipeline as pl_mod
 from host.softswitch.config import PRESENCE_ABSENT, PRESENCE_HEARD, PRESENCE_MASK, PRESENCE_MISS
 from host.softswitch.controls.common import ABSENT_AFTER, R
@@ -220,3 +220,21 @@ def test_a_new_session_forgets_who_was_absent(native):
     assert out == []                       # START again: waits for rank 2 once more
     assert _results(x.send(data(W[2], JOB, 0, rnd, _fill(2, rnd), flags=start))) == [(3, 0)] * 3
     assert _presence(x)[PRESENCE_ABSENT:] == [0] * (PRESENCE_HEARD - PRESENCE_ABSENT)
+
+
+@pytest.mark.parametrize("native", PATHS)
+def test_contributions_are_counted_per_rank(native):
+    """``ingress.thc_slot.rank_contributions`` (index = job index * MAX_WORKERS + rank) counts
+    every contribution added, as the v1model program does: what the controller's watch reads to
+    learn a rank that stays dead (control_plane/watch.py). Retransmissions, ``DEADLINE``
+    requests and late ranks answered from the stored result add nothing."""
+    x = _bench(native)
+    for rnd in range(3):
+        _partial_round(x, rnd)                 # ranks 0 and 1; rank 0 asks (no add)
+    rnd = 3
+    x.send(*(data(W[r], JOB, 0, rnd, _fill(r, rnd)) for r in range(3)))
+    x.send(data(W[2], JOB, 0, rnd, _fill(2, rnd), flags=int(Flag.RETX)))   # answered, not added
+    row = x.counter("rank_contributions")[: MAX_WORKERS]
+    assert row[:3].tolist() == [4, 4, 1]
+    assert not row[3:].any()
+    assert int(x.counter("contributions")[0]) == 9

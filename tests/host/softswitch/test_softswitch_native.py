@@ -41,7 +41,8 @@ def _state(x: Bench) -> tuple:
     return ({k: v.tolist() for k, v in p.state().items()}, p.sums.tobytes(), x.drops(),
             x.counter("contributions").tolist(), x.counter("results").tolist(),
             x.counter("resent").tolist(), dict(p.outcomes),
-            p.cfg.presence[:, :PRESENCE_HEARD].tolist())   # (the clock column differs)
+            p.cfg.presence[:, :PRESENCE_HEARD].tolist(),   # (the clock column differs)
+            x.counter("rank_contributions").tolist())
 
 
 def _process(x: Bench, frames, native: bool, batch: bool) -> tuple:

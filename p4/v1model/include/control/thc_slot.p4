@@ -23,6 +23,10 @@ control ThcSlot(inout headers_t hdr, inout local_metadata_t meta) {
 
     @name(".ingress.thc_slot.contributions")
     counter(MAX_JOBS, CounterType.packets) contributions;
+    // per job and rank (index = job index * THC_MAX_WORKERS + rank): the controller's watch
+    // learns a rank that stays dead from it (issue 33; docs/protocol.md, "Absent contributors")
+    @name(".ingress.thc_slot.rank_contributions")
+    counter(MAX_JOBS * THC_MAX_WORKERS, CounterType.packets) rank_contributions;
 
     apply {
         bit<32> slot = (bit<32>)meta.job.slot_base + (bit<32>)hdr.thc.slot;
@@ -116,6 +120,10 @@ control ThcSlot(inout headers_t hdr, inout local_metadata_t meta) {
                     wb = wb | meta.contrib_workers;
                     meta.acc_mode = ACC_ADD;
                     contributions.count((bit<32>)meta.job.index);
+                    if (hdr.thc.rank < THC_MAX_WORKERS) {
+                        rank_contributions.count((bit<32>)meta.job.index * THC_MAX_WORKERS
+                                                 + (bit<32>)hdr.thc.rank);
+                    }
                     if (nc >= meta.job.expected || deadline) {
                         release = true;
                     } else {
