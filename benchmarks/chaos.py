@@ -487,6 +487,41 @@ def _dead_rank_pairs(new_aggs, encs: list, codec: THCCodec, vals: list, n: int, 
 DEAD_RANK_TOPOLOGY = REPO / "mininet" / "rack.yaml"
 
 
+@contextlib.contextmanager
+def _controller_watch(raw: dict, tb, dead_after: float, tmp: str):
+    """``netco controller apply FILE --watch 0.2 --dead-after dead_after --json`` on the
+    testbed's file (its switches' addresses and target) while the block runs; yields a dict
+    that gets the watch's rank changes and rounds (``None`` when ``dead_after`` is 0)."""
+    if not dead_after:
+        yield None
+        return
+    import yaml
+
+    eff = {**raw, "switches": [dict(s, address=e.address, target=e.target)
+                               for s, e in zip(raw["switches"], tb.cfg_eff.switches, strict=True)]}
+    path = Path(tmp) / "watched.yaml"
+    path.write_text(yaml.safe_dump(eff, sort_keys=False))
+    env = dict(os.environ, **{ENV_STATE_DIR: str(Path(tmp) / "watch-state")})
+    proc = subprocess.Popen([sys.executable, "-m", "control_plane.cli.main", "controller",
+                             "apply", str(path), "--watch", "0.2", "--dead-after",
+                             str(dead_after), "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    out: dict = {"dead_after_s": dead_after, "changes": [], "rounds": 0, "failed_rounds": 0}
+    try:
+        yield out
+    finally:
+        proc.terminate()
+        stdout, stderr = proc.communicate(timeout=30)
+        for line in stdout.splitlines():
+            with contextlib.suppress(ValueError):
+                r = json.loads(line)
+                out["rounds"] += 1
+                out["failed_rounds"] += not all(sw["ok"] for sw in r["switches"])
+                out["changes"] += r.get("ranks", [])
+        if not out["rounds"]:
+            out["error"] = stderr.strip().splitlines()[-1][:200] if stderr.strip() else "no round"
+
+
 def _dead_rank_bmv2(args: argparse.Namespace, n: int, slots_n: int, deadline: float) -> dict:
     """The dead-rank protocol on BMv2, as a user runs it: ``netco testbed``'s Mininet rack
     (:class:`control_plane.testbed.net.Testbed`, target ``bmv2``: ``simple_switch_grpc``
@@ -497,7 +532,12 @@ def _dead_rank_bmv2(args: argparse.Namespace, n: int, slots_n: int, deadline: fl
     (:meth:`~control_plane.testbed.workload.TestbedWorkloads.slot_config`: on unimpaired links
     the software target's, rto 0.02 s, max_rto 0.5 s) and the same ``deadline``.
     ``{"skipped": reason}`` (one line: what to install) when BMv2, the program, Mininet or
-    root is missing."""
+    root is missing.
+
+    With ``--dead-watch D`` the controller watches the switch's per-rank counters while the
+    pairs run, as an operator runs it: ``netco controller apply FILE --watch 0.2 --dead-after
+    D`` (a subprocess, on the testbed's file); its rank changes are reported under
+    ``"watch"``."""
     import yaml
 
     from control_plane.config import load_config
@@ -544,8 +584,11 @@ def _dead_rank_bmv2(args: argparse.Namespace, n: int, slots_n: int, deadline: fl
                    "deadline_s": slots.deadline, "rto_s": slots.rto, "max_rto_s": slots.max_rto,
                    "num_slots": jb.num_slots, "lane_bits": jb.lane_bits,
                    "repeats": args.dead_repeats, "testbed_up_s": round(up_s, 2)}
-            out.update(_dead_rank_pairs(new_aggs, encs, codec, vals, n, packets,
-                                        args.dead_repeats))
+            with _controller_watch(raw, tb, args.dead_watch, tmp) as watch:
+                out.update(_dead_rank_pairs(new_aggs, encs, codec, vals, n, packets,
+                                            args.dead_repeats))
+            if watch is not None:
+                out["watch"] = watch
             drops = tb.counters()[cfg.switches[0].name]["ingress.drops"]
             out["switch_drops"] = {lay.DropReason(i).name: c for i, c in sorted(drops.items()) if c}
             return out
@@ -948,6 +991,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dead-target", choices=("softswitch", "bmv2", "both"), default="softswitch",
                    help="where the dead-rank class runs: the software target (default), BMv2 "
                         "(netco testbed's Mininet rack, root; reported under \"bmv2\") or both")
+    p.add_argument("--dead-watch", type=float, default=0.0, metavar="S",
+                   help="BMv2 dead-rank runs: run the controller's watch beside them (netco "
+                        "controller apply --watch 0.2 --dead-after S; default 0: without)")
     p.add_argument("--dead-bmv2-packets", type=int, default=2048,
                    help="packets per worker in the dead-rank class on BMv2 (default 2048: "
                         "BMv2 forwards a few thousand packets/s)")
@@ -960,6 +1006,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--streams", type=int, default=40,
                    help="idle P4Runtime streams, reopened as they close (default 40)")
     args = p.parse_args(argv)
+    if not (args.dead_watch >= 0 and args.dead_watch < float("inf")):
+        p.error(f"--dead-watch={args.dead_watch}: give a number of seconds >= 0")
     for name in ("restarts", "iterations", "elements", "dead_packets", "dead_repeats",
                  "dead_bmv2_packets", "streams"):
         if getattr(args, name) < 1:

@@ -45,11 +45,12 @@ def test_chaos_benchmark_runs_every_class_and_sums_stay_exact():
     assert all("held" in v for v in r.values())
 
 
-def _dead_rank(tmp_path: Path, target: str, env: dict | None = None) -> dict:
+def _dead_rank(tmp_path: Path, target: str, env: dict | None = None,
+               extra: tuple[str, ...] = ()) -> dict:
     p = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "chaos.py"), "--json", "--only",
          "dead_rank_partial", "--dead-target", target, "--dead-packets", "128",
-         "--dead-bmv2-packets", "128", "--dead-repeats", "1"],
+         "--dead-bmv2-packets", "128", "--dead-repeats", "1", *extra],
         capture_output=True, text=True, timeout=600, cwd=REPO, check=False, env=env)
     assert p.returncode == 0, p.stderr[-2000:]
     return json.loads(p.stdout[p.stdout.index("{"):])["dead_rank_partial"]
@@ -66,9 +67,12 @@ def test_dead_rank_on_bmv2_is_exact_where_full_and_reports_its_ratio(tmp_path):
 
     if not DEFAULT_BMV2_JSON.exists():
         pytest.skip(f"{DEFAULT_BMV2_JSON} not built (netco p4 build needs p4c)")
-    r = _dead_rank(tmp_path, "bmv2")
+    r = _dead_rank(tmp_path, "bmv2", extra=("--dead-watch", "0.3"))
     b = r["bmv2"]
     assert "skipped" not in b, b
+    # the controller's watch ran beside it (netco controller apply --watch --dead-after)
+    w = b["watch"]
+    assert w["dead_after_s"] == 0.3 and w["rounds"] > 0 and w["failed_rounds"] == 0, w
     assert b["target"] == "bmv2" and b["workers"] == 4 and b["packets"] == 128
     assert b["errors"] == [] and b["exact_where_full"]
     assert b["full_count_fraction"] > 0          # some packets had all three live ranks in
