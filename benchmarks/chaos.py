@@ -507,17 +507,23 @@ def _controller_watch(raw: dict, tb, dead_after: float, tmp: str):
                              str(dead_after), "--json"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
     out: dict = {"dead_after_s": dead_after, "changes": [], "rounds": 0, "failed_rounds": 0}
-    try:
-        yield out
-    finally:
-        proc.terminate()
-        stdout, stderr = proc.communicate(timeout=30)
-        for line in stdout.splitlines():
+
+    def read() -> None:      # as the lines come: a full pipe would stop the watch's rounds
+        for line in proc.stdout:
             with contextlib.suppress(ValueError):
                 r = json.loads(line)
                 out["rounds"] += 1
                 out["failed_rounds"] += not all(sw["ok"] for sw in r["switches"])
                 out["changes"] += r.get("ranks", [])
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        yield out
+    finally:
+        proc.terminate()
+        _, stderr = proc.communicate(timeout=30)
+        reader.join(10)
         if not out["rounds"]:
             out["error"] = stderr.strip().splitlines()[-1][:200] if stderr.strip() else "no round"
 
