@@ -55,7 +55,9 @@ start_flood
     it) is exact.
 replay
     issue 33, 2: session 1's START contributions (every slot copy, with the token) replayed
-    into session 2, opened 2^31 + 4096 rounds later: session 2 exact.
+    into session 2, opened 2^31 + 2 rounds later (35.8 min of clock: the band where 32-bit
+    rounds called them newer): dropped STALE, session 2 exact and opened at its first
+    candidate (48-bit rounds, docs/protocol.md "Sessions").
 cross_job
     issue 33, 3: two jobs with members on one host; job B's valid status requests from the
     shared address (another port) during job A's all-reduces: A's sums exact, few retransmits.
@@ -295,9 +297,10 @@ def far_future_rounds(args: argparse.Namespace) -> dict:
                     # 2^30 rounds ahead of the copies the next all-reduce uses (round base + 2,
                     # no START): DATA into its 16 slots, NORM into slot 0 (one norm packet)
                     norm = i >= 16
-                    far = (base + (1 << 30) + 2 * i) & 0xFFFFFFFF
+                    lo, hi = lay.round_fields(base + (1 << 30) + 2 * i)
                     h = wire.Header(msg_type=lay.MsgType.NORM if norm else lay.MsgType.DATA,
-                                    job_id=net.job_id, rank=0, slot=0 if norm else i, round=far,
+                                    job_id=net.job_id, rank=0, slot=0 if norm else i, round=lo,
+                                    round_hi=hi,
                                     lane_bits=32 if norm else 4, token=token)
                     s.sendto(wire.pack_header(h) + bytes(128), net.address(0).switch)
         time.sleep(0.2)
@@ -689,16 +692,18 @@ def idle_streams(args: argparse.Namespace) -> dict:
 # -- issue 33: what a faulty member and a hostile neighbour can still do --------------------
 def _contribution(net: EmbeddedNetwork, slot: int, rnd: int, norm: bool, flags: int = 0,
                   rank: int = 0, token: int | None = None, values: int | None = None) -> bytes:
-    """A DATA (indices, or values-uplink lanes of ``values``) or NORM contribution of ``rank``."""
+    """A DATA (indices, or values-uplink lanes of ``values``) or NORM contribution of ``rank``
+    in the 48-bit round ``rnd``."""
+    lo, hi = lay.round_fields(rnd)
     if norm:
         h = wire.Header(msg_type=lay.MsgType.NORM, job_id=net.job_id, rank=rank, slot=slot,
-                        round=rnd & 0xFFFFFFFF, slot_set=rnd & 1, lane_bits=32, flags=flags,
+                        round=lo, round_hi=hi, slot_set=rnd & 1, lane_bits=32, flags=flags,
                         elem_count=lay.NORMS_PER_PACKET,
                         token=net.token if token is None else token)
         return wire.pack_header(h) + bytes(lay.NORMS.nbytes)
     bits = lay.INDEX_BITS if values is None else lay.VALUE_BITS
     h = wire.Header(msg_type=lay.MsgType.DATA, job_id=net.job_id, rank=rank, slot=slot,
-                    round=rnd & 0xFFFFFFFF, slot_set=rnd & 1, lane_bits=bits, flags=flags,
+                    round=lo, round_hi=hi, slot_set=rnd & 1, lane_bits=bits, flags=flags,
                     elem_count=lay.COORDS_PER_PACKET, token=net.token if token is None else token)
     pay = (bytes(lay.COORDS_PER_PACKET // 2) if values is None
            else bytes([values]) * lay.COORDS_PER_PACKET)
@@ -772,7 +777,7 @@ def replay(args: argparse.Namespace) -> dict:
                     for c in {x for x in c1 if isinstance(x, int)}
                     for slot in range(W) for k in (0, 1) for norm in (False, True)
                     for r in range(n)]
-        s2 = (s1 + (1 << 31) + 4096) & ~1 & 0xFFFFFFFF
+        s2 = (s1 + (1 << 31) + 2) & ~1 & lay.ROUND_MASK
         agree = ThreadAgreement(n, timeout=60.0)
         c2 = _run(aggs, lambda i: start_session(aggs[i], s2, slots, agree))
         before = _drops(net)
@@ -790,11 +795,16 @@ def replay(args: argparse.Namespace) -> dict:
     def show(c: object) -> object:
         return c if isinstance(c, int) else repr(c)[:160]
 
+    def dropped(why: lay.DropReason) -> int:
+        return after.get(int(why), 0) - before.get(int(why), 0)
+
+    # rank 0's replays are STALE; rank 1's, sent from rank 0's address, BAD_SENDER first
+    stale, bad = dropped(lay.DropReason.STALE), dropped(lay.DropReason.BAD_SENDER)
+    first = all(c == s2 for c in c2)        # no copy was reopened ahead of session 2's base
     return {"workers": n, "replayed": len(captured), "session_1": show(c1[0]),
-            "session_2": [show(c) for c in c2],
-            "dropped_stale": after.get(int(lay.DropReason.STALE), 0)
-            - before.get(int(lay.DropReason.STALE), 0),
-            "exact": exact, "held": exact}
+            "session_2": [show(c) for c in c2], "session_2_first_candidate": first,
+            "dropped_stale": stale, "dropped_bad_sender": bad, "exact": exact,
+            "held": exact and first and stale + bad >= len(captured)}
 
 
 def cross_job(args: argparse.Namespace) -> dict:

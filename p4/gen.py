@@ -229,8 +229,10 @@ def _c_layout_body() -> list[str]:
     out.append(f"#define THC_HEADER_BYTES {lay.THC_HEADER_BYTES}")
     for name in ("THC_VERSION", "COORDS_PER_PACKET", "NORMS_PER_PACKET", "INDEX_BITS",
                  "VALUE_BITS", "MAX_WORKERS", "TABLE_ENTRIES", "RANK_ALL", "DROP_REASONS",
-                 "ROUND_WINDOW"):
+                 "ROUND_WINDOW", "ROUND_BITS"):
         out.append(f"#define {name} {getattr(lay, name)}")
+    out.append(f"#define ROUND_MASK 0x{lay.ROUND_MASK:x}LL")
+    out.append(f"#define ROUND_OLDER 0x{lay.ROUND_OLDER:x}LL")
     out.append(f"#define MAX_COORDS_PER_PACKET {max(lay.PACKET_WIDTHS)}")
     out.append(f"#define MAX_PAYLOAD_BYTES {lay.MAX_PAYLOAD_BYTES}")
     out.append(f"#define INDICES_BYTES {lay.INDICES.nbytes}")

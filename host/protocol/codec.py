@@ -55,7 +55,7 @@ class Header:
     flags: int = 0
     version: int = lay.THC_VERSION
     reserved0: int = 0
-    reserved1: int = 0
+    round_hi: int = 0
     token: int = 0
 
     def __post_init__(self) -> None:

@@ -35,6 +35,24 @@ THC_VERSION = 2
 #: spoofer's random round lands inside with probability 2^-16 (and it needs the token too).
 ROUND_WINDOW = 1 << 16
 
+#: Rounds are serial numbers of this many bits (RFC 1982 arithmetic modulo 2^48): the header's
+#: ``round`` carries the low 32 bits and ``round_hi`` the high 16. A round base drawn from a
+#: microsecond clock is then unique for 2^47 us (4.46 years), not 2^31 us (35.8 min), so a
+#: packet of an earlier session is always older than the copies of a later one
+#: (docs/protocol.md, "Sessions"; issue 33). Senders that leave ``round_hi`` 0 see 32-bit rounds.
+ROUND_BITS = 48
+#: Mask of a round (``ROUND_BITS`` ones).
+ROUND_MASK = (1 << ROUND_BITS) - 1
+#: A round ``d`` (``(r - held) & ROUND_MASK``) ahead of the held one is older when ``d`` has
+#: this bit set.
+ROUND_OLDER = 1 << (ROUND_BITS - 1)
+
+
+def round_fields(r: int) -> tuple[int, int]:
+    """The header's (``round``, ``round_hi``) of the 48-bit round ``r``."""
+    return r & 0xFFFFFFFF, (r >> 32) & 0xFFFF
+
+
 #: Coordinates per data packet (fixed payload, zero-padded; see docs/protocol.md for the choice).
 COORDS_PER_PACKET = 256
 
@@ -182,12 +200,13 @@ THC_HEADER: tuple[Field, ...] = (
     Field("slot_set", 8, "which of the slot's two copies: round parity (0 or 1)"),
     Field("slot", 16, "slot index within the job's slot range"),
     Field("elem_count", 16, "meaningful elements in the payload (rest is zero padding)"),
-    Field("round", 32, "round of this slot (per-slot sequence number)"),
+    Field("round", 32, "round of this slot (per-slot sequence number): its low 32 bits"),
     Field("chunk_offset", 32, "index of the payload's first element in the sender's tensor"),
     Field("bitmap", 32, "bit r set = worker rank r is in the sum (results, partials)"),
     Field("count", 8, "number of worker contributions in the sum (results, partials)"),
     Field("reserved0", 8, "zero"),
-    Field("reserved1", 16, "zero"),
+    Field("round_hi", 16, "the round's high 16 bits: rounds are 48-bit serial numbers, so "
+                          "a session's round base is unique for 2^47 us (docs/protocol.md)"),
     Field("token", 32, "per-job secret the controller installs (set_job.token); the switch "
                        "drops a contribution or result with another as BAD_SENDER, workers "
                        "ignore results with another"),

@@ -4,7 +4,7 @@
 #ifndef NETCO_LAYOUT_H
 #define NETCO_LAYOUT_H
 
-#define NETCO_LAYOUT_HASH "2f3677f3534fb5d0"
+#define NETCO_LAYOUT_HASH "9bb745120df96569"
 /* Frames: Ethernet II, IPv4 without options, UDP, THC header, payload */
 #define MAX_DATAGRAM 2048
 #define ROW_BYTES 2048
@@ -52,7 +52,7 @@
 #define OFF_BITMAP 62 /* 32 bits */
 #define OFF_COUNT 66 /* 8 bits */
 #define OFF_RESERVED0 67 /* 8 bits */
-#define OFF_RESERVED1 68 /* 16 bits */
+#define OFF_ROUND_HI 68 /* 16 bits */
 #define OFF_TOKEN 70 /* 32 bits */
 /* Protocol (host/protocol/layout.py) */
 #define THC_UDP_PORT 0x5448
@@ -67,6 +67,9 @@
 #define RANK_ALL 255
 #define DROP_REASONS 16
 #define ROUND_WINDOW 65536
+#define ROUND_BITS 48
+#define ROUND_MASK 0xffffffffffffLL
+#define ROUND_OLDER 0x800000000000LL
 #define MAX_COORDS_PER_PACKET 1024
 #define MAX_PAYLOAD_BYTES 1024
 #define INDICES_BYTES 128

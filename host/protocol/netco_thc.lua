@@ -39,12 +39,12 @@ f.rank = ProtoField.uint8("netco_thc.rank", "rank", base.DEC, nil, nil, "contrib
 f.slot_set = ProtoField.uint8("netco_thc.slot_set", "slot_set", base.DEC, nil, nil, "which of the slot's two copies: round parity (0 or 1)")
 f.slot = ProtoField.uint16("netco_thc.slot", "slot", base.DEC, nil, nil, "slot index within the job's slot range")
 f.elem_count = ProtoField.uint16("netco_thc.elem_count", "elem_count", base.DEC, nil, nil, "meaningful elements in the payload (rest is zero padding)")
-f.round = ProtoField.uint32("netco_thc.round", "round", base.DEC, nil, nil, "round of this slot (per-slot sequence number)")
+f.round = ProtoField.uint32("netco_thc.round", "round", base.DEC, nil, nil, "round of this slot (per-slot sequence number): its low 32 bits")
 f.chunk_offset = ProtoField.uint32("netco_thc.chunk_offset", "chunk_offset", base.DEC, nil, nil, "index of the payload's first element in the sender's tensor")
 f.bitmap = ProtoField.uint32("netco_thc.bitmap", "bitmap", base.HEX, nil, nil, "bit r set = worker rank r is in the sum (results, partials)")
 f.count = ProtoField.uint8("netco_thc.count", "count", base.DEC, nil, nil, "number of worker contributions in the sum (results, partials)")
 f.reserved0 = ProtoField.uint8("netco_thc.reserved0", "reserved0", base.DEC, nil, nil, "zero")
-f.reserved1 = ProtoField.uint16("netco_thc.reserved1", "reserved1", base.DEC, nil, nil, "zero")
+f.round_hi = ProtoField.uint16("netco_thc.round_hi", "round_hi", base.DEC, nil, nil, "the round's high 16 bits: rounds are 48-bit serial numbers, so a session's round base is unique for 2^47 us (docs/protocol.md)")
 f.token = ProtoField.uint32("netco_thc.token", "token", base.DEC, nil, nil, "per-job secret the controller installs (set_job.token); the switch drops a contribution or result with another as BAD_SENDER, workers ignore results with another")
 f.flag_retx = ProtoField.bool("netco_thc.flags.retx", "RETX", 8, nil, 0x01)
 f.flag_resent = ProtoField.bool("netco_thc.flags.resent", "RESENT", 8, nil, 0x02)
@@ -81,7 +81,7 @@ local header = {
   { "bitmap", 20, 4 },
   { "count", 24, 1 },
   { "reserved0", 25, 1 },
-  { "reserved1", 26, 2 },
+  { "round_hi", 26, 2 },
   { "token", 28, 4 },
 }
 

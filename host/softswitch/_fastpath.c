@@ -403,7 +403,8 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
         const uint8_t *f = buf + (size_t)j * ROW_BYTES;
         const int t = f[OFF_MSG_TYPE], fl = f[OFF_FLAGS];
         int64_t c = ((slot_base + be16(f + OFF_SLOT)) << 2) | f[OFF_SLOT_SET];
-        int64_t r = be32(f + OFF_ROUND);
+        /* the 48-bit round (ROUND_BITS): low 32 bits in round, high 16 in round_hi */
+        int64_t r = (int64_t)be32(f + OFF_ROUND) | ((int64_t)be16(f + OFF_ROUND_HI) << 32);
         /* remember the copy's registers before its first change in this call */
         if (mark[c] < 0) {
             mark[c] = nu;
@@ -434,8 +435,8 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
         int fresh = st == ST_EMPTY;
         const int from_empty = fresh;   /* opened from empty: tentative (a restart's repairs) */
         if (!fresh && st_round[c] != r) {
-            const int64_t ahead = (r - st_round[c]) & 0xFFFFFFFFLL;
-            if (ahead & 0x80000000LL) { /* serial-number arithmetic: older */
+            const int64_t ahead = (r - st_round[c]) & ROUND_MASK;
+            if (ahead & ROUND_OLDER) { /* serial-number arithmetic: older */
                 z.nstale++;
                 continue;
             }

@@ -55,7 +55,10 @@
 
 /* Header fields the loop writes and reads: byte offset and width (1, 2 or 4), big endian. */
 enum { F_SLOT, F_ROUND, F_SET, F_CNT, F_OFF, F_FLAGS, F_TYPE, F_JOB, F_COUNT, F_BITMAP, F_LANE, F_RANK,
-       F_TOKEN, NF };
+       F_TOKEN, F_ROUND_HI, NF };
+
+/* Rounds are 48-bit serial numbers: low 32 bits in round, high 16 in round_hi (ROUND_BITS). */
+#define ROUND48_MASK 0xFFFFFFFFFFFFLL
 
 typedef struct {
     int off[NF], width[NF];
@@ -149,7 +152,7 @@ typedef struct {
     double srtt, rttvar, backoff;
     /* per slot */
     int64_t *out_pkt, *out_round_full;
-    uint32_t *out_round;
+    int64_t *out_round;   /* the outstanding packet's round, 48 bits */
     double *first_sent, *rto, *due, *dl_sent;
     char *retried, *asked_deadline;
     int *retries;
@@ -186,7 +189,7 @@ typedef struct {
     int bad_lane;   /* lane_bits of a result of another width than the job's (status 2), or 0 */
     int gave_up;    /* slot that gave up, or -1 */
     int64_t gave_up_pkt;
-    uint32_t gave_up_round;
+    int64_t gave_up_round;
 } loop_t;
 
 /* The wait before asking for a slot's sum while ranks are suspected dead: one smoothed RTT
@@ -392,11 +395,15 @@ static void build_packet(const loop_t *L, uint8_t *h, int s, int64_t i, int64_t 
     memcpy(h, L->hdr_tmpl, L->hdr_bytes);
     const fields_t *f = &L->f;
     /* issue 16, H2: the first use of each slot copy in a session (rounds round_base and
-     * round_base + 1; the template's round field holds round_base) may be far ahead */
-    if ((uint32_t)((uint32_t)r - get_be(L->hdr_tmpl + f->off[F_ROUND], f->width[F_ROUND])) < 2)
+     * round_base + 1; the template's round and round_hi fields hold round_base) may be far
+     * ahead */
+    const int64_t base = (int64_t)get_be(L->hdr_tmpl + f->off[F_ROUND], f->width[F_ROUND])
+        | ((int64_t)get_be(L->hdr_tmpl + f->off[F_ROUND_HI], f->width[F_ROUND_HI]) << 32);
+    if (((r - base) & ROUND48_MASK) < 2)
         flags |= FLAG_START;
     put_be(h + f->off[F_SLOT], f->width[F_SLOT], (uint32_t)s);
     put_be(h + f->off[F_ROUND], f->width[F_ROUND], (uint32_t)(r & 0xFFFFFFFF));
+    put_be(h + f->off[F_ROUND_HI], f->width[F_ROUND_HI], (uint32_t)((r >> 32) & 0xFFFF));
     put_be(h + f->off[F_SET], f->width[F_SET], (uint32_t)(r & 1));
     put_be(h + f->off[F_CNT], f->width[F_CNT], (uint32_t)L->elem_counts[i]);
     put_be(h + f->off[F_OFF], f->width[F_OFF], (uint32_t)L->offsets[i]);
@@ -487,7 +494,7 @@ static int launch(loop_t *L, int s, int64_t i, double now, double r) {
         prefetch_range(L->payload + (size_t)(i + PREFETCH_PACKETS) * L->nb, (size_t)L->nb, 0);
     L->out_pkt[s] = i;
     L->out_round_full[s] = L->base[s] + i / L->W;
-    L->out_round[s] = (uint32_t)(L->out_round_full[s] & 0xFFFFFFFF);
+    L->out_round[s] = L->out_round_full[s] & ROUND48_MASK;
     L->first_sent[s] = now;
     L->rto[s] = r;
     L->retried[s] = 0;
@@ -646,7 +653,9 @@ static int run_loop(loop_t *L, PyThreadState **ts) {
             if (s >= (uint32_t)W || (int)get_be(h + f->off[F_TYPE], f->width[F_TYPE]) != L->rtype
                 || (int)get_be(h + f->off[F_JOB], f->width[F_JOB]) != L->job_id
                 || L->out_pkt[s] < 0
-                || get_be(h + f->off[F_ROUND], f->width[F_ROUND]) != L->out_round[s]
+                || ((int64_t)get_be(h + f->off[F_ROUND], f->width[F_ROUND])
+                    | ((int64_t)get_be(h + f->off[F_ROUND_HI], f->width[F_ROUND_HI]) << 32))
+                   != L->out_round[s]
                 || (get_be(h + f->off[F_FLAGS], f->width[F_FLAGS]) & FLAG_PEEK)) {
                 L->stray++;
                 continue;
@@ -984,7 +993,7 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
     L.rx_msgs = L.gso > 1 ? GRO_MSGS : batch;
     L.dg_cap = L.gso > 1 ? GRO_MSGS * 2 * GSO_MAX_SEGS : batch;
     L.out_pkt = malloc(sizeof(int64_t) * (size_t)W);
-    L.out_round = calloc((size_t)W, sizeof(uint32_t));
+    L.out_round = calloc((size_t)W, sizeof(int64_t));
     L.out_round_full = calloc((size_t)W, sizeof(int64_t));
     if (L.rep_this) {
         L.rep_pending = malloc(sizeof(int64_t) * (size_t)(L.rep_rows > 0 ? L.rep_rows : 1));
@@ -1068,10 +1077,10 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
         }
         goto done;
     }
-    result = Py_BuildValue("(idddLLLLLLKiLkLiKdLLddKi)", rc, L.have_srtt ? L.srtt : -1.0, L.rttvar,
+    result = Py_BuildValue("(idddLLLLLLKiLLLiKdLLddKi)", rc, L.have_srtt ? L.srtt : -1.0, L.rttvar,
                            L.backoff, L.packets, L.retransmits, L.deadlines, L.stray,
                            L.partial_results, L.min_count, (unsigned long long)L.missing,
-                           L.gave_up, (long long)L.gave_up_pkt, (unsigned long)L.gave_up_round,
+                           L.gave_up, (long long)L.gave_up_pkt, (long long)L.gave_up_round,
                            L.foreign, L.bad_lane, (unsigned long long)L.suspects,
                            L.next_repair, L.repairs, L.fast_deadlines, L.gain, L.gain_t,
                            (unsigned long long)L.dead, L.self_release);

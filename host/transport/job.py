@@ -27,6 +27,7 @@ from host.protocol.layout import (
     MAX_WORKERS,
     NORMS,
     NORMS_PER_PACKET,
+    ROUND_MASK,
     THC_HEADER_BYTES,
     VALUE_BITS,
     MsgType,
@@ -60,7 +61,7 @@ class JobSpec:
         First round number of every slot, the same on all workers of a session. A switch keeps
         each slot's last round and treats an older or equal one as a retransmission, so a new
         session on a switch that served the job before must start above the rounds used then
-        (serial-number arithmetic mod 2³²): :func:`session_round_base` derives one from the
+        (serial-number arithmetic mod 2⁴⁸): :func:`session_round_base` derives one from the
         clock, for launchers to hand to every worker.
     uplink : {"indices", "values"}
         What DATA carries (docs/protocol.md): ``"indices"``, the 4-bit THC indices that the
@@ -144,16 +145,17 @@ def uplink_values(packed: np.ndarray, table: np.ndarray) -> np.ndarray:
 
 
 def session_round_base(now_us: int | None = None) -> int:
-    """A round base for a new session: the clock in µs modulo 2³² (never 0).
+    """A round base for a new session: the clock in µs modulo 2⁴⁸ (rounds are 48-bit,
+    :data:`host.protocol.layout.ROUND_BITS`; never 0).
 
     A slot completes at most one round per round trip (tens of µs at least), so a session that
     starts later than another always starts above every round the earlier one used, as long
-    as they are less than 2³¹ µs (35 min) apart; after longer, the controller re-installing the
-    job (which resets its slots) is the way to start fresh.
+    as they are less than 2⁴⁷ µs (4.46 years) apart (:func:`host.transport.session.start_session`
+    moves past copies that are ahead of the clock).
     """
     if now_us is None:
         now_us = time.time_ns() // 1000
-    return (now_us % (1 << 32)) or 1
+    return (now_us & ROUND_MASK) or 1
 
 
 def _per_coordinate(counts: np.ndarray, coords: int) -> np.ndarray:
@@ -229,7 +231,7 @@ class NetworkAggregator:
         """Start a new session on the same endpoint: a fresh slot window whose rounds start at
         ``round_base`` (every rank the same; :func:`host.transport.session.open_session`
         chooses it), with ``slots`` (default: the current window's timing and policy)."""
-        spec = self.spec = dataclasses.replace(self.spec, round_base=round_base & 0xFFFFFFFF)
+        spec = self.spec = dataclasses.replace(self.spec, round_base=round_base & ROUND_MASK)
         self.window = SlotWindow(self.ep, spec.job_id, spec.rank, spec.world, spec.num_slots,
                                  slots or self.window.cfg, round_base=spec.round_base,
                                  token=spec.token)

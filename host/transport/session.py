@@ -18,16 +18,19 @@ be, with the values used.
 
 **The session** (:func:`open_session`). A switch keeps each slot copy's last round and drops a
 contribution whose round is older (``STALE``); a new session must start above every round the
-job's copies hold, which a worker cannot read. The ranks agree on a candidate round base (the
-clock in µs, even) and run one exchange of zeros through every copy, data and norm, with
-``START``: a copy that holds an older round opens at the candidate; one that holds a newer
-round (an earlier session within 2³¹ rounds ahead of the candidate: clock bases wrap every
-2³¹ µs, 35.8 min) drops it and the exchange gives up (a third of the job's give-up time,
-1 to 5 s). The ranks then move the candidate 2³⁰
-ahead and run the exchange again: after at most three candidates every copy of the job is at
-the candidate, and the session's own rounds start two above it. Zeros add nothing (index 0 is
-table value 0). So every session starts ahead of every round an earlier session used, whatever
-the time between them, and no packet of an earlier session is newer than the copy it meets.
+job's copies hold, which a worker cannot read. Rounds are 48-bit serial numbers
+(:data:`~host.protocol.layout.ROUND_BITS`: the header's ``round`` and ``round_hi``). The ranks
+agree on a candidate round base (the clock in µs mod 2⁴⁸, even) and run one exchange of zeros
+through every copy, data and norm, with ``START``: a copy that holds an older round opens at
+the candidate; one that holds a newer round (a rank 0 whose clock was ahead, or a copy pushed
+ahead by a member) drops it and the exchange gives up (a third of the job's give-up time, 1 to
+5 s). The ranks then move the candidate on (:func:`candidate`: 2³⁰, then about 2⁴⁶ a try) and
+run the exchange again: after at most four candidates every copy of the job is at the
+candidate, and the session's own rounds start two above it. Zeros add nothing (index 0 is
+table value 0). So every session starts ahead of every round an earlier session used, and a
+packet of an earlier session — retransmitted late or replayed — is older than the copy it
+meets for 2⁴⁷ µs (4.46 years) of clock after that session, not 2³¹ µs (35.8 min) as with
+32-bit rounds (docs/protocol.md, "Sessions").
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ from host.protocol.layout import (
     NORMS,
     NORMS_PER_PACKET,
     PACKET_WIDTHS,
+    ROUND_BITS,
+    ROUND_MASK,
     THC_HEADER,
     THC_HEADER_BYTES,
     VALUE_BITS,
@@ -59,9 +64,11 @@ from host.transport.slots import SlotConfig, SlotTimeoutError
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "EPOCH_STEP",
     "ROUND_STEP",
     "JobCheck",
     "JobCheckError",
+    "candidate",
     "check_job",
     "first_candidate",
     "open_session",
@@ -69,8 +76,28 @@ __all__ = [
 ]
 
 _IDX = {f.name: i for i, f in enumerate(THC_HEADER)}
-#: How far the next session candidate moves when the last one was older than some copy.
+#: How far the second session candidate moves past the first when the first was older than
+#: some copy: a quarter of the 32-bit round space, enough for a clock 17.9 min behind the
+#: clock of an earlier session (another rank 0). Its low 32 bits are the moves a switch that
+#: compares 32-bit rounds only (the TNA program) sees.
 ROUND_STEP = 1 << 30
+#: How far every later candidate moves: a quarter of the 48-bit round space (copies pushed up
+#: to 2^47 rounds ahead of the clock, e.g. by a member's far-ahead START), plus ROUND_STEP so
+#: that its low 32 bits move on as ROUND_STEP does.
+EPOCH_STEP = (1 << (ROUND_BITS - 2)) + ROUND_STEP
+
+
+def candidate(first: int, attempt: int) -> int:
+    """The session's round base candidate of try ``attempt`` (0, 1, ...): ``first``, then
+    ``first + ROUND_STEP``, then ``EPOCH_STEP`` further each (48-bit rounds, never 0).
+
+    After at most four candidates every copy of the job is at the candidate: a copy holding a
+    round d ahead of the second (0 < d < 2^47) is behind the third when d < EPOCH_STEP and
+    behind the fourth otherwise, by less than 2^47 in both cases; a copy that took a candidate
+    is ROUND_STEP or EPOCH_STEP behind the next. Seen in 32 bits, the moves are 2^30 each, as
+    a 32-bit switch needs (at most three candidates there)."""
+    move = 0 if attempt == 0 else ROUND_STEP + (attempt - 1) * EPOCH_STEP
+    return ((first + move) & ROUND_MASK) or 2
 
 
 class JobCheckError(RuntimeError):
@@ -210,7 +237,7 @@ def check_job(agg: NetworkAggregator, timeout: float = 2.0) -> JobCheck:
 
 def first_candidate(now_us: int | None = None) -> int:
     """The first round-base candidate of a session: the clock's round base
-    (:func:`host.transport.job.session_round_base`, µs mod 2³²) made even, never 0."""
+    (:func:`host.transport.job.session_round_base`, µs mod 2⁴⁸) made even, never 0."""
     return (session_round_base(now_us) & ~1) or 2
 
 
@@ -273,15 +300,16 @@ class ThreadAgreement:
         return failed
 
 
-#: Candidates :func:`start_session` tries (three always suffice; one more for a rank that was
-#: slow to start the first exchange).
-SESSION_TRIES = 4
+#: Candidates :func:`start_session` tries (four always suffice, :func:`candidate`; one more
+#: for a rank that was slow to start the first exchange).
+SESSION_TRIES = 5
 
 
 def start_session(agg: NetworkAggregator, first: int, slots: SlotConfig,
                   others_failed: Callable[[bool], bool], give_up: float | None = None) -> int:
-    """Open the session: try ``first``, then ``first + k·2³⁰``, until every rank's exchange
-    went through (see the module docstring). Every rank calls it with the same ``first``.
+    """Open the session: try the candidates of ``first`` (:func:`candidate`) until every
+    rank's exchange went through (see the module docstring). Every rank calls it with the same
+    ``first``.
 
     Parameters
     ----------
@@ -305,7 +333,7 @@ def start_session(agg: NetworkAggregator, first: int, slots: SlotConfig,
     if give_up is None:
         give_up = min(max(1.0, slots.give_up / 3), 5.0)
     for attempt in range(SESSION_TRIES):
-        cand = ((first + attempt * ROUND_STEP) & 0xFFFFFFFF) or 2
+        cand = candidate(first, attempt)
         ok = open_session(agg, cand, slots, give_up)
         if not others_failed(ok):
             return cand

@@ -42,7 +42,14 @@ from host.busywait import SPIN_US
 from host.protocol import codec as wire
 from host.protocol.framing import MAX_DATAGRAM
 from host.protocol.generated_dataplane import LAYOUT_HASH
-from host.protocol.layout import THC_HEADER, THC_HEADER_BYTES, Flag, MsgType
+from host.protocol.layout import (
+    ROUND_MASK,
+    THC_HEADER,
+    THC_HEADER_BYTES,
+    Flag,
+    MsgType,
+    round_fields,
+)
 from host.transport.ports import Endpoint
 
 try:
@@ -91,7 +98,7 @@ def _field_spec() -> tuple[int, ...]:
         where[f.name] = (off, f.bits // 8)
         off += f.bits // 8
     names = ("slot", "round", "slot_set", "elem_count", "chunk_offset", "flags", "msg_type",
-             "job_id", "count", "bitmap", "lane_bits", "rank", "token")
+             "job_id", "count", "bitmap", "lane_bits", "rank", "token", "round_hi")
     return tuple(v for n in names for v in where[n])
 
 
@@ -224,7 +231,7 @@ class SlotWindow:
         self.token = token & 0xFFFFFFFF
         #: rounds ``round_base`` and ``round_base + 1`` of each slot carry ``Flag.START`` (a
         #: new session may start far ahead of the switch's copies; other rounds may not).
-        self.round_base = round_base & 0xFFFFFFFF
+        self.round_base = round_base & ROUND_MASK
         # Next round per slot, separately for data and norm state (they are distinct at the
         # switch). All workers start at the same ``round_base`` and advance identically.
         self.next_round = {"data": np.full(num_slots, round_base, dtype=np.int64),
@@ -336,7 +343,7 @@ class SlotWindow:
         hdr[_IDX["token"]] = self.token
         # not sent as is: every packet's round is set per packet; the C loop reads the
         # session's round_base from here to set Flag.START
-        hdr[_IDX["round"]] = self.round_base
+        hdr[_IDX["round"]], hdr[_IDX["round_hi"]] = round_fields(self.round_base)
         return hdr
 
     def exchange(self, kind: str, msg_type: MsgType, lane_bits: int, payloads: list[memoryview],
@@ -377,6 +384,7 @@ class SlotWindow:
         bufs = [bytearray(size) for _ in range(nbuf)]
         hdr = self._header_fields(msg_type, lane_bits)
         i_slot, i_round, i_set = _IDX["slot"], _IDX["round"], _IDX["slot_set"]
+        i_hi = _IDX["round_hi"]
         i_cnt, i_off, i_flags = _IDX["elem_count"], _IDX["chunk_offset"], _IDX["flags"]
         i_type, i_job = _IDX["msg_type"], _IDX["job_id"]
         i_bitmap, i_count = _IDX["bitmap"], _IDX["count"]
@@ -385,7 +393,7 @@ class SlotWindow:
         unpack_from = _HEADER.unpack_from
         job_id, world, rtype = self.job_id, self.world, int(result_type)
         # Per slot (plain lists: scalar access is several times cheaper than numpy's):
-        # outstanding packet index (-1 none), its round (wire value), first send, timeout, and
+        # outstanding packet index (-1 none), its round (48 bits), first send, timeout, and
         # a generation that invalidates the slot's older entries in the timer heap.
         out_pkt = [-1] * W
         out_round = [0] * W
@@ -413,10 +421,11 @@ class SlotWindow:
             r = base[s] + i // W
             hdr[i_slot] = s
             hdr[i_round] = r & 0xFFFFFFFF
+            hdr[i_hi] = (r >> 32) & 0xFFFF
             hdr[i_set] = r & 1
             hdr[i_cnt] = elem_counts[i]
             hdr[i_off] = offsets[i]
-            hdr[i_flags] = flags | (_START if (r - round_base) & 0xFFFFFFFF < 2 else 0)
+            hdr[i_flags] = flags | (_START if (r - round_base) & ROUND_MASK < 2 else 0)
             b = bufs[s % nbuf]
             pack_into(b, 0, *hdr)
             b[THC_HEADER_BYTES:] = payloads[i]
@@ -426,7 +435,7 @@ class SlotWindow:
             """Make packet ``i`` the outstanding one of slot ``s`` (sent at ``now``, timeout
             ``r``)."""
             out_pkt[s] = i
-            out_round[s] = (base[s] + i // W) & 0xFFFFFFFF
+            out_round[s] = (base[s] + i // W) & ROUND_MASK
             first_sent[s] = now
             rto[s] = r
             retried[s] = False
@@ -469,7 +478,7 @@ class SlotWindow:
                 h = unpack_from(dg)
                 s = h[i_slot]
                 if (s >= W or h[i_type] != rtype or h[i_job] != job_id or out_pkt[s] < 0
-                        or h[i_round] != out_round[s] or h[i_flags] & _PEEK):
+                        or h[i_round] | h[i_hi] << 32 != out_round[s] or h[i_flags] & _PEEK):
                     stats.stray_results += 1
                     continue
                 if h[i_token] != token:
@@ -690,11 +699,11 @@ class SlotWindow:
             def build(s: int, i: int, flags: int) -> bytes:
                 r = int(base[s]) + i // W
                 hdr[_IDX["slot"]] = s
-                hdr[_IDX["round"]] = r & 0xFFFFFFFF
+                hdr[_IDX["round"]], hdr[_IDX["round_hi"]] = round_fields(r)
                 hdr[_IDX["slot_set"]] = r & 1
                 hdr[_IDX["elem_count"]] = int(ec[i])
                 hdr[_IDX["chunk_offset"]] = int(of[i])
-                hdr[_IDX["flags"]] = flags | (_START if (r - self.round_base) & 0xFFFFFFFF < 2
+                hdr[_IDX["flags"]] = flags | (_START if (r - self.round_base) & ROUND_MASK < 2
                                               else 0)
                 b = bytearray(THC_HEADER_BYTES + nb)
                 bld(b, 0, *hdr)
@@ -710,12 +719,14 @@ class SlotWindow:
         self.ep.send_many([build(s, i, int(Flag.RETX | Flag.PEEK))])
         t_end = time.monotonic() + min(self.cfg.peek_wait, self.cfg.max_rto * 2)
         i_slot, i_round, i_bitmap, i_flags = _IDX["slot"], _IDX["round"], _IDX["bitmap"], _IDX["flags"]
+        i_hi = _IDX["round_hi"]
         while missing is None and time.monotonic() < t_end:
             for dg in self.ep.recv_many(0.05):
                 if len(dg) < THC_HEADER_BYTES:
                     continue
                 h = _HEADER.unpack_from(dg)
-                if h[i_slot] == s and h[i_round] == rnd and h[i_flags] & Flag.PEEK:
+                if (h[i_slot] == s and h[i_round] | h[i_hi] << 32 == rnd
+                        and h[i_flags] & Flag.PEEK):
                     bm = h[i_bitmap]
                     missing = [r for r in range(self.world) if not bm >> r & 1]
         sw = getattr(self.ep, "switch", None)

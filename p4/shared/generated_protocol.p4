@@ -55,12 +55,12 @@ header thc_h {
     bit<8> slot_set;  // which of the slot's two copies: round parity (0 or 1)
     bit<16> slot;  // slot index within the job's slot range
     bit<16> elem_count;  // meaningful elements in the payload (rest is zero padding)
-    bit<32> round;  // round of this slot (per-slot sequence number)
+    bit<32> round;  // round of this slot (per-slot sequence number): its low 32 bits
     bit<32> chunk_offset;  // index of the payload's first element in the sender's tensor
     bit<32> bitmap;  // bit r set = worker rank r is in the sum (results, partials)
     bit<8> count;  // number of worker contributions in the sum (results, partials)
     bit<8> reserved0;  // zero
-    bit<16> reserved1;  // zero
+    bit<16> round_hi;  // the round's high 16 bits: rounds are 48-bit serial numbers, so a session's round base is unique for 2^47 us (docs/protocol.md)
     bit<32> token;  // per-job secret the controller installs (set_job.token); the switch drops a contribution or result with another as BAD_SENDER, workers ignore results with another
 }
 

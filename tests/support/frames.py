@@ -63,7 +63,8 @@ def wait_count(net, host: Host, dst_ip: str, job_id: int, rank: int, slot: int, 
     import time
 
     lane = 32 if kind == lay.MsgType.NORM else lay.INDEX_BITS
-    hd = codec.Header(msg_type=kind, job_id=job_id, slot=slot, round=rnd, rank=rank,
+    lo, hi = lay.round_fields(rnd)       # rnd: the 48-bit round
+    hd = codec.Header(msg_type=kind, job_id=job_id, slot=slot, round=lo, round_hi=hi, rank=rank,
                       lane_bits=lane, flags=lay.Flag.RETX | lay.Flag.PEEK, token=token)
     frame = thc_frame(host, dst_ip, hd, np.zeros(0, dtype=np.uint8))
     end = time.monotonic() + timeout

@@ -132,7 +132,9 @@ def data(p: Peer, job_id: int, slot: int, rnd: int, idx, flags: int = 0, rank: i
     """(port, frame) of a contribution from ``p`` (``coords``: the packet width; the header
     carries the harness's job token unless ``token=`` says otherwise)."""
     hdr.setdefault("token", TOKEN)
-    h = codec.Header(msg_type=msg_type, job_id=job_id, slot=slot, round=rnd,
+    lo, hi = lay.round_fields(rnd)       # rnd: the 48-bit round
+    hdr.setdefault("round_hi", hi)
+    h = codec.Header(msg_type=msg_type, job_id=job_id, slot=slot, round=lo,
                      rank=p.rank if rank is None else rank, flags=flags, lane_bits=lane_bits, **hdr)
     return p.port, thc_frame(p.mac, p.ip, SELF_IP, h, idx, coords=coords)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from host.protocol import codec
-from host.protocol.layout import COORDS_PER_PACKET, MsgType
+from host.protocol.layout import COORDS_PER_PACKET, MsgType, round_fields
 from tests.support.aggnet import AggregationNetwork, SwitchJob, Worker
 from tests.support.frames import collect, thc_frame
 from tests.support.jobs import TABLE
@@ -43,7 +43,9 @@ def install_tree_job(net: AggregationNetwork) -> SwitchJob:
 def send_data(net: AggregationNetwork, host: str, slot: int, rnd: int, idx: np.ndarray,
               flags: int = 0) -> None:
     """``host``'s DATA of job 7 for ``slot`` in round ``rnd`` (4-bit indices ``idx``) to its leaf."""
-    hd = codec.Header(msg_type=MsgType.DATA, job_id=7, slot=slot, round=rnd, rank=RANKS[host],
+    lo, hi = round_fields(rnd)           # rnd: the 48-bit round
+    hd = codec.Header(msg_type=MsgType.DATA, job_id=7, slot=slot, round=lo, round_hi=hi,
+                      rank=RANKS[host],
                       flags=flags, token=TOKEN)
     net.send(host, thc_frame(net.hosts[host], net.switch_ip(LEAF[host]), hd, idx))
 

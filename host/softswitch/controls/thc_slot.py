@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 
+from host.protocol.layout import ROUND_MASK, ROUND_OLDER
 from host.softswitch.config import (
     PRESENCE_ABSENT,
     PRESENCE_HEARD,
@@ -51,7 +52,7 @@ def _missed(pr: list[int], missing: int, silence_ns: int, now: int) -> None:
 
 
 def _laps(ahead: int, st: int, tentative: int) -> bool:
-    """Whether a contribution without ``START``, ``ahead`` (serially, 1..2^31-1) rounds newer
+    """Whether a contribution without ``START``, ``ahead`` (serially, 1..2^47-1) rounds newer
     than its non-empty copy (state ``st``), laps the others: a copy takes every other round of
     its slot and no honest rank sends round r+2 before round r's result, that is before the
     copy released round r. So anything but the next round (two on), or the next one while
@@ -98,7 +99,9 @@ class ThcSlot:
         # what this packet adds: a worker adds itself; a child switch its count and bitmap
         acnt_a = np.where(sw, v["count"][acc], 1).astype(np.int64)
         awb_a = np.where(sw, v["bitmap"][acc].astype(np.int64), bit_a)
-        rnd_a = v["round"][acc].astype(np.int64)
+        # the 48-bit round (layout.ROUND_BITS): low 32 bits in round, high 16 in round_hi
+        rnd_a = (v["round"][acc].astype(np.int64)
+                 | (v["round_hi"][acc].astype(np.int64) << 32))
         flags_a = v["flags"][acc].astype(np.int64)
         up_a = IS_UP[t]
         if self.fast and self._fast_path(b, v, acc, jn, cell_a, rnd_a, bit_a, acnt_a, awb_a,
@@ -143,8 +146,8 @@ class ThcSlot:
                     continue
                 fresh = from_empty = st == ST_EMPTY
                 if not fresh and c_round[x] != r:
-                    ahead = (r - c_round[x]) & 0xFFFFFFFF
-                    if ahead & 0x80000000:   # serial-number arithmetic: older
+                    ahead = (r - c_round[x]) & ROUND_MASK
+                    if ahead & ROUND_OLDER:  # serial-number arithmetic: older
                         late.append((row, R.STALE))
                         continue
                     if not fl & F_START and _laps(ahead, st, c_tent[x]):
@@ -278,8 +281,8 @@ class ThcSlot:
                 return False                                 # overlapping slot ranges of jobs
         st = self.st_state[ucell]
         cr = self.st_round[ucell]
-        diff = (R - cr) & 0xFFFFFFFF
-        ahead = diff < 0x80000000
+        diff = (R - cr) & ROUND_MASK
+        ahead = diff < ROUND_OLDER
         fresh = (st == ST_EMPTY) | ((cr != R) & ahead)
         if ((st != ST_EMPTY) & ~ahead).any() or (~fresh & (st != ST_COLLECTING)).any():
             return False                                     # stale, or complete already

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from host.protocol import layout as lay
 from host.protocol.framing import PAYLOAD_OFFSET
-from host.protocol.layout import Flag, MsgType
+from host.protocol.layout import ROUND_MASK, Flag, MsgType
 from host.softswitch import pipeline as pl_mod
 from host.softswitch.config import PRESENCE_HEARD
 from host.softswitch.frames import ipv4_checksum
@@ -64,7 +64,7 @@ def _run(frames, native: bool, batch: bool, **bench) -> tuple:
 _packet = st.tuples(
     st.sampled_from([0, 1, 2, 2, 0, 1, 3]),              # worker 0..2, 3 = intruder
     st.integers(0, 1),                                   # slot
-    st.sampled_from([0, 0, 1, 1, 2, 4, 0xFFFFFFFF]),     # round (incl. wrap, a lap)
+    st.sampled_from([0, 0, 1, 1, 2, 4, ROUND_MASK]),     # round (incl. wrap, a lap)
     st.sampled_from([0, 0, 0, int(Flag.RETX), int(Flag.DEADLINE), int(Flag.PEEK)]),
     st.integers(0, 15),                                  # fill
 )
@@ -274,7 +274,7 @@ def _run_tree(frames, native: bool, batch: bool, lane_bits: int, parent: bool) -
 _tree_packet = st.tuples(
     st.sampled_from([0, 1, "child", "child", "parent", "parent", 0, 1, 3]),
     st.integers(0, 1),                                   # slot
-    st.sampled_from([0, 0, 1, 2, 0xFFFFFFFF]),           # round (incl. wrap)
+    st.sampled_from([0, 0, 1, 2, ROUND_MASK]),           # round (incl. wrap)
     st.sampled_from([0, 0, 0, int(Flag.RETX), int(Flag.DEADLINE),
                      int(Flag.RETX | Flag.DEADLINE), int(Flag.PEEK)]),
     st.integers(0, 15),                                  # fill

@@ -104,11 +104,26 @@ def test_duplicate_stale_and_resend():
 def test_round_serial_number_wraps():
     b = Bench()
     b.job(6, W[:1])
-    top = 0xFFFFFFFF
+    top = lay.ROUND_MASK
     assert len(b.send(data(W[0], 6, 0, top, rand_idx()))) == 1
-    assert len(b.send(data(W[0], 6, 0, 1, rand_idx()))) == 1      # 1 is newer than 2^32-1
-    assert b.send(data(W[0], 6, 0, top, rand_idx())) == []          # and 2^32-1 older than 1
+    assert len(b.send(data(W[0], 6, 0, 1, rand_idx()))) == 1      # 1 is newer than 2^48-1
+    assert b.send(data(W[0], 6, 0, top, rand_idx())) == []          # and 2^48-1 older than 1
     assert b.drops() == {R.STALE: 1}
+
+
+def test_rounds_are_48_bit_serial_numbers():
+    """``round_hi`` carries a round's high 16 bits (issue 33, the session identity): round 8
+    is 2^32 - 2 rounds behind a copy at 2^32 + 6, so it is older, START or not, though its low
+    32 bits alone (8 against 6) call it newer. So a packet of a session 35.8 minutes (2^31 µs)
+    or more earlier no longer reopens a copy."""
+    b = Bench()
+    b.job(6, W[:1])
+    assert len(b.send(data(W[0], 6, 0, 1 << 32 | 6, rand_idx()))) == 1
+    assert b.send(data(W[0], 6, 0, 8, rand_idx(), flags=int(Flag.START))) == []
+    assert b.send(data(W[0], 6, 0, 8, rand_idx())) == []
+    assert b.drops() == {R.STALE: 2}
+    out = b.send(data(W[0], 6, 0, 1 << 32 | 8, rand_idx()))        # the copy's next round
+    assert len(out) == 1 and out[0][1][3].header.round_hi == 1     # results carry round_hi
 
 
 def test_norm_maximum_separate_from_data_slots():

@@ -17,9 +17,11 @@ from host.transport.job import JobSpec, NetworkAggregator
 from host.transport.jobfile import mask_token
 from host.transport.ports import UdpEndpoint
 from host.transport.session import (
+    EPOCH_STEP,
     ROUND_STEP,
     JobCheckError,
     ThreadAgreement,
+    candidate,
     check_job,
     first_candidate,
     open_session,
@@ -74,17 +76,32 @@ def test_sessions_open_above_earlier_ones_whatever_the_clock(net):
     # a second run with the same defaults
     cand, got, _ = _session(net, first_candidate(), xs)
     assert all(torch.equal(g, want) for g in got)
-    # 40 minutes later the clock's candidate is 2^31 + 2.4e9 µs on: serially *behind* the
-    # copies (mod 2^32), which dropped every contribution of such a session as STALE before
-    late = (cand + (1 << 31) + 4096) & 0xFFFFFFFE
+    # a candidate 2^47 + 4096 rounds on is serially *behind* the copies (mod 2^48): a clock
+    # 4.5 years on, or a rank 0 whose clock is behind; its session moves on (2^30, then
+    # about 2^46 a try: the copies are 2^47 - 4096 ahead, so the fourth candidate is taken)
+    late = (cand + (1 << 47) + 4096) & lay.ROUND_MASK & ~1
     cand2, got, _ = _session(net, late, xs)
-    assert cand2 in ((late + ROUND_STEP) & 0xFFFFFFFF, (late + 2 * ROUND_STEP) & 0xFFFFFFFF)
+    assert cand2 == candidate(late, 3)
     assert all(torch.equal(g, want) for g in got)
-    # and the hundredth: a candidate exactly 2^31 ahead, and one just behind
-    for first in ((cand2 + (1 << 31)) & 0xFFFFFFFF, (cand2 - 64) & 0xFFFFFFFE):
+    # and later ones: a candidate exactly 2^47 ahead, and one just behind
+    for first in ((cand2 + (1 << 47)) & lay.ROUND_MASK, (cand2 - 64) & lay.ROUND_MASK & ~1):
         c, got, _ = _session(net, first, xs)
         assert all(torch.equal(g, want) for g in got)
         cand2 = c
+
+
+def test_candidates_converge_in_48_and_in_32_bits():
+    """Four candidates reach past any copy up to 2^47 - 1 rounds ahead (48-bit rounds), and
+    their low 32 bits move 2^30 a try, what a switch comparing 32 bits (the TNA) needs."""
+    first = 12345678
+    cands = [candidate(first, k) for k in range(4)]
+    assert [(c - first) & 0xFFFFFFFF for c in cands] == [k << 30 for k in range(4)]
+    for ahead in (1, 1 << 30, (1 << 30) + 1, 1 << 46, EPOCH_STEP + ROUND_STEP,
+                  (1 << 47) - 1):
+        held = (first + ahead) & lay.ROUND_MASK
+        taken = next(k for k, c in enumerate(cands)
+                     if 0 < (c - held) & lay.ROUND_MASK < lay.ROUND_OLDER)
+        assert taken <= 3
 
 
 def test_a_candidate_behind_the_copies_is_refused_then_moved_on(net):
@@ -94,7 +111,7 @@ def test_a_candidate_behind_the_copies_is_refused_then_moved_on(net):
     cand, _, _ = _session(net, first_candidate(), xs)
     aggs = [_agg(net, r) for r in range(2)]
     try:
-        behind = (cand - 1000) & 0xFFFFFFFE
+        behind = (cand - 1000) & lay.ROUND_MASK & ~1
         oks = run_workers(2, lambda r: open_session(aggs[r], behind, SLOTS, give_up=0.5))
         assert oks == [False, False]
     finally:
@@ -113,13 +130,7 @@ def test_packets_of_an_earlier_session_never_count(net):
     stale0 = _drops(net).get(int(lay.DropReason.STALE), 0)
     _cand2, got, _ = _session(net, first_candidate(), xs)
     a = net.address(0)
-    replay = []
-    for s in range(net.num_slots):
-        for r in (old_base, old_base + 1, old_base + 2):
-            h = wire.Header(msg_type=lay.MsgType.DATA, job_id=net.job_id, slot=s, round=r,
-                            slot_set=r & 1, lane_bits=lay.INDEX_BITS, rank=0, token=net.token,
-                            flags=int(lay.Flag.START), elem_count=lay.COORDS_PER_PACKET)
-            replay.append(wire.pack_header(h) + bytes([0xFF]) * (lay.COORDS_PER_PACKET // 2))
+    replay = _replays(net, old_base)
     ep = UdpEndpoint(a.switch, bind=(a.ip, 0))
     try:
         ep.send_many(replay)
@@ -127,6 +138,46 @@ def test_packets_of_an_earlier_session_never_count(net):
         ep.close()
     _, got, _ = _session(net, first_candidate(), xs)
     assert all(torch.equal(g, want) for g in got)
+    assert _drops(net).get(int(lay.DropReason.STALE), 0) >= stale0 + len(replay)
+
+
+def _replays(net: EmbeddedNetwork, base: int) -> list[bytes]:
+    """Rank 0's START contributions of a session at ``base`` (rounds base..base+2, every data
+    slot; all-15 indices, which would show in any sum)."""
+    out = []
+    for s in range(net.num_slots):
+        for r in (base, base + 1, base + 2):
+            lo, hi = lay.round_fields(r)
+            h = wire.Header(msg_type=lay.MsgType.DATA, job_id=net.job_id, slot=s, round=lo,
+                            round_hi=hi, slot_set=r & 1, lane_bits=lay.INDEX_BITS, rank=0,
+                            token=net.token, flags=int(lay.Flag.START),
+                            elem_count=lay.COORDS_PER_PACKET)
+            out.append(wire.pack_header(h) + bytes([0xFF]) * (lay.COORDS_PER_PACKET // 2))
+    return out
+
+
+def test_a_session_2_to_the_31_us_later_is_not_reopened_by_replays(net):
+    """The band 32-bit rounds left (docs/protocol.md, "Sessions"): a session that starts 2^31
+    µs (35.8 min) and a little after an earlier one (here 2^31 + 64) sees that session's first
+    rounds as *newer* in 32 bits, so its replayed START packets reopened the copies. With
+    48-bit rounds they are older: dropped STALE, and a session right after opens at its first
+    candidate with exact sums."""
+    codec = THCCodec()
+    xs = worker_data(2, 2000, seed=6)
+    want = simulated_allreduce(codec, xs, round=0).average
+    s0, _, _ = _session(net, first_candidate(), xs)
+    s1, got, _ = _session(net, s0 + (1 << 31) + 64, xs)
+    assert s1 == s0 + (1 << 31) + 64 and all(torch.equal(g, want) for g in got)
+    stale0 = _drops(net).get(int(lay.DropReason.STALE), 0)
+    replay = _replays(net, s0)
+    a = net.address(0)
+    ep = UdpEndpoint(a.switch, bind=(a.ip, 0))
+    try:
+        ep.send_many(replay)
+    finally:
+        ep.close()
+    s2, got, _ = _session(net, s1 + 4096, xs)
+    assert s2 == s1 + 4096 and all(torch.equal(g, want) for g in got)
     assert _drops(net).get(int(lay.DropReason.STALE), 0) >= stale0 + len(replay)
 
 

@@ -9,7 +9,7 @@
 
 control ThcSlot(inout headers_t hdr, inout local_metadata_t meta) {
     @name(".ingress.thc_slot.round_reg")
-    register<bit<32>>(THC_CELLS) round_reg;     // round the cell holds
+    register<bit<48>>(THC_CELLS) round_reg;     // round the cell holds (48-bit, ROUND_BITS)
     @name(".ingress.thc_slot.state_reg")
     register<bit<8>>(THC_CELLS) state_reg;      // ST_*, bit 7: opened from empty (see below)
     @name(".ingress.thc_slot.contrib_reg")
@@ -41,7 +41,9 @@ control ThcSlot(inout headers_t hdr, inout local_metadata_t meta) {
         }
         meta.contrib_bit = (bit<32>)1 << hdr.thc.rank;
 
-        bit<32> rnd; bit<8> st; bit<32> cb; bit<8> nc; bit<8> cnt; bit<32> wb;
+        // rounds are 48-bit serial numbers: round_hi ++ round (docs/protocol.md, "Sessions")
+        bit<48> pkt_round = hdr.thc.round_hi ++ hdr.thc.round;
+        bit<48> rnd; bit<8> st; bit<32> cb; bit<8> nc; bit<8> cnt; bit<32> wb;
         round_reg.read(rnd, meta.cell);
         state_reg.read(st, meta.cell);
         // bit 7: the copy holds a round it was opened at from empty (a new job, a restart):
@@ -57,7 +59,7 @@ control ThcSlot(inout headers_t hdr, inout local_metadata_t meta) {
         bool deadline = (hdr.thc.flags & FLAG_DEADLINE) != 0;
         if (meta.is_up == 1 && peek) {
             // Status request: who is in this copy for this round? Changes no state.
-            if (st == ST_EMPTY || rnd != hdr.thc.round) {
+            if (st == ST_EMPTY || rnd != pkt_round) {
                 cnt = 0; wb = 0;
             }
             meta.acc_mode = ACC_NONE; meta.out_action = OUT_ANSWER; meta.out_flags = FLAG_PEEK;
@@ -65,9 +67,9 @@ control ThcSlot(inout headers_t hdr, inout local_metadata_t meta) {
             bool fresh = false;
             if (st == ST_EMPTY) {
                 fresh = true;
-            } else if (rnd != hdr.thc.round) {
-                bit<32> ahead = hdr.thc.round - rnd;   // serial-number comparison
-                if (ahead[31:31] == 1) {
+            } else if (rnd != pkt_round) {
+                bit<48> ahead = pkt_round - rnd;       // serial-number comparison
+                if (ahead[47:47] == 1) {
                     meta.drop_reason = DROP_STALE;
                 } else if ((hdr.thc.flags & FLAG_START) == 0
                            && (ahead != 2 || (st != ST_FINAL && tent == 0))) {
@@ -88,7 +90,7 @@ control ThcSlot(inout headers_t hdr, inout local_metadata_t meta) {
                     } else {
                         tent = 0;
                     }
-                    rnd = hdr.thc.round; st = ST_COLLECTING;
+                    rnd = pkt_round; st = ST_COLLECTING;
                     cb = 0; nc = 0; cnt = 0; wb = 0;
                     meta.keep = 0;            // first contributor overwrites the old sums
                 } else {
@@ -149,7 +151,7 @@ control ThcSlot(inout headers_t hdr, inout local_metadata_t meta) {
         } else {
             // A result from our parent: store it (it answers later retransmissions) and fan it
             // out to our members.
-            if (rnd == hdr.thc.round && (st == ST_SENT_UP || st == ST_FINAL)) {
+            if (rnd == pkt_round && (st == ST_SENT_UP || st == ST_FINAL)) {
                 st = ST_FINAL;
                 cnt = hdr.thc.count;
                 wb = hdr.thc.bitmap;
