@@ -1021,7 +1021,13 @@ def main(argv: list[str] | None = None) -> int:
                         "31000, the hostile probe's rate; 0: as fast as one process sends)")
     p.add_argument("--streams", type=int, default=40,
                    help="idle P4Runtime streams, reopened as they close (default 40)")
+    p.add_argument("--busy", type=int, default=0, metavar="N",
+                   help="run N busy-looping processes beside every class (a loaded machine: "
+                        "the issue's load average ~10 is --busy 10 on 2 cores); each class "
+                        "reports the load average it ran under (default 0: none)")
     args = p.parse_args(argv)
+    if args.busy < 0:
+        p.error(f"--busy={args.busy}: give a number of processes >= 0")
     if not (args.dead_watch >= 0 and args.dead_watch < float("inf")):
         p.error(f"--dead-watch={args.dead_watch}: give a number of seconds >= 0")
     for name in ("restarts", "iterations", "elements", "dead_packets", "dead_repeats",
@@ -1029,13 +1035,37 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')}={getattr(args, name)}: must be >= 1")
     out = {}
-    for name in args.only or CLASSES:
-        print(f"chaos: {name} ...", file=sys.stderr, flush=True)
-        t0 = time.monotonic()
-        out[name] = CLASSES[name](args)
-        out[name]["class_s"] = round(time.monotonic() - t0, 1)
+    with _busy(args.busy):
+        for name in args.only or CLASSES:
+            print(f"chaos: {name} ...", file=sys.stderr, flush=True)
+            t0 = time.monotonic()
+            out[name] = CLASSES[name](args)
+            out[name]["class_s"] = round(time.monotonic() - t0, 1)
+            if args.busy:
+                out[name]["busy"] = args.busy
+                out[name]["load_average_1min"] = round(os.getloadavg()[0], 2)
     print(json.dumps(out, indent=1))
     return 0
+
+
+@contextlib.contextmanager
+def _busy(n: int, warm: float = 60.0):
+    """``n`` processes that only spin, for the length of the block (ended by PID); waits
+    ``warm`` seconds first so that the 1-minute load average has risen."""
+    if n == 0:
+        yield
+        return
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        print(f"chaos: {n} busy processes; {warm:g} s for the load to rise", file=sys.stderr,
+              flush=True)
+        time.sleep(warm)
+        yield
+    finally:
+        for pr in procs:
+            pr.kill()
+        for pr in procs:
+            pr.wait()
 
 
 if __name__ == "__main__":

@@ -145,6 +145,13 @@ control ThcSlotCount(inout headers_t hdr, inout ingress_metadata_t meta) {
     Register<bit<32>, bit<16>>(THC_CELLS, 0) workers_reg;
     @name(".ingress.thc_slot.contributions")
     Counter<bit<32>, bit<8>>(MAX_JOBS, CounterType_t.PACKETS) contributions;
+    // per job and rank (index = job index * THC_MAX_WORKERS + rank): the controller's watch
+    // learns a rank that stays dead from it (issue 33; docs/protocol.md, "Absent contributors").
+    // A statistics ALU and its SRAM, no stateful ALU; the index is the job index and the rank's
+    // five bits side by side (THC_MAX_WORKERS = 32; a rank above 31 was dropped in pass 0).
+    @name(".ingress.thc_slot.rank_contributions")
+    Counter<bit<32>, bit<16>>(MAX_JOBS * THC_MAX_WORKERS, CounterType_t.PACKETS)
+        rank_contributions;
 
     RegisterAction<bit<8>, bit<16>, bit<8>>(remaining_reg) remaining_start = {
         void apply(inout bit<8> value, out bit<8> rv) {
@@ -240,6 +247,9 @@ control ThcSlotCount(inout headers_t hdr, inout ingress_metadata_t meta) {
     apply {
         if (meta.pass != 1) {
             return;
+        }
+        if (hdr.recirc.count_op == CNT_FIRST || hdr.recirc.count_op == CNT_ADD) {
+            rank_contributions.count((bit<16>)(meta.job.index ++ hdr.thc.rank[4:0]));
         }
         if (hdr.recirc.count_op == CNT_FIRST) {
             contributions.count(meta.job.index);
