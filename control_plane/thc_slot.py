@@ -81,7 +81,8 @@ class DeadRankWatch:
     dead_after: float = 2.0
     #: (switch, job id, rank) -> (last count, when it last changed; time.monotonic)
     seen: dict[tuple[str, int, int], tuple[int, float]] = field(default_factory=dict)
-    #: switches whose program has no per-rank counter (the TNA program): nothing learned there
+    #: switches whose program has no per-rank counter (a build older than issue 33): nothing
+    #: learned there
     unsupported: set[str] = field(default_factory=set)
 
     def watched(self) -> dict[str, list]:

@@ -30,9 +30,9 @@ V1_P4INFO = V1MODEL_P4INFO
 TNA = ("tofino", "tofino2")
 #: v1model objects the TNA program does not have, and why (p4/README.md, "Tofino").
 V1_ONLY_TABLES = {"ingress.thc_load.tables"}   # workers send table values: no lookup
-#: per-rank contributions (issue 33): written for v1model only; the TNA program was not
-#: recompiled since (no Tofino backend on the machine that added it; p4/README.md, "Tofino")
-V1_ONLY_COUNTERS = {"ingress.thc_slot.rank_contributions"}
+#: counters of the v1model program the TNA program does not have (none: the per-rank counter
+#: of issue 33 is in both)
+V1_ONLY_COUNTERS: set[str] = set()
 
 
 def _load(name: str, path: Path):
