@@ -1025,9 +1025,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="run N busy-looping processes beside every class (a loaded machine: "
                         "the issue's load average ~10 is --busy 10 on 2 cores); each class "
                         "reports the load average it ran under (default 0: none)")
+    p.add_argument("--busy-warm", type=float, default=60.0, metavar="S",
+                   help="with --busy: seconds the busy processes run before the first class, "
+                        "for the 1-minute load average to rise (default 60)")
     args = p.parse_args(argv)
     if args.busy < 0:
         p.error(f"--busy={args.busy}: give a number of processes >= 0")
+    if not 0 <= args.busy_warm < float("inf"):
+        p.error(f"--busy-warm={args.busy_warm}: give a number of seconds >= 0")
     if not (args.dead_watch >= 0 and args.dead_watch < float("inf")):
         p.error(f"--dead-watch={args.dead_watch}: give a number of seconds >= 0")
     for name in ("restarts", "iterations", "elements", "dead_packets", "dead_repeats",
@@ -1035,7 +1040,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')}={getattr(args, name)}: must be >= 1")
     out = {}
-    with _busy(args.busy):
+    with _busy(args.busy, args.busy_warm):
         for name in args.only or CLASSES:
             print(f"chaos: {name} ...", file=sys.stderr, flush=True)
             t0 = time.monotonic()

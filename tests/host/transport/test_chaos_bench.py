@@ -45,6 +45,35 @@ def test_chaos_benchmark_runs_every_class_and_sums_stay_exact():
     assert all("held" in v for v in r.values())
 
 
+def _spinning() -> set[int]:
+    """PIDs of the processes that run ``--busy``'s loop (from /proc)."""
+    out = set()
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and b"while True: pass" in (d / "cmdline").read_bytes():
+                out.add(int(d.name))
+        except OSError:
+            continue
+    return out
+
+
+def test_busy_runs_the_classes_beside_spinning_processes_and_ends_them():
+    """``--busy N`` (issue 33: the dead-rank ratio on a loaded machine): each class reports the
+    load it ran under, and the spinning processes are gone afterwards (ended by PID)."""
+    before = _spinning()
+    p = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "chaos.py"), "--json", "--only",
+         "values_above_g", "--busy", "2", "--busy-warm", "0.5", "--give-up", "1.5"],
+        capture_output=True, text=True, timeout=300, cwd=REPO, check=False)
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = json.loads(p.stdout[p.stdout.index("{"):])["values_above_g"]
+    assert r["busy"] == 2 and r["load_average_1min"] >= 0 and r["held"]
+    assert _spinning() <= before
+    bad = subprocess.run([sys.executable, str(REPO / "benchmarks" / "chaos.py"), "--busy", "-1"],
+                         capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
+    assert bad.returncode == 2 and "--busy=-1" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def _dead_rank(tmp_path: Path, target: str, env: dict | None = None,
                extra: tuple[str, ...] = ()) -> dict:
     p = subprocess.run(
