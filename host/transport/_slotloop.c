@@ -57,9 +57,6 @@
 enum { F_SLOT, F_ROUND, F_SET, F_CNT, F_OFF, F_FLAGS, F_TYPE, F_JOB, F_COUNT, F_BITMAP, F_LANE, F_RANK,
        F_TOKEN, F_ROUND_HI, NF };
 
-/* Rounds are 48-bit serial numbers: low 32 bits in round, high 16 in round_hi (ROUND_BITS). */
-#define ROUND48_MASK 0xFFFFFFFFFFFFLL
-
 typedef struct {
     int off[NF], width[NF];
 } fields_t;
@@ -102,6 +99,8 @@ typedef struct {
     const uint8_t *hdr_tmpl;
     int hdr_bytes;
     fields_t f;
+    /* the session's round base (48 bits, ROUND_BITS: the template's round and round_hi) */
+    int64_t round_base;
     const uint8_t *payload;
     Py_ssize_t nb, n;
     const int64_t *elem_counts, *offsets, *base;
@@ -151,7 +150,7 @@ typedef struct {
     int have_srtt;
     double srtt, rttvar, backoff;
     /* per slot */
-    int64_t *out_pkt, *out_round_full;
+    int64_t *out_pkt;
     int64_t *out_round;   /* the outstanding packet's round, 48 bits */
     double *first_sent, *rto, *due, *dl_sent;
     char *retried, *asked_deadline;
@@ -395,11 +394,8 @@ static void build_packet(const loop_t *L, uint8_t *h, int s, int64_t i, int64_t 
     memcpy(h, L->hdr_tmpl, L->hdr_bytes);
     const fields_t *f = &L->f;
     /* issue 16, H2: the first use of each slot copy in a session (rounds round_base and
-     * round_base + 1; the template's round and round_hi fields hold round_base) may be far
-     * ahead */
-    const int64_t base = (int64_t)get_be(L->hdr_tmpl + f->off[F_ROUND], f->width[F_ROUND])
-        | ((int64_t)get_be(L->hdr_tmpl + f->off[F_ROUND_HI], f->width[F_ROUND_HI]) << 32);
-    if (((r - base) & ROUND48_MASK) < 2)
+     * round_base + 1) may be far ahead */
+    if (((r - L->round_base) & ROUND_MASK) < 2)
         flags |= FLAG_START;
     put_be(h + f->off[F_SLOT], f->width[F_SLOT], (uint32_t)s);
     put_be(h + f->off[F_ROUND], f->width[F_ROUND], (uint32_t)(r & 0xFFFFFFFF));
@@ -433,7 +429,7 @@ static uint8_t *tx_row(loop_t *L, size_t len) {
 static int add_packet(loop_t *L, int s, uint32_t flags) {
     uint8_t *h = tx_row(L, (size_t)L->hdr_bytes + (size_t)L->nb);
     if (!h) return -1;
-    build_packet(L, h, s, L->out_pkt[s], L->out_round_full[s], flags);
+    build_packet(L, h, s, L->out_pkt[s], L->out_round[s], flags);
     return 0;
 }
 
@@ -493,8 +489,7 @@ static int launch(loop_t *L, int s, int64_t i, double now, double r) {
     if (i + PREFETCH_PACKETS < L->n)
         prefetch_range(L->payload + (size_t)(i + PREFETCH_PACKETS) * L->nb, (size_t)L->nb, 0);
     L->out_pkt[s] = i;
-    L->out_round_full[s] = L->base[s] + i / L->W;
-    L->out_round[s] = L->out_round_full[s] & ROUND48_MASK;
+    L->out_round[s] = (L->base[s] + i / L->W) & ROUND_MASK;
     L->first_sent[s] = now;
     L->rto[s] = r;
     L->retried[s] = 0;
@@ -949,6 +944,8 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
     L.thc_port = thc_port;
     L.batch = batch;
     L.hdr_tmpl = bheader.buf;
+    L.round_base = (int64_t)get_be(L.hdr_tmpl + L.f.off[F_ROUND], L.f.width[F_ROUND])
+        | ((int64_t)get_be(L.hdr_tmpl + L.f.off[F_ROUND_HI], L.f.width[F_ROUND_HI]) << 32);
     L.payload = bpay.buf;
     L.nb = nb;
     L.n = n;
@@ -994,7 +991,6 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
     L.dg_cap = L.gso > 1 ? GRO_MSGS * 2 * GSO_MAX_SEGS : batch;
     L.out_pkt = malloc(sizeof(int64_t) * (size_t)W);
     L.out_round = calloc((size_t)W, sizeof(int64_t));
-    L.out_round_full = calloc((size_t)W, sizeof(int64_t));
     if (L.rep_this) {
         L.rep_pending = malloc(sizeof(int64_t) * (size_t)(L.rep_rows > 0 ? L.rep_rows : 1));
         if (!L.rep_pending) {
@@ -1028,7 +1024,7 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
             goto done;
         }
     }
-    if (!L.rxsrc || !L.out_pkt || !L.out_round || !L.out_round_full || !L.first_sent || !L.rto || !L.due || !L.dl_sent
+    if (!L.rxsrc || !L.out_pkt || !L.out_round || !L.first_sent || !L.rto || !L.due || !L.dl_sent
         || !L.retried || !L.asked_deadline || !L.retries || !L.txbuf || !L.txh || !L.txv || !L.rxbuf
         || !L.rxh || !L.rxv) {
         PyErr_NoMemory();
@@ -1087,7 +1083,6 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
 done:
     free(L.out_pkt);
     free(L.out_round);
-    free(L.out_round_full);
     free(L.rep_pending);
     free(L.first_sent);
     free(L.rto);

@@ -38,15 +38,20 @@ class ScriptedSwitch:
     Result lanes are :func:`lane_value` of each payload byte in ``lane_bits``-bit lanes (16
     unless told: ``(payload byte * 3 + slot) & 0xFFFF``). With ``forged``,
     every answer is preceded by the same answer with another token and lanes 0xFFFF (what a
-    forger who cannot read the token sends): a worker must take only the real one.
+    forger who cannot read the token sends): a worker must take only the real one. With
+    ``other_session``, by the same answer with the job's token but another ``round_hi`` (a
+    result of a session 2^32 rounds away, replayed) and lanes 0xFFFF: likewise.
     """
 
     #: class defaults, for subclasses with their own ``__init__`` (a UDP-Lite one)
     forged = False
+    other_session = False
     lane_bits = 16
 
-    def __init__(self, forged: bool = False, lane_bits: int = 16) -> None:
+    def __init__(self, forged: bool = False, lane_bits: int = 16,
+                 other_session: bool = False) -> None:
         self.forged = forged
+        self.other_session = other_session
         self.lane_bits = lane_bits
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(("127.0.0.1", 0))
@@ -102,6 +107,10 @@ class ScriptedSwitch:
             bad = list(H.unpack_from(a))
             bad[_I["token"]] ^= 0x80000001
             self.sock.sendto(H.pack(*bad) + b"\xff" * (len(a) - THC_HEADER_BYTES), addr)
+        if self.other_session:
+            old = list(H.unpack_from(a))
+            old[_I["round_hi"]] ^= 1
+            self.sock.sendto(H.pack(*old) + b"\xff" * (len(a) - THC_HEADER_BYTES), addr)
         if k % 9 == 0:   # the stale answer first: the exchange's last answer is never one
             self.sock.sendto(self.answer(h, payload, h[_I["round"]] - 1, 2, 3), addr)
         self.sock.sendto(a, addr)

@@ -132,6 +132,19 @@ def test_results_with_another_token_are_ignored_and_counted(native):
     assert win.stats.foreign_results >= 300
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
+def test_results_of_another_session_are_ignored(native):
+    """Issue 33: a RESULT whose low 32 round bits and token are right but whose ``round_hi``
+    is not (a result of a session 2^32 rounds away, replayed) never reaches the sums: both
+    loops compare all 48 bits of the round (the rounds here also cross 2^32)."""
+    win, out, _, _, payload = scripted_exchange(native, sw=ScriptedSwitch(other_session=True))
+    want = np.zeros_like(out).reshape(-1, COORDS_PER_PACKET)
+    by = payload.reshape(-1, 128).astype(np.uint32)
+    want[:, :128] = (by * 3 + (np.arange(len(by)) % 16)[:, None]) & 0xFFFF
+    np.testing.assert_array_equal(out, want.reshape(-1))
+    assert win.stats.stray_results >= 300
+
+
 def test_c_loop_raises_the_give_up_with_the_missing_ranks():
     """No answer ever: the exact policy gives up, asks with PEEK, names the absent ranks."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
