@@ -125,7 +125,7 @@ def _job_entities(topo: Topology, window: int) -> list:
         ents.append(fy.P4TableEntry(
             "ingress.thc_validate.senders",
             match=fy.P4TableMatch(job_id=JOB, rank=r, ingress_port=p, src_addr=ip),
-            action=fy.P4TableAction("ingress.thc_validate.sender", is_switch=0)))
+            action=fy.P4TableAction("ingress.thc_validate.sender", is_switch=0, udp_port=0)))
         ents.append(fy.P4TableEntry(
             "egress.thc_members.members", match=fy.P4TableMatch(job_id=JOB, egress_port=p),
             action=fy.P4TableAction("egress.thc_members.set_member", dst_mac=mac, dst_addr=ip)))

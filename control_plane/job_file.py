@@ -52,4 +52,4 @@ def build_job_file(cfg: NetworkConfig, placement: Placement, job: str, token: in
     return JobFile(name=spec.name, job_id=spec.id, token=token, num_slots=num_slots,
                    b=spec.thc.b, g=spec.thc.g, p=spec.thc.p, lane_bits=spec.lane_bits,
                    uplink=spec.uplink, policy=spec.policy, coords_per_packet=width,
-                   members=tuple(members))
+                   members=tuple(members), worker_port=spec.worker_port or 0)

@@ -89,6 +89,9 @@ class Contributor:
     ip: str
     mac: str
     is_switch: bool
+    #: the UDP source port its sender binding names (the job's ``worker_port``); 0: any port
+    #: (a child switch, or a job whose members send from ephemeral ports)
+    udp_port: int = 0
 
 
 @dataclass(frozen=True)
@@ -239,7 +242,8 @@ def _job_at_switches(cfg: NetworkConfig, job: JobSpec, index: int,
         me = cfg.switch(n.switch)
         nbr = cfg.neighbours(n.switch)
         contributors = [
-            Contributor(h, rank[h], cfg.host(h).port, cfg.host(h).ip, cfg.host(h).mac, False)
+            Contributor(h, rank[h], cfg.host(h).port, cfg.host(h).ip, cfg.host(h).mac, False,
+                        job.worker_port or 0)
             for h in n.members
         ]
         for c in children[n.switch]:

@@ -3,8 +3,9 @@
 ``ingress.thc_validate.jobs``: ``job_id → set_job(index, slot_base, num_slots, expected,
 lane_bits, mcast_grp, has_parent, parent_port, parent_addr, self_addr, self_id, token)``;
 ``ingress.thc_validate.senders``: ``(job_id, rank, ingress_port, src_addr) →
-sender(is_switch)`` — one per direct contributor, binding its rank to the port and address
-it sends from (docs/protocol.md, "Controller-installed state" and "Validation").
+sender(is_switch, udp_port)`` — one per direct contributor, binding its rank to the port and
+address it sends from, and to the UDP source port when the job names one (``worker_port``;
+0: any port) (docs/protocol.md, "Controller-installed state" and "Validation").
 
 ``token`` is the job's secret (one per job, the same at every switch of the job): drawn by
 :func:`draw_token` when the controller first installs the job and kept afterwards (the
@@ -63,12 +64,13 @@ def job_entry(j: JobAtSwitch, token: int = 0) -> fy.P4TableEntry:
 
 
 def sender_entries(j: JobAtSwitch) -> list[fy.P4TableEntry]:
-    """One ``senders`` entry per direct contributor (worker: is_switch=0, child switch: 1)."""
+    """One ``senders`` entry per direct contributor (worker: is_switch=0, child switch: 1;
+    ``udp_port``: the job's ``worker_port`` for a worker, else 0, any port)."""
     return [
         fy.P4TableEntry(
             SENDERS_TABLE,
             match=fy.P4TableMatch(job_id=j.job.id, rank=c.rank, ingress_port=c.port, src_addr=c.ip),
-            action=fy.P4TableAction(SENDER, is_switch=int(c.is_switch)),
+            action=fy.P4TableAction(SENDER, is_switch=int(c.is_switch), udp_port=c.udp_port),
             metadata=OWNER_TAG,
         )
         for c in j.contributors

@@ -186,6 +186,10 @@ class JobSpec:
     tree: tuple[TreeNode, ...]
     tree_explicit: bool
     uplink: str = "indices"
+    #: the UDP port every member sends from (its socket binds it); the switches' sender
+    #: bindings name it, so a datagram from another port of a member's address is dropped as
+    #: BAD_SENDER (issue 33). None: members send from any port (ephemeral sockets).
+    worker_port: int | None = None
 
 
 @dataclass(frozen=True)

@@ -625,10 +625,12 @@ class _Validator:
         out: list[JobSpec] = []
         ids: dict[int, str] = {}
         names: set[str] = set()
+        bound: dict[tuple[str, int], str] = {}   # (host, worker_port) -> job
         for i, j in enumerate(self.list_of("jobs", raw, required=False)):
             w = f"jobs[{i}]"
             m = self.mapping(w, j, {"thc", "policy", "num_slots", "slot_base", "lane_bits",
-                                    "root", "tree", "uplink"}, {"name", "id", "members"})
+                                    "root", "tree", "uplink", "worker_port"},
+                             {"name", "id", "members"})
             if m is None:
                 continue
             name = self.name(f"{w}.name", m.get("name"))
@@ -727,10 +729,23 @@ class _Validator:
                 self.err(f"{w}.thc.g", f"{thc.g}: the values uplink carries table values in 8 bits; "
                                        "use g <= 255")
                 continue
+            wport = None
+            if m.get("worker_port") is not None:
+                wport = self.integer(f"{w}.worker_port", m["worker_port"], 1, 0xFFFF,
+                                     " (the UDP port every member sends from)")
+                if wport is None:
+                    continue
+                clash = next((h for h in members if (h, wport) in bound), None)
+                if clash is not None:
+                    self.err(f"{w}.worker_port", f"{wport} is also job {bound[(clash, wport)]}'s "
+                                                 f"worker_port, and both jobs have host {clash}; "
+                                                 "give each job on a shared host its own port")
+                    continue
+                bound.update({(h, wport): name for h in members})
             ids[jid] = name
             names.add(name)
             out.append(JobSpec(name, jid, tuple(members), thc, policy, nslots, sbase, lane,
-                               tree, explicit, uplink))
+                               tree, explicit, uplink, wport))
         return out
 
     def tree(self, w: str, m: dict, members: list[str], cfg: NetworkConfig

@@ -49,14 +49,18 @@ class TestbedWorkloads:
         """PID whose namespaces are node ``name``'s (the testbed provides it)."""
         raise NotImplementedError
 
-    def endpoint(self, host: str):
+    def endpoint(self, host: str, worker_port: int | None = None):
         """A :class:`host.transport.ports.RawEndpoint` on ``host``'s interface, addressed to its
-        attachment switch (opened inside the host's namespace; closed by :meth:`down`)."""
+        attachment switch (opened inside the host's namespace; closed by :meth:`down`); its
+        frames leave from UDP port ``worker_port`` (a job's, which the switches' sender bindings
+        name), else THC's."""
+        from host.protocol.layout import THC_UDP_PORT
         from host.transport.ports import RawEndpoint
 
         h = self.plan.host(host)
-        ep = in_netns(self.node_pid(host), lambda: RawEndpoint(h.ifname, h.mac, h.gateway_mac, h.ip,
-                                                               h.gateway_ip))
+        ep = in_netns(self.node_pid(host), lambda: RawEndpoint(
+            h.ifname, h.mac, h.gateway_mac, h.ip, h.gateway_ip,
+            sport=worker_port or THC_UDP_PORT))
         with self._lock:
             self._endpoints.append(ep)
         return ep
@@ -96,7 +100,8 @@ class TestbedWorkloads:
                               tuple(h.gateway_ip for h in hosts), job_id=jb.id,
                               num_slots=jb.num_slots, granularity=jb.thc.g,
                               round_base=round_base or session_round_base(), policy=jb.policy,
-                              lane_bits=jb.lane_bits, token=self.tokens.get(jb.id, 0))
+                              lane_bits=jb.lane_bits, token=self.tokens.get(jb.id, 0),
+                              worker_port=jb.worker_port or 0)
 
     def path_rtt_ms(self) -> float:
         """Largest round trip any impaired link adds (2 × delay + jitter), for timeouts."""
@@ -140,7 +145,7 @@ class TestbedWorkloads:
             raise TestbedError(f"job {jb.name} has {n} members; got {len(tensors)} tensors")
         outs: list[list] = [[] for _ in range(n)]
         errors: list[BaseException] = []
-        eps = [self.endpoint(h) for h in jb.members]
+        eps = [self.endpoint(h, jb.worker_port) for h in jb.members]
         cfg = self.slot_config(jb, **slot_kw)
 
         def work(rank: int) -> None:

@@ -24,6 +24,7 @@ the switch and the last contact) within ``give_up`` seconds, from ``backward`` (
 from __future__ import annotations
 
 import atexit
+import errno
 import logging
 import os
 import socket
@@ -156,8 +157,9 @@ def find_member(job: JobFile, rank: int, local_rank: int | None = None) -> int:
 
 
 def connect(job: JobFile, rank: int, give_up: float = GIVE_UP_S) -> NetworkAggregator:
-    """Member ``rank``'s aggregator of ``job``: its address bound, its switch's UDP address as
-    the destination (the round base is set by :func:`open_session`)."""
+    """Member ``rank``'s aggregator of ``job``: its address bound (at the job's
+    ``worker_port`` when it names one: the port the switches bound the member to), its
+    switch's UDP address as the destination (the round base is set by :func:`open_session`)."""
     from host.transport.ports import UdpEndpoint
 
     m = job.member(rank)
@@ -167,8 +169,13 @@ def connect(job: JobFile, rank: int, give_up: float = GIVE_UP_S) -> NetworkAggre
     except ValueError as exc:
         raise AttachError(f"job {job.name}: {exc}") from None
     try:
-        ep = UdpEndpoint(m.switch_udp, bind=(m.ip, 0))
+        ep = UdpEndpoint(m.switch_udp, bind=(m.ip, job.worker_port))
     except OSError as exc:
+        if job.worker_port and exc.errno == errno.EADDRINUSE:
+            raise AttachError(
+                f"job {job.name} rank {rank}: UDP port {job.worker_port} of {m.ip} (the job's "
+                f"worker_port) is in use by another process or job; end it, or give job "
+                f"{job.name} another worker_port in the controller's file") from None
         raise AttachError(
             f"job {job.name} rank {rank}: cannot send from member {m.host}'s address {m.ip} "
             f"({exc.strerror or exc}); run rank {rank} on the machine that has {m.ip}, or give "

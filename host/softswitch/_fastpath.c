@@ -305,6 +305,7 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
     const u64a *lut2 = (const u64a *)J->lut;
     const uint64_t *skeys = S->skeys;
     const uint8_t *sw = S->sw;
+    const uint16_t *sport = S->sport;
     const Py_ssize_t nsk = S->nsk;
     int64_t *const *R = S->R;
     int64_t *st_round = R[0], *st_state = R[1], *st_contrib = R[2], *st_nc = R[3],
@@ -372,6 +373,8 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
             else hi = mid;
         }
         if (lo >= nsk || skeys[lo] != key || sw[lo] != (t == MSG_PARTIAL)) goto not_handled;
+        /* the binding's UDP port, 0: any (issue 33); another port is BAD_SENDER in Python */
+        if (sport[lo] != 0 && sport[lo] != be16(f + OFF_SPORT)) goto not_handled;
     }
 
     /* 2. the slot logic (ThcSlot._aggregate), packet by packet in arrival order, on the
@@ -675,11 +678,12 @@ int fp_parse_job(PyObject *o, fp_job_t *j, buf_t *bufs, int *nb) {
     return 0;
 }
 
-/* (sender_keys, sender_is_switch, pool_slots, coords, regs (6 int64 arrays), sums); takes 9
- * buffers */
+/* (sender_keys, sender_is_switch, sender_port, pool_slots, coords, regs (7 int64 arrays),
+ * sums); takes 11 buffers */
 int fp_parse_state(PyObject *o, fp_state_t *st, buf_t *bufs, int *nb) {
-    PyObject *osk, *osw, *oregs, *osums;
-    if (!PyArg_ParseTuple(o, "OOLLOO", &osk, &osw, &st->pool_slots, &st->coords, &oregs, &osums))
+    PyObject *osk, *osw, *osp, *oregs, *osums;
+    if (!PyArg_ParseTuple(o, "OOOLLOO", &osk, &osw, &osp, &st->pool_slots, &st->coords, &oregs,
+                          &osums))
         return -1;
     if (st->coords < COORDS_PER_PACKET || st->coords > MAX_COORDS_PER_PACKET
         || st->coords % COORDS_PER_PACKET) {
@@ -696,6 +700,8 @@ int fp_parse_state(PyObject *o, fp_state_t *st, buf_t *bufs, int *nb) {
     if (take(osk, &b[k++], 0, 0, "sender_keys") < 0) goto out;
     if (take(osw, &b[k], 0, b[0].v.len / 8, "sender_is_switch") < 0) { k++; goto out; }
     k++;
+    if (take(osp, &b[k], 0, 2 * (b[0].v.len / 8), "sender_port") < 0) { k++; goto out; }
+    k++;
     for (int r = 0; r < 7; r++) {
         if (take(PyTuple_GET_ITEM(oregs, r), &b[k], 1, 8 * st->pool_slots * 4, "regs") < 0) {
             k++;
@@ -711,6 +717,7 @@ int fp_parse_state(PyObject *o, fp_state_t *st, buf_t *bufs, int *nb) {
     st->skeys = b[0].v.buf;
     st->nsk = b[0].v.len / 8;
     st->sw = b[1].v.buf;
+    st->sport = b[2].v.buf;
     rc = 0;
 out:
     *nb += k;
@@ -722,8 +729,8 @@ static const char *doc =
     "  job: (job_id, jn, (slot_base, num_slots, expected, has_parent, lane_bits, self_addr,\n"
     "        index, token), lut, group ports, member_hit, member_mac, member_addr, presence\n"
     "        [, (parent_port, parent_addr, self_id)])\n"
-    "  state: (sender_keys, sender_is_switch, pool_slots, coords, regs (round, state, contrib,\n"
-    "          nc, cnt, wb), sums)\n"
+    "  state: (sender_keys, sender_is_switch, sender_port, pool_slots, coords, regs (round,\n"
+    "          state, contrib, nc, cnt, wb, tentative), sums)\n"
     "  consts: (version, T_DATA, index_bits, T_RESULT, rank_all, thc_port, max_workers,\n"
     "           result_ttl, absent_after, absent_silence_ns)\n"
     "  out: (out_buf, out_lens, out_ports); accepted: int64 array of >= n rows\n"

@@ -69,6 +69,7 @@ typedef struct {
 typedef struct {
     const uint64_t *skeys;
     const uint8_t *sw;
+    const uint16_t *sport;          /* the UDP source port a binding names, 0: any (issue 33) */
     Py_ssize_t nsk;
     long long pool_slots;
     long long coords;               /* the switch's packet width (--coords-per-packet) */

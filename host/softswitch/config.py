@@ -82,6 +82,8 @@ class Compiled:
     lut: np.ndarray = field(default_factory=lambda: np.zeros((1, 256, 2), dtype=np.uint32))
     sender_keys: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
     sender_is_switch: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint8))
+    #: per sender binding (as ``sender_keys``): the UDP source port it names, 0 = any (issue 33)
+    sender_port: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint16))
     member_keys: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     member_mac: np.ndarray = field(default_factory=lambda: np.zeros((0, 6), dtype=np.uint8))
     member_addr: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint32))
@@ -152,7 +154,7 @@ def compile_store(store: EntityStore) -> Compiled:
         c.lut[jn, :, 1] = table[b & 0x0F]
         c.has_table[jn] = True
         c.value_top[jn] = int(table.max())
-    keys, sw = [], []
+    keys, sw, sport = [], [], []
     c.presence = np.zeros((n + 1, PRESENCE_COLS), dtype=np.int64)
     now = time.monotonic_ns()          # every rank counts as heard when its job is written
     sender = idx.action(SENDER).id
@@ -163,13 +165,16 @@ def compile_store(store: EntityStore) -> Compiled:
             continue  # no job entry: the packet is dropped as UNKNOWN_JOB before this table
         rank = f["rank"][1]
         keys.append(int(sender_key(jn, rank, f["ingress_port"][1], f["src_addr"][1])))
-        sw.append(_params(store, SENDER, e.params)["is_switch"])
+        params = _params(store, SENDER, e.params)
+        sw.append(params["is_switch"])
+        sport.append(params["udp_port"])
         if rank < lay.MAX_WORKERS:          # a larger rank never gets to a slot
             c.presence[jn, PRESENCE_MASK] |= 1 << rank
             c.presence[jn, PRESENCE_HEARD + rank] = now
     order = np.argsort(np.array(keys, dtype=np.uint64), kind="stable")
     c.sender_keys = np.array(keys, dtype=np.uint64)[order]
     c.sender_is_switch = np.array(sw, dtype=np.uint8)[order]
+    c.sender_port = np.array(sport, dtype=np.uint16)[order]
     mk, macs, addrs = [], [], []
     set_member = idx.action(SET_MEMBER).id
     for e in store.tables[idx.table(MEMBERS).id].entries.values():

@@ -14,9 +14,12 @@ __all__ = ["ipv4_checksum", "mac_bytes", "read_frame", "thc_frame", "udp_frame"]
 
 
 def thc_frame(src_mac: str, src_ip: str, dst_ip: str, header: codec.Header, values,
-              dst_mac: str = "02:00:00:00:ff:fe", coords: int = lay.COORDS_PER_PACKET) -> bytes:
-    """A THC message (``codec.encode(header, values, coords)``) in a frame from ``src_ip``."""
-    return udp_frame(src_mac, dst_mac, src_ip, dst_ip, codec.encode(header, values, coords))
+              dst_mac: str = "02:00:00:00:ff:fe", coords: int = lay.COORDS_PER_PACKET,
+              sport: int = lay.THC_UDP_PORT) -> bytes:
+    """A THC message (``codec.encode(header, values, coords)``) in a frame from ``src_ip``
+    (UDP source port ``sport``)."""
+    return udp_frame(src_mac, dst_mac, src_ip, dst_ip, codec.encode(header, values, coords),
+                     sport=sport)
 
 
 def read_frame(frame: bytes, coords: int = lay.COORDS_PER_PACKET

@@ -198,7 +198,7 @@ _PROGRAM_ACTIONS = {
         ("mcast_grp", 16), ("has_parent", 1), ("parent_port", 9), ("parent_addr", 32),
         ("self_addr", 32), ("self_id", 8), ("token", 32)],
     "ingress.thc_validate.unknown_job": [],
-    "ingress.thc_validate.sender": [("is_switch", 1)],
+    "ingress.thc_validate.sender": [("is_switch", 1), ("udp_port", 16)],
     "ingress.thc_validate.bad_sender": [],
     "ingress.thc_load.load_table": [(f"v{i}", 8) for i in range(lay.TABLE_ENTRIES)],
     "ingress.thc_load.missing_table": [],

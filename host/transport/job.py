@@ -29,6 +29,7 @@ from host.protocol.layout import (
     NORMS_PER_PACKET,
     ROUND_MASK,
     THC_HEADER_BYTES,
+    THC_UDP_PORT,
     VALUE_BITS,
     MsgType,
     lane_bits_for,
@@ -619,6 +620,9 @@ class _NetworkJob:
     lane_bits: int = 0
     token: int = 0
     coords_per_packet: int = COORDS_PER_PACKET
+    #: the UDP port every rank sends from (the job's ``worker_port``, which the switches'
+    #: sender bindings name; issue 33); 0: an ephemeral port (UDP) or THC's port (raw frames)
+    worker_port: int = 0
 
     def _aggregator(self, ep: Endpoint, rank: int, world: int) -> NetworkAggregator:
         spec = JobSpec(self.job_id, rank, world, self.num_slots, self.granularity, self.round_base,
@@ -637,8 +641,10 @@ class NetworkSpec(_NetworkJob):
     ips : tuple of str
         The address each rank binds (its IPv4 address in the controller's file).
     job_id, num_slots, granularity, round_base, uplink, lane_bits, token, coords_per_packet :
-        as :class:`JobSpec` (these and ``policy`` by keyword only).
+        as :class:`JobSpec` (these, ``policy`` and ``worker_port`` by keyword only).
     policy : {"exact", "partial"}
+    worker_port : int
+        The UDP port each rank binds on its address (the job's ``worker_port``); 0: ephemeral.
     """
 
     switch: tuple[tuple[str, int], ...]
@@ -651,7 +657,7 @@ class NetworkSpec(_NetworkJob):
         if len(self.ips) < world:
             raise ValueError(f"{len(self.ips)} worker addresses for {world} workers")
         sw = self.switch[rank] if len(self.switch) > 1 else self.switch[0]
-        ep = UdpEndpoint(sw, bind=(self.ips[rank], 0))
+        ep = UdpEndpoint(sw, bind=(self.ips[rank], self.worker_port))
         return self._aggregator(ep, rank, world)
 
 
@@ -668,8 +674,9 @@ class RawNetworkSpec(_NetworkJob):
     ----------
     ns_pids, ifnames, macs, ips : per rank
     gateway_macs, gateway_ips : per rank: the attachment switch's MAC and address
-    job_id, num_slots, granularity, round_base, policy, lane_bits, token, coords_per_packet :
-        as :class:`NetworkSpec`.
+    job_id, num_slots, granularity, round_base, policy, lane_bits, token, coords_per_packet,
+    worker_port :
+        as :class:`NetworkSpec` (``worker_port`` 0: frames leave from THC's UDP port).
     """
 
     ns_pids: tuple[int, ...]
@@ -686,5 +693,5 @@ class RawNetworkSpec(_NetworkJob):
 
         ep = in_netns(self.ns_pids[rank], lambda: RawEndpoint(
             self.ifnames[rank], self.macs[rank], self.gateway_macs[rank], self.ips[rank],
-            self.gateway_ips[rank]))
+            self.gateway_ips[rank], sport=self.worker_port or THC_UDP_PORT))
         return self._aggregator(ep, rank, world)

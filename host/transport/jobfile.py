@@ -18,6 +18,9 @@ Fields (``version`` 1):
 ``uplink``                ``indices`` or ``values`` (what DATA carries)
 ``policy``                ``exact`` or ``partial``
 ``coords_per_packet``     the switch's packet width (256; 512 or 1024 on the software target)
+``worker_port``           the UDP port every rank sends from (its socket binds it; the
+                          switches' sender bindings name it, issue 33); 0 or absent: any
+                          port (each rank binds an ephemeral one)
 ``members``               per rank: ``rank``, ``host``, ``ip`` (the address the rank sends
                           from), ``switch`` (its attachment switch's name) and ``switch_udp``
                           (``[host, port]``: where it sends its THC datagrams)
@@ -89,6 +92,8 @@ class JobFile:
     policy: str
     coords_per_packet: int
     members: tuple[Member, ...]
+    #: the UDP port every rank sends from; 0: an ephemeral port (the job names none)
+    worker_port: int = 0
 
     @property
     def world(self) -> int:
@@ -108,7 +113,7 @@ class JobFile:
             "version": VERSION, "name": self.name, "job_id": self.job_id, "token": self.token,
             "num_slots": self.num_slots, "b": self.b, "g": self.g, "p": self.p,
             "lane_bits": self.lane_bits, "uplink": self.uplink, "policy": self.policy,
-            "coords_per_packet": self.coords_per_packet,
+            "coords_per_packet": self.coords_per_packet, "worker_port": self.worker_port,
             "members": [{"rank": m.rank, "host": m.host, "ip": m.ip, "switch": m.switch,
                          "switch_udp": list(m.switch_udp)} for m in self.members],
         }
@@ -126,8 +131,8 @@ class JobFile:
             raise bad("version", f"{obj.get('version')!r} is not {VERSION}; write the file again "
                                  "with this netco (`netco controller job`)")
 
-        def integer(field: str, lo: int, hi: int) -> int:
-            v = obj.get(field)
+        def integer(field: str, lo: int, hi: int, default: int | None = None) -> int:
+            v = obj.get(field, default)
             if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
                 raise bad(field, f"{v!r} must be an integer in {lo}..{hi}")
             return v
@@ -169,7 +174,7 @@ class JobFile:
             uplink=choice("uplink", ("indices", "values")),
             policy=choice("policy", ("exact", "partial")),
             coords_per_packet=choice("coords_per_packet", PACKET_WIDTHS),
-            members=tuple(members))
+            members=tuple(members), worker_port=integer("worker_port", 0, 0xFFFF, default=0))
 
 
 def write(path: str | os.PathLike, job: JobFile) -> Path:

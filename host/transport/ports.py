@@ -386,13 +386,17 @@ class RawEndpoint:
     """THC in raw Ethernet/IPv4/UDP frames on interface ``ifname`` (AF_PACKET; needs root).
 
     Frames are built from a per-length template (fixed IPv4 id, so the header checksum is
-    computed once per length; UDP checksum 0, allowed for IPv4). Received frames are kept when
-    they are IPv4/UDP to the THC port and addressed to ``src_ip``.
+    computed once per length; UDP checksum 0, allowed for IPv4), from UDP port ``sport`` (the
+    job's ``worker_port``, which the switch's sender binding names; THC's port by default) to
+    THC's port. Received frames are kept when they are IPv4/UDP to the THC port and addressed
+    to ``src_ip``.
     """
 
     def __init__(self, ifname: str, src_mac: str, dst_mac: str, src_ip: str, dst_ip: str,
-                 batch: int = 256, bufsize: int = 8 << 20, mmsg: bool = True) -> None:
+                 batch: int = 256, bufsize: int = 8 << 20, mmsg: bool = True,
+                 sport: int = THC_UDP_PORT) -> None:
         self.ifname = ifname
+        self.sport = sport
         self.batch = batch
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_IP))
         for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
@@ -423,7 +427,7 @@ class RawEndpoint:
         if t is None:
             ip = fr.ipv4_header(self._src, self._dst, fr.UDP_HEADER_BYTES + n,
                                 frag=fr.IPV4_DONT_FRAGMENT)
-            t = self._eth + ip + fr.udp_header(THC_UDP_PORT, THC_UDP_PORT, n)
+            t = self._eth + ip + fr.udp_header(self.sport, THC_UDP_PORT, n)
             self._templates[n] = t
         return t
 

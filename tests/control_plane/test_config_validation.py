@@ -176,10 +176,45 @@ def test_all_problems_are_reported_at_once() -> None:
     (lambda r: r["jobs"].append(dict(r["jobs"][0], name="j8")), "jobs[1].id: 7 is also job j7's id"),
     (lambda r: r["jobs"][0].__setitem__("root", "nowhere"),
      "jobs[0].root: unknown switch 'nowhere'; switches are root, leaf0, leaf1"),
+    (lambda r: r["jobs"][0].__setitem__("worker_port", 0),
+     "jobs[0].worker_port: 0 out of range; use 1..65535 (the UDP port every member sends from)"),
+    (lambda r: r["jobs"][0].__setitem__("worker_port", "21576"),
+     "jobs[0].worker_port: must be an integer in 1..65535, got '21576'"),
+    (lambda r: r["jobs"][0].__setitem__("worker_port", True),
+     "jobs[0].worker_port: must be an integer in 1..65535, got True"),
+    (lambda r: r["jobs"][0].__setitem__("worker_port", 7000)
+     or r["jobs"].append({"name": "j8", "id": 8, "members": ["b1", "a0"], "worker_port": 7000}),
+     "jobs[1].worker_port: 7000 is also job j7's worker_port, and both jobs have host b1; give "
+     "each job on a shared host its own port"),
 ])
 def test_bad_field_is_named(mutate, expected: str) -> None:
     problems = bad(mutate)
     assert any(p.startswith(expected) for p in problems), problems
+
+
+def test_worker_port_reaches_the_sender_entries_of_members_only() -> None:
+    """issue 33: a job's worker_port is the UDP port its members' sender bindings name; two
+    jobs sharing hosts may bind distinct ports; child switches stay bound by port and address
+    (udp_port 0: any)."""
+    from control_plane.desired import desired_state
+    from control_plane.thc_validate import SENDER
+
+    raw = copy.deepcopy(BASE)
+    raw["jobs"][0]["worker_port"] = 7000
+    raw["jobs"].append({"name": "j8", "id": 8, "members": ["b1", "a0"], "worker_port": 7001})
+    raw["jobs"].append({"name": "j9", "id": 9, "members": ["a1"]})
+    cfg = parse_config(raw)
+    assert [j.worker_port for j in cfg.jobs] == [7000, 7001, None]
+    bound = {}
+    for sw, ents in desired_state(cfg).items():
+        for e in ents:
+            if getattr(e, "action", None) is not None and e.action.name == SENDER:
+                m = e.match
+                bound[(sw, m["job_id"], m["rank"])] = (e.action.args["is_switch"],
+                                                       e.action.args["udp_port"])
+    assert bound[("leaf0", 7, 0)] == (0, 7000) and bound[("leaf1", 7, 3)] == (0, 7000)
+    assert bound[("root", 7, 0)] == (1, 0)           # child switch leaf0: any port
+    assert bound[("leaf0", 8, 1)] == (0, 7001) and bound[("leaf0", 9, 0)] == (0, 0)
 
 
 def _tree(r, nodes):

@@ -58,3 +58,18 @@ def test_default_width_and_fields() -> None:
     jf = build_job_file(cfg, place(cfg), "first", 1)
     assert (jf.coords_per_packet, jf.num_slots, jf.lane_bits, jf.uplink, jf.policy) == (
         256, 40, 8, "indices", "exact")
+    assert jf.worker_port == 0                          # the job names none: ephemeral ports
+
+
+def test_worker_port_is_carried_and_an_older_file_without_it_loads(tmp_path: Path) -> None:
+    raw = {**TREE, "jobs": [dict(TREE["jobs"][0], worker_port=7100), TREE["jobs"][1]]}
+    cfg = parse_config(raw)
+    jf = build_job_file(cfg, place(cfg), "first", 1)
+    assert jf.worker_port == 7100
+    assert load(write(tmp_path / "first.job", jf)) == jf
+    obj = jf.to_json()
+    del obj["worker_port"]                              # a file written before the field
+    assert JobFile.from_json(obj).worker_port == 0
+    obj["worker_port"] = 70000
+    with pytest.raises(ValueError, match=r"worker_port: 70000 must be an integer in 0\.\.65535"):
+        JobFile.from_json(obj)

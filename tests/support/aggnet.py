@@ -87,6 +87,8 @@ class Worker:
     ip: str
     mac: str = "00:00:00:00:00:00"
     is_switch: bool = False
+    #: the UDP source port its sender binding names (0: any)
+    udp_port: int = 0
 
 
 @dataclass
@@ -145,7 +147,8 @@ def job_entries(job: SwitchJob) -> list:
             "ingress.thc_validate.senders",
             match=fy.P4TableMatch(job_id=job.job_id, rank=w.rank, ingress_port=w.port,
                                   src_addr=w.ip),
-            action=fy.P4TableAction("ingress.thc_validate.sender", is_switch=int(w.is_switch)),
+            action=fy.P4TableAction("ingress.thc_validate.sender", is_switch=int(w.is_switch),
+                                    udp_port=w.udp_port),
         ))
     for m in members:
         ents.append(fy.P4TableEntry(

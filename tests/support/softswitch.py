@@ -36,6 +36,8 @@ class Peer:
     ip: str
     mac: str
     is_switch: bool = False
+    #: the UDP source port its sender binding names (0: any)
+    udp_port: int = 0
 
 
 def worker(rank: int) -> Peer:
@@ -118,7 +120,8 @@ def job_entities(job_id: int, contributors: list[Peer], *, index: int = 0, lane_
         ents.append(fy.P4TableEntry(
             "ingress.thc_validate.senders",
             match=fy.P4TableMatch(job_id=job_id, rank=c.rank, ingress_port=c.port, src_addr=c.ip),
-            action=fy.P4TableAction("ingress.thc_validate.sender", is_switch=int(c.is_switch))))
+            action=fy.P4TableAction("ingress.thc_validate.sender", is_switch=int(c.is_switch),
+                                    udp_port=c.udp_port)))
     for m in members:
         ents.append(fy.P4TableEntry(
             "egress.thc_members.members", match=fy.P4TableMatch(job_id=job_id, egress_port=m.port),
@@ -128,15 +131,16 @@ def job_entities(job_id: int, contributors: list[Peer], *, index: int = 0, lane_
 
 def data(p: Peer, job_id: int, slot: int, rnd: int, idx, flags: int = 0, rank: int | None = None,
          msg_type: int = lay.MsgType.DATA, lane_bits: int = lay.INDEX_BITS, coords: int = C,
-         **hdr) -> tuple[int, bytes]:
-    """(port, frame) of a contribution from ``p`` (``coords``: the packet width; the header
-    carries the harness's job token unless ``token=`` says otherwise)."""
+         sport: int = lay.THC_UDP_PORT, **hdr) -> tuple[int, bytes]:
+    """(port, frame) of a contribution from ``p`` (UDP source port ``sport``; ``coords``: the
+    packet width; the header carries the harness's job token unless ``token=`` says
+    otherwise)."""
     hdr.setdefault("token", TOKEN)
     lo, hi = lay.round_fields(rnd)       # rnd: the 48-bit round
     hdr.setdefault("round_hi", hi)
     h = codec.Header(msg_type=msg_type, job_id=job_id, slot=slot, round=lo,
                      rank=p.rank if rank is None else rank, flags=flags, lane_bits=lane_bits, **hdr)
-    return p.port, thc_frame(p.mac, p.ip, SELF_IP, h, idx, coords=coords)
+    return p.port, thc_frame(p.mac, p.ip, SELF_IP, h, idx, coords=coords, sport=sport)
 
 
 def sums(idxs, table=TABLE) -> np.ndarray:

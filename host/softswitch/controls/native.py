@@ -111,7 +111,8 @@ class NativePath:
     def native_state(self, cfg: Compiled) -> tuple:
         """The aggregation state and sender table as ``_fastpath`` takes them."""
         return (np.ascontiguousarray(cfg.sender_keys, dtype=np.uint64),
-                np.ascontiguousarray(cfg.sender_is_switch, dtype=np.uint8), self.pool_slots,
+                np.ascontiguousarray(cfg.sender_is_switch, dtype=np.uint8),
+                np.ascontiguousarray(cfg.sender_port, dtype=np.uint16), self.pool_slots,
                 self.coords,
                 (self.st_round, self.st_state, self.st_contrib, self.st_nc, self.st_cnt,
                  self.st_wb, self.st_tent), self.sums)

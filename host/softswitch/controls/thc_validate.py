@@ -41,6 +41,9 @@ class ThcValidate:
                 pos = np.minimum(np.searchsorted(sk, keys), sk.size - 1)
                 found = sk[pos] == keys
                 is_sw = cfg.sender_is_switch[pos].astype(bool)
+                # the binding's UDP port (0: any): another port is not this sender (issue 33)
+                bound = cfg.sender_port[pos].astype(np.int64)
+                found &= (bound == 0) | (bound == v["sport"].astype(np.int64))
             else:
                 found = np.zeros(len(t), dtype=bool)
                 is_sw = found

@@ -69,6 +69,8 @@ struct ingress_metadata_t {
     bit<1>  peek;
     bit<1>  deadline;
     bit<1>  from_switch;
+    bit<16> sender_port;      // the UDP port the sender's binding names (0: any; issue 33)
+    bit<16> sender_port_x;    // sender_port ^ hdr.udp.src_port: 0 = the bound port
     thc_job_t job;
     bit<16> slot_ks;          // slot + (kind * 2 + set) * THC_SLOTS
     bit<16> elems_room;       // (payload elements + 1) - elem_count, saturating: 0 = too many

@@ -37,6 +37,7 @@ struct local_metadata_t {
     bit<1>  is_up;        // a contribution (DATA, NORM, PARTIAL, NORM_PARTIAL)
     bit<1>  kind;         // KIND_DATA or KIND_NORM
     bit<1>  from_switch;  // the validated sender is a child switch
+    bit<16> sender_port;  // the UDP port its binding names (0: any; issue 33)
     thc_job_t job;
     bit<32> contrib_bit;      // this contributor's bit at this switch
     bit<8>  contrib_count;    // worker contributions this packet carries

@@ -116,6 +116,41 @@ def test_a_plain_batch_is_handled_in_c():
                               (sum(t[i] for i in idx)) & 0xFF)
 
 
+def _bound_bench() -> Bench:
+    """Job 30 whose workers' bindings name UDP ports 5000 + rank, and worker 2's none (0)."""
+    x = Bench(pool_slots=8)
+    bound = [Peer(w.rank, w.port, w.ip, w.mac, udp_port=5000 + w.rank if w.rank < 2 else 0)
+             for w in W[:3]]
+    x.job(30, bound, num_slots=2, lane_bits=8, members=W[:3])
+    return x
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_binding_with_a_udp_port_drops_the_members_other_ports(native):
+    """issue 33: a datagram of a member's address, rank and token from another UDP port than
+    its binding names is BAD_SENDER (touching nothing), in C and in the reference alike; a
+    binding without a port (0) takes any."""
+    rng = np.random.default_rng(2)
+    idx = [rng.integers(0, 16, C) for _ in range(3)]
+    frames = [data(W[0], 30, 0, 5, np.full(C, 15), sport=5001),   # rank 0 from rank 1's port
+              data(W[1], 30, 0, 5, np.full(C, 15), sport=40000),  # rank 1 from elsewhere
+              data(W[0], 30, 0, 5, idx[0], sport=5000),
+              data(W[1], 30, 0, 5, idx[1], sport=5001),
+              data(W[2], 30, 0, 5, idx[2], sport=47123)]          # unbound: any port
+    got, state, nat = _process(_bound_bench(), frames, native, batch=True)
+    want, ref, _ = _process(_bound_bench(), frames, False, batch=False)
+    assert sorted(got) == sorted(want) and state == ref
+    assert ref[2] == {int(lay.DropReason.BAD_SENDER): 2}
+    assert len(got) == 3
+    t = np.asarray(TABLE)
+    for _, f in got:
+        assert np.array_equal(np.frombuffer(f[PAYLOAD_OFFSET:], dtype=np.uint8),
+                              (sum(t[i] for i in idx)) & 0xFF)
+    good = [data(W[r], 30, 1, 5, idx[r], sport=(5000 + r) if r < 2 else 9) for r in range(3)]
+    _, _, nat = _process(_bound_bench(), good, native, batch=True)
+    assert nat == (1 if native else 0)      # bound ports on their ports: the C path takes it
+
+
 def test_a_duplicate_mid_batch_is_dropped_and_counted_in_c():
     """Frames 0..3 change two copies in C, frame 4 is a counted contributor again: the C path
     drops it as the reference does (one DUPLICATE drop, no double count), the rest goes on."""

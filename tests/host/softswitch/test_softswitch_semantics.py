@@ -232,7 +232,8 @@ def test_every_drop_reason_is_counted_and_changes_nothing():
                             parent_addr="0.0.0.0", self_addr=SELF_IP, self_id=0, token=TOKEN)),
         fy.P4TableEntry("ingress.thc_validate.senders",
                         match=fy.P4TableMatch(job_id=21, rank=0, ingress_port=1, src_addr=W[0].ip),
-                        action=fy.P4TableAction("ingress.thc_validate.sender", is_switch=0))])
+                        action=fy.P4TableAction("ingress.thc_validate.sender", is_switch=0,
+                                                                udp_port=0))])
     good = codec.encode(codec.Header(token=TOKEN, msg_type=MsgType.DATA, job_id=20, slot=0, round=0, rank=0),
                         np.full(C, 15))
     hdr = bytearray(good)

@@ -48,9 +48,11 @@ control ThcValidate(inout headers_t hdr, inout ingress_metadata_t meta,
     }
 
     @name(".ingress.thc_validate.sender")
-    action sender(bit<1> is_switch) {
+    action sender(bit<1> is_switch, bit<16> udp_port) {
         meta.from_switch = is_switch;
         meta.sender_ok = 1;
+        meta.sender_port = udp_port;                      // 0: any port
+        meta.sender_port_x = udp_port ^ hdr.udp.src_port;  // 0: the bound port (issue 33)
     }
     @name(".ingress.thc_validate.bad_sender")
     action bad_sender() {
@@ -64,6 +66,8 @@ control ThcValidate(inout headers_t hdr, inout ingress_metadata_t meta,
             ig_intr_md.ingress_port: exact @name("ingress_port");
             hdr.ipv4.src_addr: exact @name("src_addr");
         }
+        // sender(is_switch, udp_port): the binding names the UDP source port too (0: any);
+        // the checks table compares it (issue 33)
         actions = { sender; @defaultonly bad_sender; }
         default_action = bad_sender();
         size = SENDERS_TABLE_SIZE;
@@ -168,33 +172,41 @@ control ThcValidate(inout headers_t hdr, inout ingress_metadata_t meta,
             meta.job.parent_port_x: ternary;
             meta.job.parent_addr_x: ternary;
             meta.job.token_x: ternary;
+            meta.sender_port: ternary;
+            meta.sender_port_x: ternary;
         }
         actions = { drop; header_reason; }
         default_action = header_reason();
         size = 32;
         const entries = {
             // header, job, elems, up, rank_over, slots, sender, partial, switch, parent,
-            // kind, lane_x, parent_port_x, parent_addr_x, token_x
-            (0, 0, _, _, _, _, _, _, _, _, _, _, _, _, _): drop(DROP_UNKNOWN_JOB);
-            (0, _, 0, _, _, _, _, _, _, _, _, _, _, _, _): drop(DROP_MALFORMED);
-            (0, _, _, 1, 1, _, _, _, _, _, _, _, _, _, _): drop(DROP_MALFORMED);
-            (0, _, _, _, _, 0, _, _, _, _, _, _, _, _, 0): drop(DROP_BAD_SLOT);
-            (0, _, _, 1, _, _, 0, _, _, _, _, _, _, _, 0): drop(DROP_BAD_SENDER);
-            (0, _, _, 1, _, _, _, 1, 0, _, _, _, _, _, 0): drop(DROP_BAD_SENDER);
-            (0, _, _, 1, _, _, _, 0, 1, _, _, _, _, _, 0): drop(DROP_BAD_SENDER);
-            (0, _, _, 0, _, _, _, _, _, 0, _, _, _, _, 0): drop(DROP_BAD_SENDER);
-            // From here on only the lanes and the parent's port/address are left to check.
-            (0, _, _, 1, _, _, _, _, _, _, KIND_NORM, _, _, _, 0): header_reason();
-            (0, _, _, 1, _, _, _, _, _, _, KIND_DATA, 0, _, _, 0): header_reason();
-            (0, _, _, 1, _, _, _, _, _, _, KIND_DATA, _, _, _, 0): drop(DROP_LANE_UNSUPPORTED);
-            (0, _, _, 0, _, _, _, _, _, _, KIND_NORM, _, 0, 0, 0): header_reason();
-            (0, _, _, 0, _, _, _, _, _, _, KIND_DATA, 0, 0, 0, 0): header_reason();
-            (0, _, _, 0, _, _, _, _, _, _, KIND_DATA, 0, _, _, 0): drop(DROP_BAD_SENDER);
-            (0, _, _, 0, _, _, _, _, _, _, KIND_NORM, _, _, _, 0): drop(DROP_BAD_SENDER);
-            (0, _, _, 0, _, _, _, _, _, _, KIND_DATA, _, _, _, 0): drop(DROP_LANE_UNSUPPORTED);
+            // kind, lane_x, parent_port_x, parent_addr_x, token_x, sender_port, sender_port_x
+            (0, 0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _): drop(DROP_UNKNOWN_JOB);
+            (0, _, 0, _, _, _, _, _, _, _, _, _, _, _, _, _, _): drop(DROP_MALFORMED);
+            (0, _, _, 1, 1, _, _, _, _, _, _, _, _, _, _, _, _): drop(DROP_MALFORMED);
+            (0, _, _, _, _, 0, _, _, _, _, _, _, _, _, 0, _, _): drop(DROP_BAD_SLOT);
+            (0, _, _, 1, _, _, 0, _, _, _, _, _, _, _, 0, _, _): drop(DROP_BAD_SENDER);
+            (0, _, _, 1, _, _, _, 1, 0, _, _, _, _, _, 0, _, _): drop(DROP_BAD_SENDER);
+            (0, _, _, 1, _, _, _, 0, 1, _, _, _, _, _, 0, _, _): drop(DROP_BAD_SENDER);
+            (0, _, _, 0, _, _, _, _, _, 0, _, _, _, _, 0, _, _): drop(DROP_BAD_SENDER);
+            // From here on only the sender's UDP port (a contribution: its binding names none,
+            // or the datagram's source port is it), the lanes and the parent's port/address
+            // are left to check.
+            (0, _, _, 1, _, _, _, _, _, _, KIND_NORM, _, _, _, 0, 0, _): header_reason();
+            (0, _, _, 1, _, _, _, _, _, _, KIND_NORM, _, _, _, 0, _, 0): header_reason();
+            (0, _, _, 1, _, _, _, _, _, _, KIND_DATA, 0, _, _, 0, 0, _): header_reason();
+            (0, _, _, 1, _, _, _, _, _, _, KIND_DATA, 0, _, _, 0, _, 0): header_reason();
+            (0, _, _, 1, _, _, _, _, _, _, KIND_DATA, _, _, _, 0, 0, _): drop(DROP_LANE_UNSUPPORTED);
+            (0, _, _, 1, _, _, _, _, _, _, KIND_DATA, _, _, _, 0, _, 0): drop(DROP_LANE_UNSUPPORTED);
+            (0, _, _, 1, _, _, _, _, _, _, _, _, _, _, 0, _, _): drop(DROP_BAD_SENDER);
+            (0, _, _, 0, _, _, _, _, _, _, KIND_NORM, _, 0, 0, 0, _, _): header_reason();
+            (0, _, _, 0, _, _, _, _, _, _, KIND_DATA, 0, 0, 0, 0, _, _): header_reason();
+            (0, _, _, 0, _, _, _, _, _, _, KIND_DATA, 0, _, _, 0, _, _): drop(DROP_BAD_SENDER);
+            (0, _, _, 0, _, _, _, _, _, _, KIND_NORM, _, _, _, 0, _, _): drop(DROP_BAD_SENDER);
+            (0, _, _, 0, _, _, _, _, _, _, KIND_DATA, _, _, _, 0, _, _): drop(DROP_LANE_UNSUPPORTED);
             // The job's token (issue 16): every row above but the header's own faults wants
             // token_x 0, so a wrong token ends here, after the same checks as v1model's.
-            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _): drop(DROP_BAD_SENDER);
+            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _): drop(DROP_BAD_SENDER);
         }
     }
 

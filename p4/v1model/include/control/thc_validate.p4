@@ -3,7 +3,11 @@
 // side effect besides the drop counter.
 // Tables (Python mirror: control_plane thc_validate module):
 //   ingress.thc_validate.jobs     job_id -> set_job(..., token)
-//   ingress.thc_validate.senders  (job_id, rank, ingress_port, src_addr) -> sender(is_switch)
+//   ingress.thc_validate.senders  (job_id, rank, ingress_port, src_addr)
+//                                   -> sender(is_switch, udp_port)
+// A sender binding names the UDP source port too (udp_port; 0: any port, for a sender whose
+// port the controller does not know): a datagram of a member's address, rank and token from
+// another port is dropped as BAD_SENDER (issue 33).
 #ifndef NETCO_THC_VALIDATE_P4
 #define NETCO_THC_VALIDATE_P4
 
@@ -40,8 +44,9 @@ control ThcValidate(inout headers_t hdr, inout local_metadata_t meta,
     }
 
     @name(".ingress.thc_validate.sender")
-    action sender(bit<1> is_switch) {
+    action sender(bit<1> is_switch, bit<16> udp_port) {
         meta.from_switch = is_switch;
+        meta.sender_port = udp_port;
     }
     @name(".ingress.thc_validate.bad_sender")
     action bad_sender() {
@@ -101,6 +106,8 @@ control ThcValidate(inout headers_t hdr, inout local_metadata_t meta,
                     bit<1> want_switch = (t == MSG_PARTIAL || t == MSG_NORM_PARTIAL) ? 1w1 : 1w0;
                     if (meta.from_switch != want_switch) {
                         meta.drop_reason = DROP_BAD_SENDER;
+                    } else if (meta.sender_port != 0 && hdr.udp.src_port != meta.sender_port) {
+                        meta.drop_reason = DROP_BAD_SENDER;   // not the bound UDP port
                     }
                 }
             } else if (meta.job.has_parent == 0 || std.ingress_port != meta.job.parent_port
