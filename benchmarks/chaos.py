@@ -72,6 +72,11 @@ lapping_member
 values_above_g
     issue 33, 5: a member's address sends values-uplink DATA of 255 per lane into the copies
     the next all-reduce uses: dropped (``MALFORMED``), the sum exact.
+sender_port
+    issue 33, "the sender binding includes the port": ``start_flood``'s spoofed STARTs (rank
+    0's address, another UDP port, the job's token) against a job installed with a
+    ``worker_port`` its workers bind: every one dropped as ``BAD_SENDER``, the all-reduce after
+    them exact with no give-up.
 
 Every class reports ``held``: whether what it checks held.
 
@@ -118,11 +123,13 @@ def _data(n: int, numel: int, seed: int) -> list[torch.Tensor]:
 
 
 def _aggs(net: EmbeddedNetwork, base: int, slots: SlotConfig | None = None,
-          ranks: range | None = None) -> list[NetworkAggregator]:
+          ranks: range | None = None, port: int = 0) -> list[NetworkAggregator]:
+    """Aggregators of ``net``'s ranks, each bound to its address and UDP ``port`` (0: an
+    ephemeral one; else the job's ``worker_port``)."""
     out = []
     for r in ranks if ranks is not None else range(net.workers):
         a = net.address(r)
-        ep = UdpEndpoint(a.switch, bind=(a.ip, 0))
+        ep = UdpEndpoint(a.switch, bind=(a.ip, port))
         out.append(NetworkAggregator(ep, JobSpec(net.job_id, r, net.workers,
                                                  num_slots=net.num_slots, round_base=base,
                                                  token=net.token), slots))
@@ -714,6 +721,24 @@ def _drops(net: EmbeddedNetwork) -> dict[int, int]:
     return dict(net.status()[0].counters.get("ingress.drops", {}))
 
 
+def _spoof_starts(net: EmbeddedNetwork, aggs: list) -> int:
+    """From rank 0's address on another (ephemeral) UDP port, with the job's token: START
+    contributions 2^30 rounds ahead into every slot copy, data and norm (issue 33, 1); the
+    number sent."""
+    W = net.num_slots
+    nxt = {k: aggs[0].window.next_round[k].copy() for k in ("data", "norm")}
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind((net.address(0).ip, 0))           # rank 0's address, another UDP port
+        for slot in range(W):
+            for k in (0, 1):                      # both copies, data and norm
+                for norm in (False, True):
+                    far = int(nxt["norm" if norm else "data"][slot]) + (1 << 30) + k
+                    s.sendto(_contribution(net, slot, far, norm, flags=int(lay.Flag.START)),
+                             net.address(0).switch)
+    time.sleep(0.2)
+    return 4 * W
+
+
 def start_flood(args: argparse.Namespace) -> dict:
     from host.transport.session import ThreadAgreement, start_session
 
@@ -726,16 +751,7 @@ def start_flood(args: argparse.Namespace) -> dict:
         base = session_round_base() & ~1
         aggs = _aggs(net, base, slots)
         first = _run(aggs, lambda i: aggs[i].allreduce(xs[i], codec))
-        nxt = {k: aggs[0].window.next_round[k].copy() for k in ("data", "norm")}
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.bind((net.address(0).ip, 0))           # rank 0's address, another UDP port
-            for slot in range(W):
-                for k in (0, 1):                      # both copies, data and norm
-                    for norm in (False, True):
-                        far = int(nxt["norm" if norm else "data"][slot]) + (1 << 30) + k
-                        s.sendto(_contribution(net, slot, far, norm, flags=int(lay.Flag.START)),
-                                 net.address(0).switch)
-        time.sleep(0.2)
+        spoofed = _spoof_starts(net, aggs)
         t0 = time.monotonic()
         during = _run(aggs, lambda i: aggs[i].allreduce(xs[i], codec), timeout=args.give_up * 4 + 30)
         returned_s = time.monotonic() - t0
@@ -748,7 +764,7 @@ def start_flood(args: argparse.Namespace) -> dict:
     exact_after = _exact([[a] if not isinstance(a, BaseException) else a for a in after],
                          [simulated_allreduce(codec, xs, round=1).average])
     bound = args.give_up * 2 + 5
-    return {"workers": n, "spoofed": 4 * W, "policy": "partial", "give_up_s": args.give_up,
+    return {"workers": n, "spoofed": spoofed, "policy": "partial", "give_up_s": args.give_up,
             "returned_s": round(returned_s, 2), "hung": hung,
             "errors_during": [repr(g)[:160] for g in during if isinstance(g, BaseException)][:3],
             "exact_before": _exact([[g] if not isinstance(g, BaseException) else g
@@ -757,6 +773,41 @@ def start_flood(args: argparse.Namespace) -> dict:
                              for c in cands],
             "exact_after": exact_after,
             "held": hung == 0 and returned_s <= bound and exact_after}
+
+
+def sender_port(args: argparse.Namespace) -> dict:
+    """The start flood of :func:`start_flood` against a job installed with a ``worker_port``
+    (its workers bound to it): the sender bindings name the port, so the spoofed STARTs from
+    rank 0's address on another port are dropped as BAD_SENDER and the all-reduce after them
+    is exact, without a give-up."""
+    from host.softswitch.launch import free_udp_port
+
+    n, W = 3, 16
+    codec = THCCodec()
+    xs = _data(n, W * 256, 9)
+    slots = SlotConfig(policy="partial", deadline=0.2, give_up=args.give_up)
+    port = free_udp_port()
+    with EmbeddedNetwork(n, num_slots=W, job={"policy": "partial", "worker_port": port}) as net:
+        aggs = _aggs(net, session_round_base() & ~1, slots, port=port)
+        first = _run(aggs, lambda i: aggs[i].allreduce(xs[i], codec))
+        before = _drops(net).get(int(lay.DropReason.BAD_SENDER), 0)
+        spoofed = _spoof_starts(net, aggs)
+        t0 = time.monotonic()
+        during = _run(aggs, lambda i: aggs[i].allreduce(xs[i], codec), timeout=args.give_up * 4 + 30)
+        took = time.monotonic() - t0
+        dropped = _drops(net).get(int(lay.DropReason.BAD_SENDER), 0) - before
+        _close(aggs)
+    exact = _exact([[g] if not isinstance(g, BaseException) else g for g in during],
+                   [simulated_allreduce(codec, xs, round=1).average])
+    return {"workers": n, "worker_port": port, "spoofed": spoofed,
+            "dropped_bad_sender": dropped, "allreduce_s": round(took, 2),
+            "exact_before": _exact([[g] if not isinstance(g, BaseException) else g
+                                    for g in first],
+                                   [simulated_allreduce(codec, xs, round=0).average]),
+            "exact_during": exact,
+            "errors": [repr(g)[:160] for g in during if isinstance(g, BaseException)][:3],
+            "mitigation": "the sender binding names the job's worker_port (sender.udp_port)",
+            "held": exact and dropped >= spoofed}
 
 
 def replay(args: argparse.Namespace) -> dict:
@@ -986,7 +1037,7 @@ CLASSES = {"fuzz_member_addresses": fuzz_member_addresses, "forged_results": for
            "dead_rank_partial": dead_rank_partial, "idle_streams": idle_streams,
            "start_flood": start_flood, "replay": replay, "cross_job": cross_job,
            "token_flood": token_flood, "values_above_g": values_above_g,
-           "lapping_member": lapping_member}
+           "lapping_member": lapping_member, "sender_port": sender_port}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -77,6 +77,32 @@ def test_member_address_on_another_udp_port_without_the_token_is_dropped(single_
     assert drops_delta(before, net.drop_counts(SWITCH)) == {DropReason.BAD_SENDER: 2}
 
 
+def test_member_address_on_another_udp_port_with_the_token_is_dropped_when_bound(single_switch):
+    """issue 33: the sender binding names the UDP port too (the job's ``worker_port``): a
+    datagram of a member's address, rank and the job's token from another UDP port (a process
+    on that host that read the token) is dropped as BAD_SENDER, and a job bound to another
+    port than THC's takes its members' datagrams from that port."""
+    net = single_switch
+    hosts = WORKERS[:2]
+    job = new_job(net, hosts, token=TOKEN + 2, udp_port=lay.THC_UDP_PORT)
+    idxs = [np.full(C, 6), np.full(C, 7)]
+    before = net.drop_counts(SWITCH)
+    net.send("w0", data(net, job, "w0", 0, 2, 0, np.full(C, 15), sport=40001))
+    net.send("w1", data(net, job, "w1", 1, 2, 0, np.full(C, 15), flags=int(Flag.START),
+                        sport=lay.THC_UDP_PORT + 1))
+    got = _round(net, job, hosts, 2, 0, idxs)
+    assert_exact_results(got, hosts, idxs, bitmap=0b11, token=TOKEN + 2)
+    assert drops_delta(before, net.drop_counts(SWITCH)) == {DropReason.BAD_SENDER: 2}
+    # bound to port 7777: the members' datagrams from 7777 are summed, from THC's port not
+    other = new_job(net, hosts, token=TOKEN + 3, udp_port=7777)
+    before = net.drop_counts(SWITCH)
+    net.send("w0", data(net, other, "w0", 0, 0, 0, np.full(C, 15)))
+    for rank, h in enumerate(hosts):
+        net.send(h, data(net, other, h, rank, 0, 0, idxs[rank], sport=7777))
+    assert_exact_results(collect(net, hosts), hosts, idxs, bitmap=0b11, token=TOKEN + 3)
+    assert drops_delta(before, net.drop_counts(SWITCH)) == {DropReason.BAD_SENDER: 1}
+
+
 def test_far_future_rounds_dropped_as_ahead_and_the_slot_goes_on(single_switch):
     """H2: a contribution more than ROUND_WINDOW rounds ahead of its copy (and without START)
     is dropped as AHEAD, so it cannot make the members' next rounds STALE."""

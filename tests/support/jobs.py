@@ -29,13 +29,16 @@ def lane_bits_check(n: int, g: int) -> int:
 
 
 def new_job(net: AggregationNetwork, hosts: list[str], lane_bits: int | None = None,
-            table: list[int] = TABLE, num_slots: int = 4, token: int = TOKEN) -> SwitchJob:
+            table: list[int] = TABLE, num_slots: int = 4, token: int = TOKEN,
+            udp_port: int = 0) -> SwitchJob:
+    """A job of ``hosts`` (rank = position) on the network's switch ``SWITCH``, installed;
+    ``udp_port``: the UDP source port its sender bindings name (0: any)."""
     k = next(_ids.setdefault(net, itertools.count(0)))
     assert k < dp.MAX_JOBS, "more jobs than MAX_JOBS in p4/shared/size.p4"
     contributors = []
     for rank, name in enumerate(hosts):
         h = net.hosts[name]
-        contributors.append(Worker(rank=rank, port=h.port, ip=h.ip, mac=h.mac))
+        contributors.append(Worker(rank=rank, port=h.port, ip=h.ip, mac=h.mac, udp_port=udp_port))
     job = SwitchJob(job_id=100 + k, index=k, table=table,
                     lane_bits=lane_bits or lane_bits_check(len(hosts), max(table)),
                     self_ip=net.switch_ip(SWITCH), contributors=contributors,

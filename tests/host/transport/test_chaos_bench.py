@@ -42,6 +42,8 @@ def test_chaos_benchmark_runs_every_class_and_sums_stay_exact():
     assert r["values_above_g"]["held"] and r["values_above_g"]["dropped_malformed"] == 16
     lap = r["lapping_member"]        # obeyed, the laps reset copies and every rank gave up
     assert lap["held"] and lap["exact"] and lap["errors"] == [] and lap["dropped_ahead"] > 0
+    port = r["sender_port"]          # bound to the job's worker_port: the spoofed STARTs dropped
+    assert port["held"] and port["errors"] == [] and port["dropped_bad_sender"] >= port["spoofed"]
     assert all("held" in v for v in r.values())
 
 
