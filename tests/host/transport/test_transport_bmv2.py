@@ -31,7 +31,7 @@ import torch
 
 from host.netns import in_netns
 from host.protocol import generated_dataplane as dp
-from host.protocol.layout import COORDS_PER_PACKET, lane_bits_for
+from host.protocol.layout import COORDS_PER_PACKET, DropReason, lane_bits_for
 from host.thc import THCCodec
 from host.transport.faults import FaultyEndpoint
 from host.transport.job import JobSpec, NetworkAggregator, RawNetworkSpec
@@ -75,12 +75,13 @@ def bmv2(tmp_path_factory):
         net.stop()
 
 
-def install_job(net: Bmv2Network, n: int, codec: THCCodec) -> SwitchJob:
-    """Install a new job of workers w0..w(n-1) with the codec's table (controller's entries)."""
+def install_job(net: Bmv2Network, n: int, codec: THCCodec, udp_port: int = 0) -> SwitchJob:
+    """Install a new job of workers w0..w(n-1) with the codec's table (controller's entries);
+    ``udp_port``: the UDP source port the sender bindings name (0: any)."""
     k = next(_jobs.setdefault(net, itertools.count(0)))
     assert k < dp.MAX_JOBS, "more jobs than MAX_JOBS in p4/shared/size.p4"
-    members = [Worker(rank=r, port=net.hosts[h].port, ip=net.hosts[h].ip, mac=net.hosts[h].mac)
-               for r, h in enumerate(WORKERS[:n])]
+    members = [Worker(rank=r, port=net.hosts[h].port, ip=net.hosts[h].ip, mac=net.hosts[h].mac,
+                      udp_port=udp_port) for r, h in enumerate(WORKERS[:n])]
     lane = lane_bits_for(n, codec.cfg.granularity)
     assert lane <= net.max_data_lane_bits
     job = SwitchJob(job_id=200 + k, index=k, table=list(codec.table), lane_bits=lane,
@@ -131,6 +132,33 @@ def test_exact_integer_sums(bmv2, n):
         finally:
             close_all(aggs)
         assert_exact_sums(got, n, want)
+
+
+def test_raw_workers_send_from_the_jobs_worker_port(bmv2):
+    """issue 33: a job whose sender bindings name UDP port 7000 (the controller's
+    ``worker_port``): ``RawNetworkSpec(worker_port=7000).connect`` frames leave from it and sum
+    exactly; from THC's port (no worker port given) they are BAD_SENDER, nothing summed."""
+    n, codec = 2, THCCodec()
+    job = install_job(bmv2, n, codec, udp_port=7000)
+    xs = worker_data(n, 4097, 11)
+    encs = encode_all(codec, xs)
+    want = packed_sums(codec, encs, encs[0].layout.padded)
+    spec = replace(raw_spec(bmv2, job, n), worker_port=7000)
+    aggs = [spec.connect(r, n) for r in range(n)]
+    try:
+        got = run_workers(n, lambda r: aggs[r].sum_encoded(encs[r], codec))
+    finally:
+        close_all(aggs)
+    assert_exact_sums(got, n, want)
+    before = bmv2.drop_counts(SWITCH).get(int(DropReason.BAD_SENDER), 0)
+    spec = replace(raw_spec(bmv2, job, n), round_base=1 << 20)      # THC's port: not bound
+    aggs = [aggregator(spec, r, n, SlotConfig(give_up=1.0)) for r in range(n)]
+    try:
+        with pytest.raises(SlotTimeoutError):
+            aggs[0].sum_encoded(encs[0], codec)
+    finally:
+        close_all(aggs)
+    assert bmv2.drop_counts(SWITCH).get(int(DropReason.BAD_SENDER), 0) > before
 
 
 def test_per_datagram_raw_endpoints_sum_exactly(bmv2):
