@@ -106,6 +106,8 @@ ELECTION_GRACE_S = 5.0
 JOB_COUNTERS = ("ingress.thc_slot.contributions", "ingress.thc_output.results",
                 "ingress.thc_output.resent")
 DROP_COUNTER = "ingress.drops"
+#: Times the switch's rate limit held a source (docs/security.md; one cell; a P4Info may lack it).
+RATE_TRIPS_COUNTER = "ingress.rate_limit.trips"
 
 
 class ControllerError(RuntimeError):
@@ -344,7 +346,7 @@ class Controller:
         """Packet counts of the program's counters (index → packets), those the P4Info has."""
         names = {c.preamble.name for c in self.p4info.counters}
         return {name: await self.read_counter(client, name)
-                for name in (DROP_COUNTER, *JOB_COUNTERS) if name in names}
+                for name in (DROP_COUNTER, *JOB_COUNTERS, RATE_TRIPS_COUNTER) if name in names}
 
     @staticmethod
     async def read_counter(client: fy.Switch, name: str) -> dict[int, int]:

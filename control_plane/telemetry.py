@@ -19,14 +19,30 @@ the table their rates: a worker's goodput is exact (tensor elements summed per s
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from control_plane.controller import DROP_COUNTER, JOB_COUNTERS, Controller, SwitchResult, run_sync
-from host.protocol.layout import COORDS_PER_PACKET, DropReason
+from control_plane.controller import (
+    DROP_COUNTER,
+    JOB_COUNTERS,
+    RATE_TRIPS_COUNTER,
+    Controller,
+    SwitchResult,
+    run_sync,
+)
+from host.protocol.layout import (
+    COORDS_PER_PACKET,
+    RATE_LIMIT_FRAMES,
+    RATE_LIMIT_HOLD_US,
+    RATE_LIMIT_WINDOW_US,
+    DropReason,
+)
+
+log = logging.getLogger(__name__)
 
 #: Short names of the per-job counters, in :data:`JOB_COUNTERS` order.
 JOB_COUNTER_NAMES = tuple(c.rsplit(".", 1)[-1] for c in JOB_COUNTERS)
@@ -58,6 +74,9 @@ class SwitchState:
     reachable: bool
     error: str | None = None
     drops: dict[str, int] = field(default_factory=dict)
+    #: ``ingress.rate_limit.trips``: sources its rate limit held so far (None: the switch did
+    #: not answer or its program has no such counter)
+    rate_limit_trips: int | None = None
 
 
 @dataclass(frozen=True)
@@ -147,7 +166,9 @@ def snapshot_of(ctl: Controller, results: list[SwitchResult], now: float | None 
     """The snapshot that ``ctl.status()``'s ``results`` describe."""
     switches = tuple(
         SwitchState(r.switch, r.address, r.ok, r.error,
-                    {_reason(i): n for i, n in sorted(r.counters.get(DROP_COUNTER, {}).items()) if n})
+                    {_reason(i): n for i, n in sorted(r.counters.get(DROP_COUNTER, {}).items()) if n},
+                    r.counters[RATE_TRIPS_COUNTER].get(0, 0) if RATE_TRIPS_COUNTER in r.counters
+                    else None)
         for r in results)
     by_switch = {r.switch: r for r in results}
     jobs = []
@@ -227,8 +248,10 @@ def render_table(cur: Snapshot, prev: Snapshot | None = None) -> list[str]:
     and drops by reason."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(cur.time))
     out = [f"netco switch counters at {stamp}", ""]
-    out += table([[s.switch, s.address, "yes" if s.reachable else "NO", s.error or ""]
-                  for s in cur.switches], ["switch", "address", "reachable", "error"])
+    out += table([[s.switch, s.address, "yes" if s.reachable else "NO",
+                   "-" if s.rate_limit_trips is None else s.rate_limit_trips, s.error or ""]
+                  for s in cur.switches],
+                 ["switch", "address", "reachable", "rate-limit trips", "error"])
     r = rates(prev, cur) if prev is not None else {}
     rows = []
     for j in cur.jobs:
@@ -255,6 +278,21 @@ def render_table(cur: Snapshot, prev: Snapshot | None = None) -> list[str]:
             drows.append([s.switch, reason, n, rate])
     out.append("")
     out += table(drows, ["switch", "drop reason", "packets", "rate"]) if drows else ["no drops"]
+    return out
+
+
+def rate_limit_lines(cur: Snapshot, prev: Snapshot | None) -> list[str]:
+    """One line per switch whose rate limit held a source since ``prev`` (every switch with
+    trips when there is no ``prev``): what :func:`watch` logs (docs/security.md)."""
+    before = {s.switch: s.rate_limit_trips for s in prev.switches} if prev is not None else {}
+    out = []
+    for s in cur.switches:
+        held = (s.rate_limit_trips or 0) - (before.get(s.switch) or 0)
+        if s.rate_limit_trips is not None and held > 0:
+            out.append(f"{s.switch}: the rate limit held {held} more source(s) ({s.rate_limit_trips} "
+                       f"so far): each sent more than {RATE_LIMIT_FRAMES} frames failing validation "
+                       f"within {RATE_LIMIT_WINDOW_US / 1e6:g} s; their frames are dropped as "
+                       f"RATE_LIMITED for {RATE_LIMIT_HOLD_US / 1e6:g} s")
     return out
 
 
@@ -298,6 +336,9 @@ def watch(take: Callable[[], Snapshot], interval: float, *, rounds: int = 0,
         while True:
             cur = take()
             lines = render_table(cur, prev)
+            for line in rate_limit_lines(cur, prev):
+                log.warning("%s", line)        # a log line, and in the block (a TTY redraws)
+                lines.append(line)
             if tty:
                 out.write("\x1b[H\x1b[2J")
             out.write("\n".join(lines) + "\n")
@@ -325,8 +366,8 @@ class SnapshotCollector:
 
     Each scrape calls ``take()`` (e.g. ``lambda: take_snapshot(ctl)``) and yields
     ``netco_job_contributions_total``/``results``/``resent`` (labels ``switch``, ``job``,
-    ``job_id``), ``netco_switch_drops_total`` (``switch``, ``reason``) and
-    ``netco_switch_reachable``.
+    ``job_id``), ``netco_switch_drops_total`` (``switch``, ``reason``),
+    ``netco_switch_rate_limit_trips_total`` (``switch``) and ``netco_switch_reachable``.
     """
 
     def __init__(self, take: Callable[[], Snapshot]) -> None:
@@ -348,9 +389,15 @@ class SnapshotCollector:
                                 labels=["switch", "reason"])
         up = GaugeMetricFamily("netco_switch_reachable", "1 when the switch answered the read",
                                labels=["switch"])
+        trips = CounterMetricFamily("netco_switch_rate_limit_trips", "Times a source was held by "
+                                    "the rate limit (ingress.rate_limit.trips, read over P4Runtime)",
+                                    labels=["switch"])
         for s in snap.switches:
             up.add_metric([s.switch], 1.0 if s.reachable else 0.0)
             for reason, n in s.drops.items():
                 d.add_metric([s.switch, reason], float(n))
+            if s.rate_limit_trips is not None:
+                trips.add_metric([s.switch], float(s.rate_limit_trips))
         yield d
         yield up
+        yield trips

@@ -77,6 +77,10 @@ def protocol_p4() -> str:
     out.append(f"#define THC_MAX_WORKERS {lay.MAX_WORKERS}")
     out.append(f"#define DROP_REASONS {lay.DROP_REASONS}")
     out.append(f"const bit<32> THC_ROUND_WINDOW = 0x{lay.ROUND_WINDOW:08x};")
+    out.append(f"const bit<32> RATE_LIMIT_FRAMES = {lay.RATE_LIMIT_FRAMES};")
+    out.append(f"const bit<48> RATE_LIMIT_WINDOW_US = {lay.RATE_LIMIT_WINDOW_US};")
+    out.append(f"const bit<48> RATE_LIMIT_HOLD_US = {lay.RATE_LIMIT_HOLD_US};")
+    out.append(f"#define RATE_LIMIT_SOURCES {lay.RATE_LIMIT_SOURCES}")
     out.append(f"const bit<8> THC_RANK_ALL = {lay.RANK_ALL};")
     out.append(f"const bit<8> THC_INDEX_BITS = {lay.INDEX_BITS};")
     out.append(f"const bit<8> THC_VALUE_BITS = {lay.VALUE_BITS};")
@@ -229,7 +233,8 @@ def _c_layout_body() -> list[str]:
     out.append(f"#define THC_HEADER_BYTES {lay.THC_HEADER_BYTES}")
     for name in ("THC_VERSION", "COORDS_PER_PACKET", "NORMS_PER_PACKET", "INDEX_BITS",
                  "VALUE_BITS", "MAX_WORKERS", "TABLE_ENTRIES", "RANK_ALL", "DROP_REASONS",
-                 "ROUND_WINDOW", "ROUND_BITS"):
+                 "ROUND_WINDOW", "ROUND_BITS", "RATE_LIMIT_FRAMES", "RATE_LIMIT_WINDOW_US",
+                 "RATE_LIMIT_HOLD_US", "RATE_LIMIT_SOURCES"):
         out.append(f"#define {name} {getattr(lay, name)}")
     out.append(f"#define ROUND_MASK 0x{lay.ROUND_MASK:x}LL")
     out.append(f"#define ROUND_OLDER 0x{lay.ROUND_OLDER:x}LL")

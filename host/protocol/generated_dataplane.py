@@ -10,7 +10,7 @@ controller.
 #: Hash of ``host/protocol/netco_layout.h``: a C extension built against another header
 #: reports another value and is refused (host/softswitch/controls/native.py,
 #: host/transport/slots.py).
-LAYOUT_HASH = "9bb745120df96569"
+LAYOUT_HASH = "347214eea2d690f4"
 
 # p4/shared/define.p4
 ETHERTYPE_IPV4 = 2048

@@ -35,6 +35,20 @@ THC_VERSION = 2
 #: spoofer's random round lands inside with probability 2^-16 (and it needs the token too).
 ROUND_WINDOW = 1 << 16
 
+#: Rate limit of frames that fail validation (docs/security.md, "Data plane"; issue 33, 4): a
+#: source (IPv4 address and UDP port) that sends more than ``RATE_LIMIT_FRAMES`` of them within
+#: ``RATE_LIMIT_WINDOW_US`` is held for ``RATE_LIMIT_HOLD_US``: every frame of it, its right
+#: guesses of a token included, is dropped as :attr:`DropReason.RATE_LIMITED` before
+#: validation. A member's own socket never sends such frames. Sources share
+#: ``RATE_LIMIT_SOURCES`` hash slots; a slot names its source, so a source whose slot another
+#: one holds is never held in its place. The software target's C loop (``netco switch
+#: --invalid-limit``) and the v1model program (``p4/v1model/include/control/rate_limit.p4``)
+#: both apply it.
+RATE_LIMIT_FRAMES = 1000
+RATE_LIMIT_WINDOW_US = 1_000_000
+RATE_LIMIT_HOLD_US = 2_000_000
+RATE_LIMIT_SOURCES = 4096
+
 #: Rounds are serial numbers of this many bits (RFC 1982 arithmetic modulo 2^48): the header's
 #: ``round`` carries the low 32 bits and ``round_hi`` the high 16. A round base drawn from a
 #: microsecond clock is then unique for 2^47 us (4.46 years), not 2^31 us (35.8 min), so a
@@ -173,6 +187,10 @@ class DropReason(enum.IntEnum):
     #: round more than :data:`ROUND_WINDOW` ahead of the slot copy's without
     #: :attr:`Flag.START` (far-future rounds would make every later contribution STALE).
     AHEAD = 14
+    #: the source (IPv4 address and UDP port) sent more than :data:`RATE_LIMIT_FRAMES` frames
+    #: that failed validation within :data:`RATE_LIMIT_WINDOW_US` and is held for
+    #: :data:`RATE_LIMIT_HOLD_US`: dropped before validation (issue 33, 4).
+    RATE_LIMITED = 15
 
 
 #: Size of the drop counter array (room for future reasons).

@@ -4,7 +4,7 @@
 #ifndef NETCO_LAYOUT_H
 #define NETCO_LAYOUT_H
 
-#define NETCO_LAYOUT_HASH "9bb745120df96569"
+#define NETCO_LAYOUT_HASH "347214eea2d690f4"
 /* Frames: Ethernet II, IPv4 without options, UDP, THC header, payload */
 #define MAX_DATAGRAM 2048
 #define ROW_BYTES 2048
@@ -68,6 +68,10 @@
 #define DROP_REASONS 16
 #define ROUND_WINDOW 65536
 #define ROUND_BITS 48
+#define RATE_LIMIT_FRAMES 1000
+#define RATE_LIMIT_WINDOW_US 1000000
+#define RATE_LIMIT_HOLD_US 2000000
+#define RATE_LIMIT_SOURCES 4096
 #define ROUND_MASK 0xffffffffffffLL
 #define ROUND_OLDER 0x800000000000LL
 #define MAX_COORDS_PER_PACKET 1024
@@ -103,6 +107,7 @@
 #define DROP_TTL_EXPIRED 12
 #define DROP_LANE_UNSUPPORTED 13
 #define DROP_AHEAD 14
+#define DROP_RATE_LIMITED 15
 /* Data plane (p4/shared/define.p4) */
 #define RESULT_TTL 64
 #define ST_EMPTY 0

@@ -14,7 +14,7 @@ local MAX_WORKERS = 32
 local RANK_ALL = 255
 
 local msg_types = { [1] = "DATA", [2] = "RESULT", [3] = "NORM", [4] = "NORM_RESULT", [5] = "PARTIAL", [6] = "NORM_PARTIAL" }
-local drop_reasons = { [0] = "NONE", [1] = "SHORT", [2] = "BAD_VERSION", [3] = "BAD_TYPE", [4] = "MALFORMED", [5] = "UNKNOWN_JOB", [6] = "BAD_SENDER", [7] = "BAD_SLOT", [8] = "STALE", [9] = "DUPLICATE", [10] = "NO_ROUTE", [11] = "NOT_IPV4", [12] = "TTL_EXPIRED", [13] = "LANE_UNSUPPORTED", [14] = "AHEAD" }
+local drop_reasons = { [0] = "NONE", [1] = "SHORT", [2] = "BAD_VERSION", [3] = "BAD_TYPE", [4] = "MALFORMED", [5] = "UNKNOWN_JOB", [6] = "BAD_SENDER", [7] = "BAD_SLOT", [8] = "STALE", [9] = "DUPLICATE", [10] = "NO_ROUTE", [11] = "NOT_IPV4", [12] = "TTL_EXPIRED", [13] = "LANE_UNSUPPORTED", [14] = "AHEAD", [15] = "RATE_LIMITED" }
 local up_types = { [1] = true, [3] = true, [5] = true, [6] = true }
 local norm_types = { [3] = true, [4] = true, [6] = true }
 -- types that carry count and bitmap (results, partials)

@@ -61,14 +61,16 @@ const char *const loop_stat_names[S_COUNT] = {"rx", "tx", "batches", "contributi
  * source (IPv4 address and UDP port) whose frames the reference drops before any state
  * (rejected_stateless) more than the limit (opts' invalid_limit, default RL_LIMIT_DEFAULT;
  * 0: none) times in one RL_WINDOW_NS is held for
- * RL_PENALTY_NS: every frame from it is dropped here (S_LIMITED), before validation, the
+ * RL_PENALTY_NS: every frame from it is dropped here (S_LIMITED, drops[RATE_LIMITED]),
+ * before validation, the
  * job's token included. One socket can then try at most that many tokens per RL_WINDOW_NS +
  * RL_PENALTY_NS and cannot keep the Python path busy with its junk; a member's own socket
  * never sends such frames, so a flood from its address on other ports leaves it alone. */
-#define RL_SLOTS 4096
-#define RL_LIMIT_DEFAULT 1000   /* SoftSwitch.invalid_limit, netco switch --invalid-limit */
-#define RL_WINDOW_NS 1000000000LL
-#define RL_PENALTY_NS 2000000000LL
+#define RL_SLOTS RATE_LIMIT_SOURCES   /* the constants: host/protocol/layout.py RATE_LIMIT_* */
+_Static_assert(RL_SLOTS == 4096, "rl_slot hashes to 12 bits");
+#define RL_LIMIT_DEFAULT RATE_LIMIT_FRAMES   /* netco switch --invalid-limit */
+#define RL_WINDOW_NS (RATE_LIMIT_WINDOW_US * 1000LL)
+#define RL_PENALTY_NS (RATE_LIMIT_HOLD_US * 1000LL)
 typedef struct {
     uint64_t src;          /* IPv4 address << 16 | UDP port; 0: free */
     int64_t n, window, until;
@@ -666,11 +668,14 @@ static inline rl_t *rl_slot(rl_t *rl, uint64_t src) {
 
 /* Count a rejected frame of source src at time t; a source past RL_LIMIT in its window is
  * held until t + RL_PENALTY_NS (reported once: S_TRIPS, S_TRIP_SOURCE, S_TRIP_FRAMES). A
- * slot another source shares is taken over once its window and penalty are over. */
-static void rl_note(rl_t *rl, int64_t *rl_until, uint64_t src, int64_t t, int64_t limit,
-                    const loop_t *L) {
+ * slot another source shares is taken over once its window and penalty are over. Returns
+ * RL_COUNTED, RL_TRIPPED (this frame put its source over the limit) or RL_HELD (its source is
+ * held already: the frame is dropped as RATE_LIMITED, not counted). */
+enum { RL_COUNTED, RL_TRIPPED, RL_HELD };
+static int rl_note(rl_t *rl, int64_t *rl_until, uint64_t src, int64_t t, int64_t limit,
+                   const loop_t *L) {
     rl_t *e = rl_slot(rl, src);
-    if (e->until > t) return;                       /* held (this source or another): no count */
+    if (e->until > t) return e->src == src ? RL_HELD : RL_COUNTED;   /* another's: no count */
     if (e->src != src || t - e->window >= RL_WINDOW_NS) {
         e->src = src;
         e->window = t;
@@ -682,30 +687,42 @@ static void rl_note(rl_t *rl, int64_t *rl_until, uint64_t src, int64_t t, int64_
         count(L, S_TRIPS, 1);
         __atomic_store_n(&L->sstats[S_TRIP_SOURCE], (int64_t)src, __ATOMIC_RELAXED);
         __atomic_store_n(&L->sstats[S_TRIP_FRAMES], e->n, __ATOMIC_RELAXED);
+        return RL_TRIPPED;
     }
+    return RL_COUNTED;
 }
 
-/* Drop the rows (0..n-1, whole rows) whose source is held, keeping the others in order;
- * returns the rows kept. */
-static Py_ssize_t rl_drop_held(rx_t *X, Py_ssize_t n, rl_t *rl, int64_t t, const loop_t *L) {
-    Py_ssize_t k = 0;
+/* Whether row j's source is held at t. */
+static inline int rl_is_held(const rx_t *X, Py_ssize_t j, const rl_t *rl, int64_t t) {
+    const uint64_t src = rl_source(X->buf + (size_t)j * ROW_BYTES, X->lens[j]);
+    if (!src) return 0;
+    const rl_t *e = rl_slot(rl, src);
+    return e->src == src && e->until > t;
+}
+
+/* Drop rows 0..n-1 (whole rows) that are marked (drop[j]) or, with drop NULL, whose source is
+ * held, keeping the others in order; *lo (when given) becomes the number of kept rows among
+ * the first *lo. Returns the rows kept; the dropped ones are counted as RATE_LIMITED. */
+static Py_ssize_t rl_drop(rx_t *X, Py_ssize_t n, const uint8_t *drop, const rl_t *rl, int64_t t,
+                          Py_ssize_t *lo, const loop_t *L, int64_t *drops) {
+    Py_ssize_t k = 0, klo = 0;
     for (Py_ssize_t j = 0; j < n; j++) {
-        const uint8_t *f = X->buf + (size_t)j * ROW_BYTES;
-        const uint64_t src = rl_source(f, X->lens[j]);
-        if (src) {
-            const rl_t *e = rl_slot(rl, src);
-            if (e->src == src && e->until > t) continue;
-        }
+        if (drop ? drop[j] : rl_is_held(X, j, rl, t)) continue;
         if (k != j) {
-            memcpy(X->buf + (size_t)k * ROW_BYTES, f, ROW_BYTES);
+            memcpy(X->buf + (size_t)k * ROW_BYTES, X->buf + (size_t)j * ROW_BYTES, ROW_BYTES);
             X->names[k] = X->names[j];
             X->lens[k] = X->lens[j];
             X->inports[k] = X->inports[j];
             X->stamps[k] = X->stamps[j];
         }
+        if (lo && j < *lo) klo++;
         k++;
     }
-    if (k < n) count(L, S_LIMITED, n - k);
+    if (lo) *lo = klo;
+    if (k < n) {
+        count(L, S_LIMITED, n - k);
+        add(drops, DROP_RATE_LIMITED, n - k);
+    }
     return k;
 }
 
@@ -729,6 +746,7 @@ typedef struct {
     uint8_t *pbuf;
     struct sockaddr_in *pnames;
     int64_t *pvals;
+    uint8_t *rl_mark;      /* rows the rate limit drops in the batch where a source trips */
     fp_scratch_t scratch;
     /* the rate limit's sources (kept across runs and reallocations) and when the last
      * penalty ends (0: none running) */
@@ -742,7 +760,7 @@ static void mem_release(mem_t *m) {
     free(m->msg); free(m->iov); free(m->ctrl); free(m->tbuf); free(m->tctrl); free(m->tmsg);
     free(m->tiov); free(m->tname); free(m->pfd); free(m->ord); free(m->order);
     free(m->pay);
-    free(m->pbuf); free(m->pnames); free(m->pvals);
+    free(m->pbuf); free(m->pnames); free(m->pvals); free(m->rl_mark);
     fp_scratch_free(&m->scratch);
     memset(m, 0, sizeof(*m));
 }
@@ -780,11 +798,12 @@ static int mem_ensure(mem_t *m, Py_ssize_t batch, Py_ssize_t cap, int np, int tm
     m->order = malloc((size_t)batch * sizeof(int64_t));
     m->pay = calloc((size_t)batch, sizeof(*m->pay));
     m->pbuf = malloc((size_t)batch * ROW_BYTES);
+    m->rl_mark = calloc((size_t)batch, 1);
     m->pnames = malloc((size_t)batch * sizeof(struct sockaddr_in));
     m->pvals = malloc((size_t)batch * 3 * sizeof(int64_t));
     if (!m->msg || !m->iov || !m->ctrl || !m->tbuf || !m->tctrl || !m->tmsg || !m->tiov
         || !m->tname || !m->pfd || !m->ord || !m->order || !m->pay || !m->pbuf || !m->pnames
-        || !m->pvals
+        || !m->pvals || !m->rl_mark
         || tx_alloc(&m->tx[0], cap) < 0
         || tx_alloc(&m->tx[1], cap) < 0) {
         mem_release(m);
@@ -988,7 +1007,7 @@ PyObject *py_loop(PyObject *self, PyObject *args) {
     if (take(ocs, &bufs[nb++], 1, 0, "resent") < 0) goto done;
     int64_t *c_resent = bufs[nb - 1].v.buf;
     const Py_ssize_t n_resent = bufs[nb - 1].v.len / 8;
-    if (take(ocd, &bufs[nb++], 1, 8 * (DROP_DUPLICATE + 1), "drops") < 0) goto done;
+    if (take(ocd, &bufs[nb++], 1, 8 * DROP_REASONS, "drops") < 0) goto done;
     int64_t *c_drops = bufs[nb - 1].v.buf;
     if (take(omap, &bufs[nb++], 0, 4 * 65536, "job_map") < 0) goto done;
     const int32_t *job_map = bufs[nb - 1].v.buf;
@@ -1107,7 +1126,7 @@ PyObject *py_loop(PyObject *self, PyObject *args) {
                 mem->rl_until = 0;
             } else {
                 fill_rows(&X, n);
-                n = rl_drop_held(&X, n, mem->rl, t_rl, &L);
+                n = rl_drop(&X, n, NULL, mem->rl, t_rl, NULL, &L, c_drops);
                 if (n == 0) continue;
             }
         }
@@ -1125,10 +1144,28 @@ PyObject *py_loop(PyObject *self, PyObject *args) {
                                         jobs, has_job, njobs);
                 /* the rejected rows: 0..lo-1 (lo == n: all of them) */
                 if (lo && invalid_limit) {
+                    /* count the rejected rows; a source that goes over the limit in this batch
+                     * is held from its next frame on: its later rejected rows and every row of
+                     * it the fast path would take are dropped here (RATE_LIMITED) */
                     if (!t_rl) t_rl = now_ns();
-                    for (Py_ssize_t j = 0; j < lo; j++) {
-                        const uint64_t src = rl_source(X.buf + (size_t)j * ROW_BYTES, X.lens[j]);
-                        if (src) rl_note(mem->rl, &mem->rl_until, src, t_rl, invalid_limit, &L);
+                    int tripped = 0, any = 0;
+                    for (Py_ssize_t j = 0; j < n; j++) {
+                        int held = 0;
+                        if (j < lo) {
+                            const uint64_t src = rl_source(X.buf + (size_t)j * ROW_BYTES, X.lens[j]);
+                            const int v = src ? rl_note(mem->rl, &mem->rl_until, src, t_rl,
+                                                        invalid_limit, &L) : RL_COUNTED;
+                            tripped |= v == RL_TRIPPED;
+                            held = v == RL_HELD;
+                        } else if (tripped) {
+                            held = rl_is_held(&X, j, mem->rl, t_rl);
+                        }
+                        mem->rl_mark[j] = (uint8_t)held;
+                        any |= held;
+                    }
+                    if (tripped || any) {
+                        n = rl_drop(&X, n, mem->rl_mark, mem->rl, t_rl, &lo, &L, c_drops);
+                        if (n == 0) break;
                     }
                 }
                 if (lo == 0 || lo == n) { lo = 0; break; }
@@ -1143,6 +1180,7 @@ PyObject *py_loop(PyObject *self, PyObject *args) {
                              pass ? NULL : X.pay, &tx[cur].out, &r, scratch);
         }
         if (h < 0) { err = ENOMEM; break; }
+        if (n == 0) continue;    /* every row dropped by the rate limit */
         if (h == 0) { reason = R_PENDING; pending_n = n; break; }
         const fp_job_t *J = &jobs[jn];
         count(&L, S_RX, n - lo);

@@ -39,6 +39,8 @@ CONTRIBUTIONS = "ingress.thc_slot.contributions"
 RANK_CONTRIBUTIONS = "ingress.thc_slot.rank_contributions"
 RESULTS = "ingress.thc_output.results"
 RESENT = "ingress.thc_output.resent"
+#: times a source was held by the rate limit (optional, like RANK_CONTRIBUTIONS)
+RATE_TRIPS = "ingress.rate_limit.trips"
 
 #: tables, actions and counters the data plane implements (a pushed P4Info must have them).
 REQUIRED_TABLES = (JOBS, SENDERS, TABLES, MEMBERS, ROUTES)

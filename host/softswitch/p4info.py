@@ -212,6 +212,7 @@ _PROGRAM_COUNTERS = {
     "ingress.thc_slot.rank_contributions": dp.MAX_JOBS * lay.MAX_WORKERS,
     "ingress.thc_output.results": dp.MAX_JOBS,
     "ingress.thc_output.resent": dp.MAX_JOBS,
+    "ingress.rate_limit.trips": 1,
 }
 
 

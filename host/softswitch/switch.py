@@ -159,11 +159,12 @@ class SoftSwitch:
         def arr(name: str) -> np.ndarray:
             return store.counters[idx.counter(name).id]
 
+        def optional(name: str) -> np.ndarray:
+            return arr(name) if name in idx.counter_by_name else np.zeros(0, dtype=np.int64)
+
         counters = Counters(arr(cfgmod.DROPS), arr(cfgmod.CONTRIBUTIONS), arr(cfgmod.RESULTS),
-                            arr(cfgmod.RESENT),
-                            arr(cfgmod.RANK_CONTRIBUTIONS)
-                            if cfgmod.RANK_CONTRIBUTIONS in idx.counter_by_name
-                            else np.zeros(0, dtype=np.int64))
+                            arr(cfgmod.RESENT), optional(cfgmod.RANK_CONTRIBUTIONS),
+                            optional(cfgmod.RATE_TRIPS))
         pipe = Pipeline(self.pool_slots, counters, coords=self.coords,
                         absent_silence=self.absent_silence)
         pipe.cfg = cfgmod.compile_store(store)
@@ -441,6 +442,9 @@ class SoftSwitch:
         trips = int(self.cstats[LOOP_STATS["rate_trips"]]) if "rate_trips" in LOOP_STATS else 0
         if trips == self._rate_trips:
             return
+        trip_counter = self.pipeline.counters.rate_trips   # ingress.rate_limit.trips
+        if len(trip_counter):
+            trip_counter[0] += trips - self._rate_trips
         src = int(self.cstats[LOOP_STATS["rate_trip_source"]])
         frames = int(self.cstats[LOOP_STATS["rate_trip_frames"]])
         log.warning("rate limit: %s sent more than %d frames that fail validation within 1 s; "

@@ -11,6 +11,10 @@ const bit<8> THC_VERSION = 2;
 #define THC_MAX_WORKERS 32
 #define DROP_REASONS 16
 const bit<32> THC_ROUND_WINDOW = 0x00010000;
+const bit<32> RATE_LIMIT_FRAMES = 1000;
+const bit<48> RATE_LIMIT_WINDOW_US = 1000000;
+const bit<48> RATE_LIMIT_HOLD_US = 2000000;
+#define RATE_LIMIT_SOURCES 4096
 const bit<8> THC_RANK_ALL = 255;
 const bit<8> THC_INDEX_BITS = 4;
 const bit<8> THC_VALUE_BITS = 8;
@@ -40,6 +44,7 @@ const bit<8> DROP_NOT_IPV4 = 11;
 const bit<8> DROP_TTL_EXPIRED = 12;
 const bit<8> DROP_LANE_UNSUPPORTED = 13;
 const bit<8> DROP_AHEAD = 14;
+const bit<8> DROP_RATE_LIMITED = 15;
 const bit<16> THC_UDP_LEN_LANES8 = 296;
 const bit<16> THC_UDP_LEN_LANES16 = 552;
 const bit<16> THC_UDP_LEN_LANES32 = 1064;

@@ -14,6 +14,7 @@
 #include "include/control/checksum.p4"
 #include "include/control/routing.p4"
 #include "include/control/thc_validate.p4"
+#include "include/control/rate_limit.p4"
 #include "include/control/thc_load.p4"
 #include "include/control/thc_slot.p4"
 #include "include/control/thc_accumulate.p4"
@@ -26,6 +27,7 @@ control IngressImpl(inout headers_t hdr, inout local_metadata_t meta,
                 inout standard_metadata_t std) {
     Routing() routing;
     ThcValidate() thc_validate;
+    RateLimit() rate_limit;
     ThcLoad() thc_load;
     ThcSlot() thc_slot;
     ThcAccumulate() thc_accumulate;
@@ -41,6 +43,7 @@ control IngressImpl(inout headers_t hdr, inout local_metadata_t meta,
             } else {
                 thc_validate.apply(hdr, meta, std);
             }
+            rate_limit.apply(hdr, meta, std);   // a held source's frames: RATE_LIMITED
             if (meta.drop_reason == 0) {
                 thc_load.apply(hdr, meta);
             }

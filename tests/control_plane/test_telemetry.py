@@ -25,9 +25,9 @@ from host.protocol.layout import COORDS_PER_PACKET
 
 
 def snap(t: float, contributions: int, results: int, resent: int, drops: dict | None = None,
-         reachable: bool = True) -> Snapshot:
+         reachable: bool = True, trips: int | None = None) -> Snapshot:
     sw = SwitchState("s1", "127.0.0.1:9559", reachable, None if reachable else "s1: no answer",
-                     drops or {})
+                     drops or {}, trips)
     jobs = (JobCounters("train", 7, "s1", 0, contributions, results, resent),
             JobCounters("eval", 9, "s1", 1, None, None, None))
     return Snapshot(t, (sw,), jobs)
@@ -43,7 +43,8 @@ def test_table_shows_every_counter_of_a_snapshot():
     assert row == ["train", "7", "s1", "4000", "1000", "3", "-", "-", "-"]   # no rates yet
     assert next(line for line in lines if line.startswith("eval")).split()[3:6] == ["-", "-", "-"]
     assert "DUPLICATE" in text and "STALE" in text
-    assert [line.split() for line in lines if "127.0.0.1:9559" in line] == [["s1", "127.0.0.1:9559", "yes"]]
+    assert [line.split() for line in lines if "127.0.0.1:9559" in line] == \
+        [["s1", "127.0.0.1:9559", "yes", "-"]]
 
 
 def test_columns_line_up():
@@ -122,6 +123,29 @@ def test_collector_exports_the_snapshot_in_the_prometheus_text_format():
     assert samples[("netco_switch_drops_total", (("reason", "DUPLICATE"), ("switch", "s1")))] == 5
     assert samples[("netco_switch_reachable", (("switch", "s1"),))] == 1
     assert not [k for k in samples if ("job", "eval") in k[1]]   # unknown counters are left out
+
+
+def test_rate_limit_trips_are_shown_logged_once_and_exported(caplog):
+    # issue 33 (4): ingress.rate_limit.trips in the switch table, one log line (and one line in
+    # the block) for each refresh in which it grew, and a metric
+    lines = render_table(snap(1.0, 0, 0, 0, trips=2))
+    assert [line.split() for line in lines if "127.0.0.1:9559" in line] == \
+        [["s1", "127.0.0.1:9559", "yes", "2"]]
+    snaps = iter([snap(1.0, 0, 0, 0, trips=0), snap(2.0, 0, 0, 0, trips=0),
+                  snap(3.0, 0, 0, 0, {"RATE_LIMITED": 99}, trips=1), snap(4.0, 0, 0, 0, trips=1)])
+    out = io.StringIO()
+    with caplog.at_level("WARNING", logger="control_plane.telemetry"):
+        watch(lambda: next(snaps), 1.0, rounds=4, out=out, tty=False, sleep=lambda s: None)
+    logged = [r.getMessage() for r in caplog.records]
+    assert len(logged) == 1 and logged[0].startswith("s1: the rate limit held 1 more source(s) (1 so far)")
+    assert out.getvalue().count("the rate limit held") == 1
+    text = render([SnapshotCollector(lambda: snap(1.0, 0, 0, 0, trips=3))])
+    samples = {(s.name, tuple(s.labels.items())): s.value
+               for fam in text_string_to_metric_families(text) for s in fam.samples}
+    assert samples[("netco_switch_rate_limit_trips_total", (("switch", "s1"),))] == 3
+    text = render([SnapshotCollector(lambda: snap(1.0, 0, 0, 0))])    # a program without it
+    assert not [s for fam in text_string_to_metric_families(text) for s in fam.samples
+                if s.name == "netco_switch_rate_limit_trips_total"]
 
 
 def test_metrics_arguments_have_help_and_defaults():

@@ -5,13 +5,19 @@ keeps far-future rounds from stalling a slot (H2), and a member's address on ano
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
+import pytest
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
 
 from host.protocol import codec
 from host.protocol import layout as lay
 from host.protocol.layout import DropReason, Flag, MsgType
-from tests.support.aggnet import WORKERS, SwitchJob
-from tests.support.frames import collect, thc_frame, thc_only, wait_count
+from host.softswitch.switch import SoftSwitch
+from tests.support.aggnet import WORKERS, SoftswitchNetwork, SwitchJob
+from tests.support.frames import SWITCH_MAC, collect, thc_frame, thc_only, wait_count
 from tests.support.jobs import SWITCH, assert_exact_results, expected_sums, new_job, random_indices
 
 C = lay.COORDS_PER_PACKET
@@ -166,3 +172,58 @@ def test_start_opens_a_copy_however_far_ahead(single_switch):
             np.testing.assert_array_equal(got[h][0].msg.values, expected_sums(idxs))
     assert drops_delta(before, net.drop_counts(SWITCH)) == {}
     assert thc_only(net.recv("w0", count=1, timeout=0.1)) == []
+
+
+def _rate_limited(net) -> bool:
+    """Whether the target applies the rate limit: BMv2 and the software target's C loop do;
+    the Python loop (``--no-c-loop``, the reference) has none (docs/security.md)."""
+    if isinstance(net, SoftswitchNetwork):
+        return "--no-c-loop" not in net.switch_args and SoftSwitch.c_loop_available()
+    return True
+
+
+def test_a_source_failing_validation_past_the_limit_is_held(single_switch):
+    """Issue 33 (4): a source (address and UDP port) that sends more than RATE_LIMIT_FRAMES
+    frames failing validation within a second is held for RATE_LIMIT_HOLD_US: its next frame,
+    a contribution with the job's token, is dropped as RATE_LIMITED and never summed (a right
+    token guess goes unanswered); the member on its own port is not held; the trip is counted
+    (``ingress.rate_limit.trips``); once the hold is over its frames are validated again.
+    Without the limit (the v1model program before it) the contribution was summed as rank 0's
+    and the member's own became a DUPLICATE."""
+    net = single_switch
+    if not _rate_limited(net):
+        pytest.skip("the software target's Python loop has no rate limit (docs/security.md)")
+    hosts = WORKERS[:2]
+    job = new_job(net, hosts, token=TOKEN + 5)   # no worker_port: any port of w0 is rank 0's
+    idxs = [np.full(C, 4), np.full(C, 9)]
+    guesser = 40123
+    trips = net.counter(SWITCH, "ingress.rate_limit.trips").get(0, 0)
+    before = net.drop_counts(SWITCH)
+    # frames of protocol version 1 (BAD_VERSION), paced at 1,500/s: BMv2 reads a burst of
+    # them only partly, and parses whole DATA packets more slowly than 1,000/s on a loaded
+    # machine (a source it cannot read faster than the limit is not held)
+    head = codec.pack_header(codec.Header(msg_type=MsgType.DATA, job_id=job.job_id, rank=0,
+                                          slot=3, round=0, token=job.token))
+    w0 = net.hosts["w0"]
+    junk = bytes(Ether(src=w0.mac, dst=SWITCH_MAC) / IP(src=w0.ip, dst=job.self_ip, ttl=64)
+                 / UDP(sport=guesser, dport=lay.THC_UDP_PORT)
+                 / (bytes([1]) + head[1:] + bytes(lay.COORDS_PER_PACKET // 2)))
+    flood, rate = lay.RATE_LIMIT_FRAMES + 300, 1500
+    t0 = time.monotonic()
+    for i in range(flood):
+        while time.monotonic() - t0 < i / rate:
+            pass
+        net.send("w0", junk)
+    net.send("w0", data(net, job, "w0", 0, 3, 0, np.full(C, 15), sport=guesser))   # the token
+    got = _round(net, job, hosts, 3, 0, idxs)
+    assert_exact_results(got, hosts, idxs, bitmap=0b11, count=2, token=TOKEN + 5)
+    delta = drops_delta(before, net.drop_counts(SWITCH))
+    assert set(delta) == {DropReason.BAD_VERSION, DropReason.RATE_LIMITED}, delta
+    assert delta[DropReason.BAD_VERSION] == lay.RATE_LIMIT_FRAMES + 1, delta
+    assert net.counter(SWITCH, "ingress.rate_limit.trips").get(0, 0) == trips + 1
+    time.sleep(lay.RATE_LIMIT_HOLD_US / 1e6 + 0.2)   # the hold is over: validated again
+    before = net.drop_counts(SWITCH)
+    net.send("w0", data(net, job, "w0", 0, 3, 2, np.full(C, 15), token=TOKEN, sport=guesser))
+    r2 = [np.full(C, 1), np.full(C, 2)]
+    assert_exact_results(_round(net, job, hosts, 3, 2, r2), hosts, r2, round=2)
+    assert drops_delta(before, net.drop_counts(SWITCH)) == {DropReason.BAD_SENDER: 1}

@@ -98,7 +98,7 @@ ABSENT_SILENCE = 0.05
 #: Frames failing validation one source (IPv4 address and UDP port) may send per second before
 #: the C switch loop holds it for 2 s (``_swloop.c``, RL_*; ``netco switch --invalid-limit``;
 #: docs/security.md, "Rate limit"); 0: no limit.
-INVALID_LIMIT = 1000
+INVALID_LIMIT = lay.RATE_LIMIT_FRAMES
 
 
 class Pending:
@@ -125,12 +125,15 @@ class Counters:
     #: ``ingress.thc_slot.rank_contributions``: per job index and rank (index * MAX_WORKERS +
     #: rank); empty where the P4Info has no such counter
     rank_contributions: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    #: ``ingress.rate_limit.trips``: times a source was held by the rate limit (one cell);
+    #: empty where the P4Info has no such counter
+    rate_trips: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @classmethod
     def empty(cls, jobs: int = dp.MAX_JOBS) -> Counters:
         """Counters not bound to a P4Runtime store."""
         z = lambda n: np.zeros(n, dtype=np.int64)  # noqa: E731
-        return cls(z(lay.DROP_REASONS), z(jobs), z(jobs), z(jobs), z(jobs * lay.MAX_WORKERS))
+        return cls(z(lay.DROP_REASONS), z(jobs), z(jobs), z(jobs), z(jobs * lay.MAX_WORKERS), z(1))
 
     def rank_row(self, index: int) -> np.ndarray | None:
         """Job ``index``'s row of :attr:`rank_contributions` (a view the C path counts into),

@@ -7,13 +7,15 @@ loop, where the limit lives), installed by the controller, scraped as a user scr
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 import urllib.request
 
 import pytest
 
 from control_plane.config import parse_config
-from control_plane.controller import Controller
+from control_plane.controller import DROP_COUNTER, Controller
 from host.protocol import codec as wire
 from host.protocol import layout as lay
 from host.softswitch.controls.native import LOOP_STATS
@@ -39,6 +41,61 @@ def _answered(ep: UdpEndpoint, token: int, wait: float = 0.5) -> bool:
         if any(wire.unpack_header(d).flags & lay.Flag.PEEK for d in ep.recv_many(0.05)):
             return True
     return False
+
+
+def _installed(sw: UdpSwitch) -> Controller:
+    """Install job 1 of h1 (``IP``) and h2 on ``sw`` with the controller."""
+    cfg = parse_config({
+        "switches": [{"name": "s1", "address": sw.address, "addr": "10.0.0.254",
+                      "target": "softswitch"}],
+        "hosts": [{"name": "h1", "ip": IP, "attach": "s1:1"},
+                  {"name": "h2", "ip": "127.0.0.22", "attach": "s1:2"}],
+        "jobs": [{"name": "a", "id": 1, "members": ["h1", "h2"]}]})
+    ctl = Controller(cfg)
+    assert all(r.ok for r in asyncio.run(ctl.apply()))
+    return ctl
+
+
+def _drops(ctl: Controller) -> dict[int, int]:
+    (res,) = asyncio.run(ctl.status())
+    return res.counters[DROP_COUNTER]
+
+
+def test_the_frames_after_the_trip_in_the_same_batch_are_held(tmp_path):
+    """The hold starts with the frame after the one that put the source over the limit, also
+    inside the receive batch where that happened (before: from the next batch, so a burst of
+    up to ``--batch`` frames went past it, a right guess among them answered). The switch is
+    stopped while 1,010 wrong guesses and then the right one queue up, so that it reads them
+    in large batches: exactly 1,001 are validated (``BAD_SENDER``) and the rest held (with
+    the hold from the next batch on, 1,008 were validated here)."""
+    sw = UdpSwitch(tmp_path, 2).start()
+    eps: list[UdpEndpoint] = []
+    try:
+        ctl = _installed(sw)
+        token = ctl.tokens[1]
+        dst = ("127.0.0.1", sw.ports[1])
+        guesser = UdpEndpoint(dst, bind=(IP, 0))
+        eps.append(guesser)
+        os.kill(sw.proc.pid, signal.SIGSTOP)
+        try:
+            wrong = lay.RATE_LIMIT_FRAMES + 10
+            for k in range(0, wrong, 50):
+                guesser.send_many([_peek(token ^ (0x5A5A + i)) for i in range(k, min(wrong, k + 50))])
+            guesser.send_many([_peek(token)])
+        finally:
+            os.kill(sw.proc.pid, signal.SIGCONT)
+        end = time.monotonic() + 1.0
+        answered = False
+        while time.monotonic() < end and not answered:
+            answered = any(wire.unpack_header(d).flags & lay.Flag.PEEK for d in guesser.recv_many(0.05))
+        assert not answered
+        drops = _drops(ctl)
+        assert drops[lay.DropReason.BAD_SENDER] == lay.RATE_LIMIT_FRAMES + 1
+        assert drops[lay.DropReason.RATE_LIMITED] == 10          # 9 wrong guesses, the right one
+    finally:
+        for e in eps:
+            e.close()
+        sw.stop()
 
 
 def test_a_socket_flooding_wrong_tokens_is_held_and_reported(tmp_path):
