@@ -303,10 +303,6 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
     if (!J->lut_narrow) return 0;   /* never with the P4Info's 8-bit table values */
     if (has_parent && !J->tree) return 0;
     const u64a *lut2 = (const u64a *)J->lut;
-    const uint64_t *skeys = S->skeys;
-    const uint8_t *sw = S->sw;
-    const uint16_t *sport = S->sport;
-    const Py_ssize_t nsk = S->nsk;
     int64_t *const *R = S->R;
     int64_t *st_round = R[0], *st_state = R[1], *st_contrib = R[2], *st_nc = R[3],
             *st_cnt = R[4], *st_wb = R[5], *st_tent = R[6];
@@ -364,17 +360,10 @@ int fp_batch(const fp_consts_t *K, fp_state_t *S, const fp_job_t *J, const uint8
             continue;
         }
         if (f[OFF_RANK] >= max_workers) goto not_handled;
-        uint64_t key = ((uint64_t)jn << 49) | ((uint64_t)f[OFF_RANK] << 41)
-                       | ((uint64_t)ports[j] << 32) | (uint64_t)be32(f + OFF_SRC);
-        Py_ssize_t lo = 0, hi = nsk; /* searchsorted (left) */
-        while (lo < hi) {
-            Py_ssize_t mid = (lo + hi) / 2;
-            if (skeys[mid] < key) lo = mid + 1;
-            else hi = mid;
-        }
-        if (lo >= nsk || skeys[lo] != key || sw[lo] != (t == MSG_PARTIAL)) goto not_handled;
-        /* the binding's UDP port, 0: any (issue 33); another port is BAD_SENDER in Python */
-        if (sport[lo] != 0 && sport[lo] != be16(f + OFF_SPORT)) goto not_handled;
+        /* the binding, its UDP port included (issue 33): another is BAD_SENDER in Python */
+        if (!fp_sender_bound(S, jn, f[OFF_RANK], ports[j], be32(f + OFF_SRC), t == MSG_PARTIAL,
+                             be16(f + OFF_SPORT)))
+            goto not_handled;
     }
 
     /* 2. the slot logic (ThcSlot._aggregate), packet by packet in arrival order, on the

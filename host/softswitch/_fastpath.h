@@ -77,6 +77,23 @@ typedef struct {
     uint32_t *sums;                 /* rows of coords; data copies as wide as their lanes */
 } fp_state_t;
 
+/* Whether (job number jn, rank, ingress port, source address) is a bound sender of the kind
+ * the message type asks for (a child switch for partials) and sends from the UDP port its
+ * binding names (0: any; issue 33): ThcValidate's senders lookup. */
+static inline int fp_sender_bound(const fp_state_t *S, long long jn, uint32_t rank, long long port,
+                                  uint32_t src, int partial, uint32_t udp_port) {
+    const uint64_t key = ((uint64_t)jn << 49) | ((uint64_t)rank << 41) | ((uint64_t)port << 32)
+                         | (uint64_t)src;
+    Py_ssize_t lo = 0, hi = S->nsk;   /* searchsorted (left) */
+    while (lo < hi) {
+        const Py_ssize_t mid = (lo + hi) / 2;
+        if (S->skeys[mid] < key) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo >= S->nsk || S->skeys[lo] != key || S->sw[lo] != partial) return 0;
+    return S->sport[lo] == 0 || S->sport[lo] == udp_port;
+}
+
 /* Scratch of one caller (the undo log of the fallback); zero-initialize, free with
  * fp_scratch_free. */
 typedef struct {

@@ -602,9 +602,9 @@ static int arrival_order(const int64_t *st, Py_ssize_t m, int64_t *order, ord_t 
  * their batch (issue 16: fuzz from member addresses made every batch it hit a Python batch).
  * 0 for everything else, including frames whose fate this cannot tell (routed traffic, jobs
  * the C path does not take). */
-static int rejected_stateless(const uint8_t *f, int64_t L, const fp_consts_t *K,
-                              const int32_t *job_map, const fp_job_t *jobs, const int *has_job,
-                              Py_ssize_t njobs) {
+static int rejected_stateless(const uint8_t *f, int64_t L, int64_t inport, const fp_consts_t *K,
+                              const fp_state_t *S, const int32_t *job_map, const fp_job_t *jobs,
+                              const int *has_job, Py_ssize_t njobs) {
     if (L < ETH_HEADER_BYTES || be16(f + OFF_ETHERTYPE) != ETHERTYPE_IPV4) return 1;
     if (L < ETH_HEADER_BYTES + IPV4_HEADER_BYTES) return 1;
     if ((f[OFF_VERIHL] & 0x0F) != IPV4_HEADER_BYTES / 4 || (be16(f + OFF_FRAG) & 0x1FFF) != 0
@@ -617,25 +617,34 @@ static int rejected_stateless(const uint8_t *f, int64_t L, const fp_consts_t *K,
     const int jn = job_map[be16(f + OFF_JOB_ID)];
     if (jn < 0) return 1;                                         /* UNKNOWN_JOB */
     if (jn >= njobs || !has_job[jn]) return 0;
-    return (long long)be32(f + OFF_TOKEN) != jobs[jn].token;      /* BAD_SENDER (or earlier) */
+    if ((long long)be32(f + OFF_TOKEN) != jobs[jn].token) return 1;   /* BAD_SENDER (or earlier) */
+    /* the job's token, from an address, rank, ingress port or UDP port the sender table does
+     * not bind (issue 33: a token holder beside a member, on another port): BAD_SENDER or an
+     * earlier reason, so this frame, too, is counted by the rate limit */
+    const uint32_t t = f[OFF_MSG_TYPE];
+    if (t != MSG_DATA && t != MSG_NORM && t != MSG_PARTIAL && t != MSG_NORM_PARTIAL) return 0;
+    if (f[OFF_RANK] >= MAX_WORKERS) return 1;                     /* MALFORMED */
+    return !fp_sender_bound(S, jobs[jn].jn, f[OFF_RANK], inport, be32(f + OFF_SRC),
+                            t == MSG_PARTIAL || t == MSG_NORM_PARTIAL, be16(f + OFF_SPORT));
 }
 
 /* Move the batch's rows that rejected_stateless() marks to the front (rows 0..m-1), the others
  * after them, each group in arrival order; returns m. */
 static Py_ssize_t partition_rejected(rx_t *X, Py_ssize_t n, uint8_t *pbuf,
                                      struct sockaddr_in *pnames, int64_t *pvals,
-                                     const fp_consts_t *K, const int32_t *job_map,
+                                     const fp_consts_t *K, const fp_state_t *S,
+                                     const int32_t *job_map,
                                      const fp_job_t *jobs, const int *has_job, Py_ssize_t njobs) {
     Py_ssize_t m = 0;
     for (Py_ssize_t j = 0; j < n; j++)
-        m += rejected_stateless(X->buf + (size_t)j * ROW_BYTES, X->lens[j], K, job_map, jobs,
-                                has_job, njobs);
+        m += rejected_stateless(X->buf + (size_t)j * ROW_BYTES, X->lens[j], X->inports[j], K, S,
+                                job_map, jobs, has_job, njobs);
     if (m == 0 || m == n) return m;
     Py_ssize_t a = 0, b = m;
     for (Py_ssize_t j = 0; j < n; j++) {
         const uint8_t *f = X->buf + (size_t)j * ROW_BYTES;
-        Py_ssize_t to = rejected_stateless(f, X->lens[j], K, job_map, jobs, has_job, njobs)
-                            ? a++ : b++;
+        Py_ssize_t to = rejected_stateless(f, X->lens[j], X->inports[j], K, S, job_map, jobs,
+                                           has_job, njobs) ? a++ : b++;
         int64_t len = X->lens[j];
         memcpy(pbuf + (size_t)to * ROW_BYTES, f,
                (size_t)(len > 0 && len < ROW_BYTES ? len : ROW_BYTES));
@@ -1140,7 +1149,7 @@ PyObject *py_loop(PyObject *self, PyObject *args) {
         for (int pass = 0; pass < 2 && h == 0; pass++) {
             if (pass == 1) {
                 fill_rows(&X, n);   /* whole rows from here on: the partition, Python */
-                lo = partition_rejected(&X, n, mem->pbuf, mem->pnames, mem->pvals, &K, job_map,
+                lo = partition_rejected(&X, n, mem->pbuf, mem->pnames, mem->pvals, &K, &S, job_map,
                                         jobs, has_job, njobs);
                 /* the rejected rows: 0..lo-1 (lo == n: all of them) */
                 if (lo && invalid_limit) {

@@ -19,7 +19,7 @@ from control_plane.controller import DROP_COUNTER, Controller
 from host.protocol import codec as wire
 from host.protocol import layout as lay
 from host.softswitch.controls.native import LOOP_STATS
-from host.softswitch.launch import UdpSwitch, free_tcp_port
+from host.softswitch.launch import UdpSwitch, free_tcp_port, free_udp_port
 from host.transport.ports import UdpEndpoint
 
 IP = "127.0.0.21"
@@ -43,14 +43,15 @@ def _answered(ep: UdpEndpoint, token: int, wait: float = 0.5) -> bool:
     return False
 
 
-def _installed(sw: UdpSwitch) -> Controller:
-    """Install job 1 of h1 (``IP``) and h2 on ``sw`` with the controller."""
+def _installed(sw: UdpSwitch, **job) -> Controller:
+    """Install job 1 of h1 (``IP``) and h2 on ``sw`` with the controller (``job``: more of
+    its fields)."""
     cfg = parse_config({
         "switches": [{"name": "s1", "address": sw.address, "addr": "10.0.0.254",
                       "target": "softswitch"}],
         "hosts": [{"name": "h1", "ip": IP, "attach": "s1:1"},
                   {"name": "h2", "ip": "127.0.0.22", "attach": "s1:2"}],
-        "jobs": [{"name": "a", "id": 1, "members": ["h1", "h2"]}]})
+        "jobs": [{"name": "a", "id": 1, "members": ["h1", "h2"], **job}]})
     ctl = Controller(cfg)
     assert all(r.ok for r in asyncio.run(ctl.apply()))
     return ctl
@@ -92,6 +93,32 @@ def test_the_frames_after_the_trip_in_the_same_batch_are_held(tmp_path):
         drops = _drops(ctl)
         assert drops[lay.DropReason.BAD_SENDER] == lay.RATE_LIMIT_FRAMES + 1
         assert drops[lay.DropReason.RATE_LIMITED] == 10          # 9 wrong guesses, the right one
+    finally:
+        for e in eps:
+            e.close()
+        sw.stop()
+
+
+def test_the_token_from_a_port_the_binding_does_not_name_counts_toward_the_limit(tmp_path):
+    """A job with a ``worker_port``: a socket on a member's address with the job's token but
+    another UDP port (a neighbour that read the token) fails validation (``BAD_SENDER``), so
+    its flood is rate-limited like wrong tokens. Before, the C loop's pre-filter knew only
+    tokens: such frames were never counted, and each batch they hit went to the Python path."""
+    sw = UdpSwitch(tmp_path, 2).start()
+    eps: list[UdpEndpoint] = []
+    try:
+        ctl = _installed(sw, worker_port=free_udp_port())
+        token = ctl.tokens[1]
+        neighbour = UdpEndpoint(("127.0.0.1", sw.ports[1]), bind=(IP, 0))
+        eps.append(neighbour)
+        for _ in range(30):                          # 1,200 with the right token
+            neighbour.send_many([_peek(token)] * 40)
+        time.sleep(0.3)
+        drops = _drops(ctl)
+        assert drops[lay.DropReason.BAD_SENDER] == lay.RATE_LIMIT_FRAMES + 1
+        assert drops[lay.DropReason.RATE_LIMITED] >= 1
+        log = (tmp_path / "switch.log").read_text()
+        assert f"rate limit: {IP}:{neighbour.address[1]} sent more than 1000 frames" in log
     finally:
         for e in eps:
             e.close()
