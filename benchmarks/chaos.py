@@ -8,7 +8,7 @@ workers' transport and the controller, as measurements. Prints one JSON object::
      "switch_restarts":       {"restarts", "deadlocks", "exact", "repairs", ...},
      "dead_rank_partial":     {"healthy_pkt_s", "dead_pkt_s", "ratio", "exact_where_full", ...},
      "idle_streams":          {"streams", "status_s", "answered"},
-     "start_flood", "replay", "cross_job", "token_flood", "values_above_g",
+     "start_flood", "replay", "cross_job", "token_flood", "port_flood", "values_above_g",
      "lapping_member": ...}
     (every class also "held": true when what it checks held)
 
@@ -77,6 +77,11 @@ sender_port
     0's address, another UDP port, the job's token) against a job installed with a
     ``worker_port`` its workers bind: every one dropped as ``BAD_SENDER``, the all-reduce after
     them exact with no give-up.
+port_flood
+    issue 33, 4 and the port binding together: ``token_flood`` by a token holder, status
+    requests with the job's token from rank 0's address on a port its ``worker_port`` binding
+    does not name: ``BAD_SENDER``, so the rate limit holds the socket (``RATE_LIMITED``); sums
+    exact, the all-reduces within 2x of clean ones.
 
 Every class reports ``held``: whether what it checks held.
 
@@ -162,10 +167,10 @@ def _workload(n: int, numel: int, seed: int, k: int) -> tuple[THCCodec, list, li
 
 
 def _timed_allreduces(net: EmbeddedNetwork, base: int, xs: list, codec: THCCodec,
-                      k: int) -> tuple[list, float]:
+                      k: int, port: int = 0) -> tuple[list, float]:
     """``k`` all-reduces of every rank through fresh aggregators of round base ``base`` (closed
-    after): the results and the seconds they took."""
-    aggs = _aggs(net, base)
+    after; bound to UDP ``port``, 0: ephemeral): the results and the seconds they took."""
+    aggs = _aggs(net, base, port=port)
     t0 = time.monotonic()
     got = _allreduces(aggs, xs, codec, k)
     seconds = time.monotonic() - t0
@@ -956,6 +961,47 @@ def token_flood(args: argparse.Namespace) -> dict:
             "held": exact and ratio <= 2 and not res["confirmed"]}
 
 
+def port_flood(args: argparse.Namespace) -> dict:
+    """``token_flood`` by a token holder: one process on rank 0's address floods status
+    requests *with* the job's token from a port the job's ``worker_port`` binding does not
+    name, during all-reduces. They fail validation (``BAD_SENDER``), so the rate limit holds
+    the socket; before, the C loop's pre-filter knew only tokens, never counted them, and
+    sent every batch they hit to the Python path."""
+    from host.softswitch.launch import free_udp_port
+
+    n, k = 2, args.iterations
+    codec, xs, refs = _workload(n, args.elements, 9, k)
+    port = free_udp_port()
+    with EmbeddedNetwork(n, num_slots=32, job={"worker_port": port}) as net:
+        clean, clean_s = _timed_allreduces(net, 1, xs, codec, k, port=port)
+        before = _drops(net)
+        peek = wire.norm_status_request(net.job_id, 0, net.token)
+        host, sport = net.address(0).switch
+        fl = subprocess.Popen([sys.executable, "-c", _FLOODER, net.address(0).ip, host,
+                               str(sport), peek.hex(), peek.hex(), str(args.flood_rate)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            time.sleep(0.5)
+            flooded, flooded_s = _timed_allreduces(net, 1 << 20, xs, codec, k, port=port)
+            out, _ = fl.communicate("stop\n", timeout=30)
+        finally:
+            if fl.poll() is None:
+                fl.kill()
+        res = json.loads(out.strip().splitlines()[-1])
+        after = _drops(net)
+    delta = {lay.DropReason(r).name: after.get(r, 0) - before.get(r, 0) for r in after
+             if after.get(r, 0) != before.get(r, 0)}
+    exact = _exact(clean, refs) and _exact(flooded, refs)
+    ratio = flooded_s / clean_s
+    limited = delta.get("RATE_LIMITED", 0)
+    return {"workers": n, "allreduces": k, "worker_port": port, "datagrams": res["sent"],
+            "rate_per_s": args.flood_rate or "as fast as it goes",
+            "clean_s": round(clean_s, 3), "flooded_s": round(flooded_s, 3),
+            "ratio": round(ratio, 2), "exact": exact, "drops": delta,
+            "answered": res["confirmed"],
+            "held": exact and ratio <= 2 and limited > 0 and not res["confirmed"]}
+
+
 def values_above_g(args: argparse.Namespace) -> dict:
     n, W = 2, 16
     codec = THCCodec()
@@ -1037,7 +1083,8 @@ CLASSES = {"fuzz_member_addresses": fuzz_member_addresses, "forged_results": for
            "dead_rank_partial": dead_rank_partial, "idle_streams": idle_streams,
            "start_flood": start_flood, "replay": replay, "cross_job": cross_job,
            "token_flood": token_flood, "values_above_g": values_above_g,
-           "lapping_member": lapping_member, "sender_port": sender_port}
+           "lapping_member": lapping_member, "sender_port": sender_port,
+           "port_flood": port_flood}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,6 +39,8 @@ def test_chaos_benchmark_runs_every_class_and_sums_stay_exact():
     assert r["replay"]["held"]
     assert r["cross_job"]["exact"] and r["cross_job"]["peeks_answered"] > 0
     assert r["token_flood"]["exact"] and not r["token_flood"]["guess_confirmed_while_held"]
+    pf = r["port_flood"]              # the token from an unbound port: counted, then held
+    assert pf["exact"] and pf["drops"].get("RATE_LIMITED", 0) > 0 and not pf["answered"]
     assert r["values_above_g"]["held"] and r["values_above_g"]["dropped_malformed"] == 16
     lap = r["lapping_member"]        # obeyed, the laps reset copies and every rank gave up
     assert lap["held"] and lap["exact"] and lap["errors"] == [] and lap["dropped_ahead"] > 0
