@@ -75,6 +75,10 @@ def test_a_token_guesser_is_held_and_the_operator_sees_it(switch: Switch, tmp_pa
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind((m0.ip, 0))                           # another socket is not held
         assert _answered(s, right, to)
+    assert netco_main(["controller", "status", str(path)]) == 0      # the table shows it too
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[-3:] == ["drift", "rate-limit", "trips"]
+    assert table[2].split()[0] == "s1" and table[2].split()[-1] == "1"
     with caplog.at_level(logging.WARNING, logger="control_plane.telemetry"):
         assert netco_main(["controller", "status", str(path), "--watch", "0.1", "--rounds", "1"]) == 0
     shown = capsys.readouterr().out
