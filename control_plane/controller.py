@@ -135,6 +135,14 @@ class SwitchResult:
     in_sync_after: bool | None = None
 
     @property
+    def rate_limit_trips(self) -> int | None:
+        """Sources the switch's rate limit held (``ingress.rate_limit.trips``); None where it
+        was not read (unreachable, or a program without the counter)."""
+        if RATE_TRIPS_COUNTER not in self.counters:
+            return None
+        return self.counters[RATE_TRIPS_COUNTER].get(0, 0)
+
+    @property
     def ok(self) -> bool:
         """True when the switch was reached and nothing failed."""
         return self.error is None

@@ -29,7 +29,6 @@ from typing import Any, TextIO
 from control_plane.controller import (
     DROP_COUNTER,
     JOB_COUNTERS,
-    RATE_TRIPS_COUNTER,
     Controller,
     SwitchResult,
     run_sync,
@@ -167,8 +166,7 @@ def snapshot_of(ctl: Controller, results: list[SwitchResult], now: float | None 
     switches = tuple(
         SwitchState(r.switch, r.address, r.ok, r.error,
                     {_reason(i): n for i, n in sorted(r.counters.get(DROP_COUNTER, {}).items()) if n},
-                    r.counters[RATE_TRIPS_COUNTER].get(0, 0) if RATE_TRIPS_COUNTER in r.counters
-                    else None)
+                    r.rate_limit_trips)
         for r in results)
     by_switch = {r.switch: r for r in results}
     jobs = []

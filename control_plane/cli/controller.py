@@ -375,7 +375,7 @@ def run_diff(args: argparse.Namespace) -> int:
 
 def run_status(args: argparse.Namespace) -> int:
     """``netco controller status``."""
-    from control_plane.controller import DROP_COUNTER, JOB_COUNTERS, RATE_TRIPS_COUNTER, run_sync
+    from control_plane.controller import DROP_COUNTER, JOB_COUNTERS, run_sync
     from host.protocol.layout import DropReason
 
     _quiet_finsy(args)
@@ -415,8 +415,7 @@ def run_status(args: argparse.Namespace) -> int:
     for r in results:
         d = r.diff
         sync = "-" if d is None else ("in sync" if d.in_sync else f"{d.writes} to write")
-        trips = r.counters.get(RATE_TRIPS_COUNTER, {}).get(0, 0) \
-            if RATE_TRIPS_COUNTER in r.counters else "-"
+        trips = "-" if r.rate_limit_trips is None else r.rate_limit_trips
         rows.append([r.switch, r.address, "yes" if r.ok else "NO", r.pipeline or "-", r.installed,
                      len(d.foreign) if d else "-", sync, trips])
     print(_table(rows, ["switch", "address", "reachable", "pipeline", "entries", "foreign", "drift",
