@@ -128,13 +128,13 @@ def _data(n: int, numel: int, seed: int) -> list[torch.Tensor]:
 
 
 def _aggs(net: EmbeddedNetwork, base: int, slots: SlotConfig | None = None,
-          ranks: range | None = None, port: int = 0) -> list[NetworkAggregator]:
-    """Aggregators of ``net``'s ranks, each bound to its address and UDP ``port`` (0: an
-    ephemeral one; else the job's ``worker_port``)."""
+          ranks: range | None = None) -> list[NetworkAggregator]:
+    """Aggregators of ``net``'s ranks, each bound to its address and the job's ``worker_port``
+    (an ephemeral port where the job names none)."""
     out = []
     for r in ranks if ranks is not None else range(net.workers):
         a = net.address(r)
-        ep = UdpEndpoint(a.switch, bind=(a.ip, port))
+        ep = UdpEndpoint(a.switch, bind=(a.ip, a.port))
         out.append(NetworkAggregator(ep, JobSpec(net.job_id, r, net.workers,
                                                  num_slots=net.num_slots, round_base=base,
                                                  token=net.token), slots))
@@ -167,10 +167,10 @@ def _workload(n: int, numel: int, seed: int, k: int) -> tuple[THCCodec, list, li
 
 
 def _timed_allreduces(net: EmbeddedNetwork, base: int, xs: list, codec: THCCodec,
-                      k: int, port: int = 0) -> tuple[list, float]:
+                      k: int) -> tuple[list, float]:
     """``k`` all-reduces of every rank through fresh aggregators of round base ``base`` (closed
-    after; bound to UDP ``port``, 0: ephemeral): the results and the seconds they took."""
-    aggs = _aggs(net, base, port=port)
+    after): the results and the seconds they took."""
+    aggs = _aggs(net, base)
     t0 = time.monotonic()
     got = _allreduces(aggs, xs, codec, k)
     seconds = time.monotonic() - t0
@@ -785,15 +785,13 @@ def sender_port(args: argparse.Namespace) -> dict:
     (its workers bound to it): the sender bindings name the port, so the spoofed STARTs from
     rank 0's address on another port are dropped as BAD_SENDER and the all-reduce after them
     is exact, without a give-up."""
-    from host.softswitch.launch import free_udp_port
-
     n, W = 3, 16
     codec = THCCodec()
     xs = _data(n, W * 256, 9)
     slots = SlotConfig(policy="partial", deadline=0.2, give_up=args.give_up)
-    port = free_udp_port()
-    with EmbeddedNetwork(n, num_slots=W, job={"policy": "partial", "worker_port": port}) as net:
-        aggs = _aggs(net, session_round_base() & ~1, slots, port=port)
+    with EmbeddedNetwork(n, num_slots=W, job={"policy": "partial"}, worker_port=None) as net:
+        port = net.worker_port
+        aggs = _aggs(net, session_round_base() & ~1, slots)
         first = _run(aggs, lambda i: aggs[i].allreduce(xs[i], codec))
         before = _drops(net).get(int(lay.DropReason.BAD_SENDER), 0)
         spoofed = _spoof_starts(net, aggs)
@@ -967,13 +965,11 @@ def port_flood(args: argparse.Namespace) -> dict:
     name, during all-reduces. They fail validation (``BAD_SENDER``), so the rate limit holds
     the socket; before, the C loop's pre-filter knew only tokens, never counted them, and
     sent every batch they hit to the Python path."""
-    from host.softswitch.launch import free_udp_port
-
     n, k = 2, args.iterations
     codec, xs, refs = _workload(n, args.elements, 9, k)
-    port = free_udp_port()
-    with EmbeddedNetwork(n, num_slots=32, job={"worker_port": port}) as net:
-        clean, clean_s = _timed_allreduces(net, 1, xs, codec, k, port=port)
+    with EmbeddedNetwork(n, num_slots=32, worker_port=None) as net:
+        port = net.worker_port
+        clean, clean_s = _timed_allreduces(net, 1, xs, codec, k)
         before = _drops(net)
         peek = wire.norm_status_request(net.job_id, 0, net.token)
         host, sport = net.address(0).switch
@@ -982,7 +978,7 @@ def port_flood(args: argparse.Namespace) -> dict:
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
             time.sleep(0.5)
-            flooded, flooded_s = _timed_allreduces(net, 1 << 20, xs, codec, k, port=port)
+            flooded, flooded_s = _timed_allreduces(net, 1 << 20, xs, codec, k)
             out, _ = fl.communicate("stop\n", timeout=30)
         finally:
             if fl.poll() is None:

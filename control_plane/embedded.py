@@ -20,6 +20,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from control_plane.config import NetworkConfig, parse_config
 from control_plane.controller import Controller, run_sync
@@ -27,18 +28,24 @@ from host.paths import REPO
 from host.protocol import generated_dataplane as dp
 from host.protocol import layout as lay
 from host.protocol.jobs import widest_width
-from host.softswitch.launch import free_port, start_switch_process, stop_process
+from host.softswitch.launch import free_port, free_udp_port, start_switch_process, stop_process
+from host.thc.table import DEFAULT_GRANULARITY
+
+if TYPE_CHECKING:
+    from host.transport.job import NetworkSpec
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class WorkerAddress:
-    """Where worker ``rank`` sends (``switch``) and what it binds (``ip``)."""
+    """Where worker ``rank`` sends (``switch``) and what it binds (``ip``, UDP ``port``: the
+    job's ``worker_port``, 0 for any)."""
 
     rank: int
     ip: str
     switch: tuple[str, int]
+    port: int = 0
 
 
 def job_width(workers: int, granularity: int = 30, lane_bits: int = 0) -> int:
@@ -108,13 +115,20 @@ class EmbeddedNetwork:
     coords_per_packet : int
         The switch's packet width (``--coords-per-packet``; docs/protocol.md, "Packet width"),
         which every worker's ``JobSpec.coords_per_packet`` must equal (:attr:`coords_per_packet`).
+    worker_port : int or None
+        The job's ``worker_port`` (docs/security.md, "Members"): the UDP port every worker
+        binds, which the switch's sender binding then names, so another process on a member's
+        address cannot contribute in its name. None: a free one is picked at :meth:`start`
+        (what ``netco demo`` and ``netco train`` run); 0 (default): none, any port of the
+        member's address is taken (tests that open their own sockets).
     """
 
     def __init__(self, workers: int, job_id: int = 1, num_slots: int = 64,
                  thc: dict | None = None, workdir: Path | None = None, echo: bool = False,
                  in_process: bool = False, switch_args: tuple[str, ...] = (),
                  switch_ips: list[str] | None = None, worker_ips: list[str] | None = None,
-                 job: dict | None = None, coords_per_packet: int = lay.COORDS_PER_PACKET) -> None:
+                 job: dict | None = None, coords_per_packet: int = lay.COORDS_PER_PACKET,
+                 worker_port: int | None = 0) -> None:
         if not 1 <= workers <= lay.MAX_WORKERS:
             raise ValueError(f"workers={workers}: need 1..{lay.MAX_WORKERS} (the switch's bitmap)")
         self.workers = workers
@@ -123,6 +137,8 @@ class EmbeddedNetwork:
         self.num_slots = num_slots
         self.thc = thc
         self.job_extra = dict(job or {})
+        #: the job's worker_port (0: none); picked at start when asked for with None
+        self.worker_port = int(self.job_extra.pop("worker_port", 0) or 0) or worker_port
         self.echo = echo
         self.switch_args = tuple(switch_args)
         self.switch_ips = list(switch_ips or ["127.0.0.1"] * workers)
@@ -157,7 +173,23 @@ class EmbeddedNetwork:
 
     def address(self, rank: int) -> WorkerAddress:
         """Addresses of worker ``rank``."""
-        return WorkerAddress(rank, self.worker_ips[rank], (self.switch_ips[rank], self.ports[rank]))
+        return WorkerAddress(rank, self.worker_ips[rank], (self.switch_ips[rank], self.ports[rank]),
+                             self.worker_port or 0)
+
+    def network_spec(self, **kw: object) -> NetworkSpec:
+        """The job as every worker reaches it (:class:`~host.transport.job.NetworkSpec`): this
+        network's addresses, job id, slots, token, packet width, ``worker_port``, granularity
+        and lane width; ``kw`` sets the rest (``round_base``, ``policy``, ``uplink``)."""
+        from host.transport.job import NetworkSpec
+
+        addrs = [self.address(r) for r in range(self.workers)]
+        fields: dict = {"job_id": self.job_id, "num_slots": self.num_slots, "token": self.token,
+                        "coords_per_packet": self.coords_per_packet,
+                        "worker_port": self.worker_port or 0,
+                        "granularity": int((self.thc or {}).get("g", DEFAULT_GRANULARITY)),
+                        "lane_bits": int(self.job_extra.get("lane_bits", 0))}
+        fields.update(kw)
+        return NetworkSpec(tuple(a.switch for a in addrs), tuple(a.ip for a in addrs), **fields)
 
     def config_dict(self) -> dict:
         """The controller file of this network (also written to ``workdir/net.yaml``)."""
@@ -167,6 +199,8 @@ class EmbeddedNetwork:
         if self.thc:
             job["thc"] = self.thc
         job.update(self.job_extra)
+        if self.worker_port:
+            job["worker_port"] = self.worker_port
         return {
             "switches": [{"name": "s1", "address": f"127.0.0.1:{self.grpc_port}",
                           "addr": "127.0.0.254", "target": "softswitch",
@@ -181,6 +215,8 @@ class EmbeddedNetwork:
         """Start the switch, wait for its P4Runtime server, apply the controller file."""
         self.grpc_port = free_port(socket.SOCK_STREAM)
         self.ports = [free_port() for _ in range(self.workers)]
+        if self.worker_port is None:
+            self.worker_port = free_udp_port(also=self.worker_ips)
         try:
             if self.in_process:
                 self._start_in_process()

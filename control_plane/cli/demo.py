@@ -70,20 +70,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
 @contextlib.contextmanager
 def _network(args: argparse.Namespace, mode: str, say: Callable[..., None]) -> Iterator[tuple]:
     """Yield (network spec of the THC run, description, status callable)."""
-    from host.transport.job import NetworkSpec, session_round_base
+    from host.transport.job import session_round_base
 
     if mode == "loopback":
         from control_plane.embedded import EmbeddedNetwork, job_width
 
-        with EmbeddedNetwork(args.workers, num_slots=64,
+        with EmbeddedNetwork(args.workers, num_slots=64, worker_port=None,
                              coords_per_packet=job_width(args.workers)) as net:
             say(f"  software switch on loopback (pid {net.proc.pid}), configured over P4Runtime: "
-                f"{net.updates} entries")
-            addrs = [net.address(r) for r in range(args.workers)]
-            yield (NetworkSpec(tuple(a.switch for a in addrs), tuple(a.ip for a in addrs),
-                               job_id=net.job_id, num_slots=net.num_slots,
-                               round_base=session_round_base(), token=net.token,
-                               coords_per_packet=net.coords_per_packet),
+                f"{net.updates} entries; workers bound to UDP port {net.worker_port}")
+            yield (net.network_spec(round_base=session_round_base()),
                    "software switch on loopback", net.status)
         return
     raise ValueError(f"mode {mode!r}: the rack and Mininet run through run_on_rack")

@@ -108,6 +108,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                      help="the job's token, required with --switch IP:PORT (set_job.token as the "
                           "controller installed it: `netco controller apply --json`, 'tokens'); "
                           "the embedded switch's is taken from its controller")
+    net.add_argument("--worker-port", type=_worker_port, default=0, metavar="P",
+                     help="the UDP port every rank binds, the job's worker_port in the "
+                          "controller's file, which the switch binds each member to; with "
+                          "--switch IP:PORT default 0 (an ephemeral port: for a job installed "
+                          "without one); on the embedded switch default: a free port it picks")
     parser.add_argument("--out", help="JSON report path (default netco-train-TASK-RUN.json, RUN "
                         "naming the run: compare, thc, thc-network, fp16, ...: one run's report "
                         "never replaces another's; with --plot only: beside the PNG)")
@@ -213,7 +218,9 @@ def network_lines(args: argparse.Namespace, network: NetworkSpec) -> list[str]:
     if len(set(addrs)) > 1:
         addrs = [f"{a} (rank {r})" for r, a in enumerate(addrs)]
     lines = [f"netco train: THC sums through {where} at UDP {', '.join(dict.fromkeys(addrs))} (job "
-             f"{network.job_id}, {args.workers} workers bound to {', '.join(network.ips)})"]
+             f"{network.job_id}, {args.workers} workers bound to {', '.join(network.ips)}"
+             + (f", UDP port {network.worker_port}" if network.worker_port else
+                ", any UDP port (no worker_port)") + ")"]
     if args.metrics_port:
         urls = [f"http://{args.metrics_address}:{args.metrics_port + r}/metrics"
                 for r in range(args.workers)]
@@ -268,6 +275,15 @@ def _token(text: str) -> int:
                                          "give the one `netco controller apply --json` printed")
     return value
 
+
+def _worker_port(text: str) -> int:
+    """``--worker-port``: 0 (none) or a UDP port 1..65535, as the controller's file names it."""
+    if not text.isdigit() or not 0 <= int(text) <= 0xFFFF:
+        raise argparse.ArgumentTypeError(f"{text!r}: give the job's worker_port from the "
+                                         "controller's file (1..65535), or 0 for none")
+    return int(text)
+
+
 @contextlib.contextmanager
 def network_for(args: argparse.Namespace, thc: THCConfig) -> Iterator[NetworkSpec | None]:
     """The THC runs' :class:`NetworkSpec` (starting the embedded target when asked), or None."""
@@ -284,13 +300,9 @@ def network_for(args: argparse.Namespace, thc: THCConfig) -> Iterator[NetworkSpe
                  or job_width(args.workers, thc.granularity, lane))
         job = {"lane_bits": lane} if lane else {}
         with EmbeddedNetwork(args.workers, job_id=args.job_id, num_slots=args.slots,
-                             thc={"g": thc.granularity}, job=job, coords_per_packet=width) as emb:
-            addrs = [emb.address(r) for r in range(args.workers)]
-            yield NetworkSpec(tuple(a.switch for a in addrs), tuple(a.ip for a in addrs),
-                              job_id=args.job_id, num_slots=args.slots,
-                              granularity=thc.granularity, policy=args.policy,
-                              uplink=args.uplink, lane_bits=lane, token=emb.token,
-                              coords_per_packet=width)
+                             thc={"g": thc.granularity}, job=job, coords_per_packet=width,
+                             worker_port=getattr(args, "worker_port", 0) or None) as emb:
+            yield emb.network_spec(policy=args.policy, uplink=args.uplink)
         return
     switches = []
     for part in args.switch.split(","):
@@ -311,7 +323,8 @@ def network_for(args: argparse.Namespace, thc: THCConfig) -> Iterator[NetworkSpe
     yield NetworkSpec(tuple(switches), tuple(ips), job_id=args.job_id, num_slots=args.slots,
                       granularity=thc.granularity, policy=args.policy, uplink=args.uplink,
                       lane_bits=args.lane_bits, token=args.token,
-                      coords_per_packet=args.coords_per_packet or COORDS_PER_PACKET)
+                      coords_per_packet=args.coords_per_packet or COORDS_PER_PACKET,
+                      worker_port=args.worker_port)
 
 
 def session(network: NetworkSpec) -> NetworkSpec:
@@ -435,6 +448,7 @@ def run(args: argparse.Namespace) -> int:
     report["report_path"], report["plot_path"] = str(out), str(png)
     if network is not None and not args.testbed:
         report["switch"] = [f"{h}:{p}" for h, p in network.switch]
+        report["worker_port"] = network.worker_port
     plot_comparison(runs, str(png), link_mbps=args.link_mbps, target=target, time_basis=basis,
                     summaries=summaries)
     out.write_text(json.dumps(report, indent=1))

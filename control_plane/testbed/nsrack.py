@@ -162,7 +162,7 @@ class NamespaceRack(Rack):
                                         thc={"g": self.granularity},
                                         coords_per_packet=job_width(self.workers, self.granularity),
                                         switch_ips=[h.switch_ip for h in self.hosts],
-                                        worker_ips=[h.ip for h in self.hosts])
+                                        worker_ips=[h.ip for h in self.hosts], worker_port=None)
         self.embedded.start()
 
     def down(self) -> None:
@@ -181,16 +181,10 @@ class NamespaceRack(Rack):
 
     def network_spec(self, round_base: int | None = None, **kw):
         """The THC job as every worker reaches it (UDP to the switch's address on its link)."""
-        from host.transport.job import NetworkSpec, session_round_base
+        from host.transport.job import session_round_base
 
         assert self.embedded is not None, "the rack was built without a switch"
-        addrs = [self.embedded.address(r) for r in range(self.workers)]
-        return NetworkSpec(tuple(a.switch for a in addrs), tuple(a.ip for a in addrs),
-                           job_id=self.job_id, num_slots=self.num_slots,
-                           granularity=self.granularity,
-                           round_base=round_base or session_round_base(),
-                           token=self.embedded.token,
-                           coords_per_packet=self.embedded.coords_per_packet, **kw)
+        return self.embedded.network_spec(round_base=round_base or session_round_base(), **kw)
 
     def report(self) -> dict:
         return {"kind": "namespace rack", "rootless": os.environ.get("NETCO_ROOTLESS") == "1",

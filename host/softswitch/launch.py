@@ -12,6 +12,7 @@ Everything that starts a switch process uses them: the embedded network
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import socket
 import subprocess
@@ -35,20 +36,37 @@ __all__ = ["AsyncLoop", "UdpSwitch", "connect", "free_port", "free_tcp_port", "f
 _HANDED_OUT: set[int] = set()
 
 
-def free_udp_port() -> int:
+def free_udp_port(also: Iterable[str] = ()) -> int:
     """An unused UDP port on 127.0.0.1, never one this process handed out before.
 
     A port is free only while nobody binds it: after the probe socket closes the kernel may
     return the same number to the next probe, so two ends of one tunnel could get one port.
+
+    Parameters
+    ----------
+    also : iterable of str
+        More addresses the port must be free on (a job's ``worker_port`` is bound on every
+        member's address); an address this network namespace does not have is not checked.
     """
+    also = list(also)
     for _ in range(1000):
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        if port not in _HANDED_OUT:
+        if port not in _HANDED_OUT and all(_udp_free(ip, port) for ip in also):
             _HANDED_OUT.add(port)
             return port
     raise RuntimeError("no unused UDP port found")
+
+
+def _udp_free(ip: str, port: int) -> bool:
+    """Whether UDP ``ip:port`` can be bound here (True where ``ip`` is not local)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.bind((ip, port))
+        except OSError as exc:
+            return exc.errno == errno.EADDRNOTAVAIL
+    return True
 
 
 def free_tcp_port() -> int:

@@ -22,14 +22,13 @@ import torch
 
 from control_plane.cli.main import main as netco_main
 from host.ddp.attach import AttachError, connect
-from host.protocol import codec as wire
 from host.protocol import layout as lay
 from host.softswitch.launch import free_udp_port
 from host.thc import THCCodec
 from host.thc.simulate import allreduce as simulated_allreduce
 from host.transport.jobfile import load
 from tests.support.switchproc import Switch, job_config
-from tests.support.transport import worker_data
+from tests.support.transport import far_starts, worker_data
 
 SLOTS = 8
 
@@ -51,25 +50,6 @@ def _job_file(tmp_path: Path, sw: Switch, capsys, **job) -> Path:
     out = tmp_path / "demo.job"
     assert netco_main(["controller", "job", str(path), "demo", "--out", str(out)]) == 0
     capsys.readouterr()
-    return out
-
-
-def _far_starts(jf, rnd: int) -> list[bytes]:
-    """START contributions of rank 0 with the job's token, 2^30 rounds ahead, in every slot
-    copy, data and norm (issue 33, 1)."""
-    out = []
-    for slot in range(jf.num_slots):
-        for k in (0, 1):
-            far = rnd + (1 << 30) + k
-            lo, hi = lay.round_fields(far)
-            for norm in (False, True):
-                h = wire.Header(msg_type=lay.MsgType.NORM if norm else lay.MsgType.DATA,
-                                job_id=jf.job_id, rank=0, slot=slot, round=lo, round_hi=hi,
-                                slot_set=far & 1, lane_bits=32 if norm else lay.INDEX_BITS,
-                                flags=int(lay.Flag.START), token=jf.token,
-                                elem_count=lay.NORMS_PER_PACKET if norm else lay.COORDS_PER_PACKET)
-                pay = lay.NORMS.nbytes if norm else lay.COORDS_PER_PACKET // 2
-                out.append(wire.pack_header(h) + bytes(pay))
     return out
 
 
@@ -104,7 +84,8 @@ def _allreduce_twice_with_a_flood_between(jf, give_up: float) -> tuple[list, int
         both()
         assert all(isinstance(o, torch.Tensor) for o in out), out
         m0 = jf.member(0)
-        flood = _far_starts(jf, int(aggs[0].window.next_round["data"].min()))
+        flood = far_starts(jf.job_id, jf.token, jf.num_slots,
+                           int(aggs[0].window.next_round["data"].min()))
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.bind((m0.ip, 0))                   # member 0's address, another UDP port
             for d in flood:

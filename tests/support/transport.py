@@ -13,6 +13,8 @@ import pytest
 import torch
 
 from control_plane.embedded import EmbeddedNetwork
+from host.protocol import codec as wire
+from host.protocol import layout as lay
 from host.thc.codec import THCCodec
 from host.thc.lanes import aggregate_packed
 from host.thc.simulate import allreduce as simulated_allreduce
@@ -92,6 +94,27 @@ def aggregator(net: EmbeddedNetwork, rank: int, base: int, slots: SlotConfig | N
         ep = FaultyEndpoint(ep, seed=rank, **faults)
     spec = JobSpec(net.job_id, rank, net.workers, num_slots=net.num_slots, round_base=base, token=net.token)
     return NetworkAggregator(ep, spec, slots)
+
+
+def far_starts(job_id: int, token: int, num_slots: int, rnd: int, rank: int = 0,
+               coords: int = lay.COORDS_PER_PACKET) -> list[bytes]:
+    """START contributions of ``rank`` with the job's ``token``, 2^30 rounds past ``rnd``, in
+    every slot copy, data and norm, on a job of packet width ``coords``: the flood of issue 33
+    (1) that stalled every rank of a job that obeyed it."""
+    out = []
+    for slot in range(num_slots):
+        for k in (0, 1):
+            far = rnd + (1 << 30) + k
+            lo, hi = lay.round_fields(far)
+            for norm in (False, True):
+                h = wire.Header(msg_type=lay.MsgType.NORM if norm else lay.MsgType.DATA,
+                                job_id=job_id, rank=rank, slot=slot, round=lo, round_hi=hi,
+                                slot_set=far & 1, lane_bits=32 if norm else lay.INDEX_BITS,
+                                flags=int(lay.Flag.START), token=token,
+                                elem_count=lay.NORMS_PER_PACKET if norm else coords)
+                pay = lay.NORMS.nbytes if norm else coords // 2
+                out.append(wire.pack_header(h) + bytes(pay))
+    return out
 
 
 def worker_data(n: int, numel: int, seed: int) -> list[torch.Tensor]:

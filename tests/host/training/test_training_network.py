@@ -57,6 +57,7 @@ def test_cli_network_flag(tmp_path, capsys):
     assert rc == 0
     rep = json.loads(out.read_text())
     assert rep["summary"]["thc"]["aggregator"] == "network"
+    assert rep["worker_port"] > 0           # issue 33: every rank bound to the job's port
     # issue 36: it says where the switch is and where metrics are (none here), and the
     # report's plot is beside it
     err = capsys.readouterr().err
@@ -107,3 +108,52 @@ def test_pipelined_and_synchronous_hooks_agree_and_time_their_phases():
             assert set(ph) <= set(PHASES) and {"norms", "encode", "decode", "cpu"} <= set(ph)
             assert ("wait" in ph) == pipelined     # only the pipelined path waits on a thread
             assert all(v >= 0 for v in ph.values())
+
+
+def test_the_embedded_switch_binds_every_rank_to_the_jobs_port():
+    """Issue 33: ``netco train --aggregator network`` installs its embedded job with a
+    ``worker_port`` and binds every rank to it (the sender binding names the port), so a
+    process on a member's address holding the job's token but sending from another port is
+    not obeyed: its START flood 2^30 rounds ahead (which stalls a job that takes it; the
+    control case is in tests/control_plane/test_worker_port.py) leaves the next all-reduce
+    exact. Before, the embedded job named no port."""
+    import argparse
+    import socket
+
+    import torch
+
+    from control_plane.cli import train as cli
+    from host.thc import THCCodec
+    from host.thc.config import THCConfig
+    from host.thc.simulate import allreduce as simulated_allreduce
+    from tests.support.transport import far_starts, run_workers, worker_data
+
+    p = argparse.ArgumentParser()
+    cli.configure(p)
+    args = p.parse_args(["--task", "digits", "--aggregator", "network", "--workers", "2",
+                         "--slots", "8"])
+    codec = THCCodec()
+    with network_for(args, THCConfig()) as net:
+        net = session(net)
+        assert net.worker_port > 0
+        lines = cli.network_lines(args, net)
+        assert f"UDP port {net.worker_port}" in lines[0]
+        xs = worker_data(2, 8 * net.coords_per_packet, 4)
+        aggs = [net.connect(r, 2) for r in range(2)]
+        try:
+            assert [a.ep.sock.getsockname() for a in aggs] == [(ip, net.worker_port)
+                                                              for ip in net.ips]
+            run_workers(2, lambda r: aggs[r].allreduce(xs[r], codec))
+            flood = far_starts(net.job_id, net.token, net.num_slots,
+                               int(aggs[0].window.next_round["data"].min()),
+                               coords=net.coords_per_packet)
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.bind((net.ips[0], 0))            # rank 0's address, another UDP port
+                for d in flood:
+                    s.sendto(d, net.switch[0])
+            got = run_workers(2, lambda r: aggs[r].allreduce(xs[r], codec))
+        finally:
+            for a in aggs:
+                a.close(finish=False)
+    ref = simulated_allreduce(codec, xs, round=1).average
+    assert all(torch.equal(g, ref) for g in got)

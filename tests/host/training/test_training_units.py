@@ -257,6 +257,27 @@ def test_cli_refuses_token_zero(capsys):
     assert "never 0" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("value", ["70000", "-1", "p"])
+def test_cli_refuses_a_worker_port_out_of_range(capsys, value):
+    p = argparse.ArgumentParser()
+    cli.configure(p)
+    with pytest.raises(SystemExit):
+        p.parse_args(["--task", "digits", "--worker-port", value])
+    assert "worker_port" in capsys.readouterr().err
+
+
+def test_cli_worker_port_reaches_the_workers_spec():
+    """``--switch IP:PORT --worker-port P``: every rank binds P, the job's worker_port (the
+    switch binds each member to it; issue 33); without it, an ephemeral port."""
+    from host.thc.config import THCConfig
+
+    argv = ["--aggregator", "network", "--workers", "2", "--switch", "127.0.0.1:9",
+            "--token", "7"]
+    for extra, want in (([], 0), (["--worker-port", "29600"], 29600)):
+        with cli.network_for(_train_args(*argv, *extra), THCConfig()) as net:
+            assert net.worker_port == want and net.token == 7
+
+
 def test_progress_writes_plain_lines_when_not_a_terminal():
     import io
 
