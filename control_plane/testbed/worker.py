@@ -39,10 +39,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="the job's result lane width (0: derived from world and g)")
     p.add_argument("--token", type=int, default=0,
                    help="the job's token as the controller installed it (set_job.token)")
+    p.add_argument("--worker-port", type=int, default=0,
+                   help="the UDP port frames leave from: the job's worker_port, which the "
+                        "switch binds each member to (0: THC's port)")
     args = p.parse_args(argv)
 
     import numpy as np
 
+    from host.protocol.layout import THC_UDP_PORT
     from host.thc.codec import THCCodec
     from host.thc.config import THCConfig
     from host.transport.job import JobSpec, NetworkAggregator
@@ -50,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     from host.transport.slots import SlotConfig
 
     codec = THCCodec(THCConfig(bits=args.b, granularity=args.g, clip_mass=args.p))
-    ep = RawEndpoint(args.ifname, args.src_mac, args.dst_mac, args.src_ip, args.dst_ip)
+    ep = RawEndpoint(args.ifname, args.src_mac, args.dst_mac, args.src_ip, args.dst_ip,
+                     sport=args.worker_port or THC_UDP_PORT)
     spec = JobSpec(args.job_id, args.rank, args.world, args.num_slots, args.g,
                    lane_bits=args.lane_bits, token=args.token)
     agg = NetworkAggregator(ep, spec, SlotConfig(rto=args.rto, max_rto=max(0.5, 4 * args.rto),

@@ -192,7 +192,8 @@ class TestbedWorkloads:
                    "--policy", cfg.policy, "--rto", f"{cfg.rto:g}", "--size", str(size),
                    "--seed", str(seed), "--rounds", str(rounds), "--out", str(out),
                    "--lane-bits", str(jb.lane_bits),
-                   "--token", str(self.tokens.get(jb.id, 0))]
+                   "--token", str(self.tokens.get(jb.id, 0)),
+                   "--worker-port", str(jb.worker_port or 0)]
             procs[name] = (spawn(cmd, self.workdir / f"worker-{name}.log", ns_pid=self.node_pid(name)), out)
         end = time.monotonic() + timeout
         results: dict[str, dict[str, Any]] = {}
