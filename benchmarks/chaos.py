@@ -598,7 +598,8 @@ def _dead_rank_bmv2(args: argparse.Namespace, n: int, slots_n: int, deadline: fl
                             granularity=jb.thc.g, lane_bits=jb.lane_bits,
                             token=tb.tokens.get(jb.id, 0), round_base=base[0])
                 base[0] += 1 << 20             # every session above the last one's rounds
-                return [NetworkAggregator(tb.endpoint(jb.members[r]), JobSpec(rank=r, **spec),
+                return [NetworkAggregator(tb.endpoint(jb.members[r], jb.worker_port),
+                                          JobSpec(rank=r, **spec),
                                           slots) for r in ranks]
 
             out = {"target": "bmv2", "workers": n, "packets": packets,
@@ -926,6 +927,26 @@ print(json.dumps({"sent": sent, "confirmed": ok}))
 """
 
 
+def _flooded_allreduces(net: EmbeddedNetwork, flood: bytes, last: bytes, rate: float,
+                        xs: list, codec: THCCodec, k: int) -> tuple[list, float, dict]:
+    """``k`` all-reduces (as :func:`_timed_allreduces`, round base 2^20) while one process
+    (:data:`_FLOODER`; no interpreter lock shared with the workers) sends ``flood`` from rank
+    0's address at ``rate`` per second (0: as fast as it goes), then ``last`` from the same
+    socket: the results, their seconds and the flooder's ``{"sent", "confirmed"}``."""
+    host, port = net.address(0).switch
+    fl = subprocess.Popen([sys.executable, "-c", _FLOODER, net.address(0).ip, host, str(port),
+                           flood.hex(), last.hex(), str(rate)],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.5)
+        got, seconds = _timed_allreduces(net, 1 << 20, xs, codec, k)
+        out, _ = fl.communicate("stop\n", timeout=30)
+    finally:
+        if fl.poll() is None:
+            fl.kill()
+    return got, seconds, json.loads(out.strip().splitlines()[-1])
+
+
 def token_flood(args: argparse.Namespace) -> dict:
     """One process (not a thread of the workers' process: no shared interpreter lock) floods
     wrong-token status requests from a member's address as fast as it can, then sends the
@@ -936,19 +957,8 @@ def token_flood(args: argparse.Namespace) -> dict:
         clean, clean_s = _timed_allreduces(net, 1, xs, codec, k)
         wrong = wire.norm_status_request(net.job_id, 0, net.token ^ 0x5A5A)
         right = wire.norm_status_request(net.job_id, 0, net.token)
-        host, port = net.address(0).switch
-        fl = subprocess.Popen([sys.executable, "-c", _FLOODER, net.address(0).ip, host, str(port),
-                               wrong.hex(), right.hex(), str(args.flood_rate)],
-                              stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-        try:
-            time.sleep(0.5)
-            flooded, flooded_s = _timed_allreduces(net, 1 << 20, xs, codec, k)
-            out, _ = fl.communicate("stop\n", timeout=30)
-        finally:
-            if fl.poll() is None:
-                fl.kill()
-        res = json.loads(out.strip().splitlines()[-1])
+        flooded, flooded_s, res = _flooded_allreduces(net, wrong, right, args.flood_rate,
+                                                      xs, codec, k)
     exact = _exact(clean, refs) and _exact(flooded, refs)
     ratio = flooded_s / clean_s
     return {"workers": n, "allreduces": k, "datagrams": res["sent"],
@@ -972,18 +982,8 @@ def port_flood(args: argparse.Namespace) -> dict:
         clean, clean_s = _timed_allreduces(net, 1, xs, codec, k)
         before = _drops(net)
         peek = wire.norm_status_request(net.job_id, 0, net.token)
-        host, sport = net.address(0).switch
-        fl = subprocess.Popen([sys.executable, "-c", _FLOODER, net.address(0).ip, host,
-                               str(sport), peek.hex(), peek.hex(), str(args.flood_rate)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        try:
-            time.sleep(0.5)
-            flooded, flooded_s = _timed_allreduces(net, 1 << 20, xs, codec, k)
-            out, _ = fl.communicate("stop\n", timeout=30)
-        finally:
-            if fl.poll() is None:
-                fl.kill()
-        res = json.loads(out.strip().splitlines()[-1])
+        flooded, flooded_s, res = _flooded_allreduces(net, peek, peek, args.flood_rate,
+                                                      xs, codec, k)
         after = _drops(net)
     delta = {lay.DropReason(r).name: after.get(r, 0) - before.get(r, 0) for r in after
              if after.get(r, 0) != before.get(r, 0)}

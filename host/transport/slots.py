@@ -740,7 +740,7 @@ class SlotWindow:
                     f"{time.time() - self.last_contact:.1f} s ago")
         who = (f"the switch names missing ranks {missing}" if missing is not None
                else f"{name} did not answer a status request either (is it running? is the "
-                    f"job installed with this token?)")
+                    f"job installed with this token, and this rank sending from its worker_port?)")
         raise SlotTimeoutError(
             f"job {self.job_id} rank {self.rank}: no result from {name} for slot {s} round {rnd} "
             f"after {self.cfg.give_up:.1f} s ({last}); {who}", missing)

@@ -157,3 +157,36 @@ def test_the_embedded_switch_binds_every_rank_to_the_jobs_port():
                 a.close(finish=False)
     ref = simulated_allreduce(codec, xs, round=1).average
     assert all(torch.equal(g, ref) for g in got)
+
+
+def test_cli_trains_through_an_operators_switch_bound_to_the_jobs_port(tmp_path, capsys):
+    """The path of an operator's switch: ``netco switch`` running, ``netco controller apply
+    --json`` of a file whose job names a ``worker_port``, then ``netco train --aggregator
+    network --switch IP:PORT,IP:PORT --token T --worker-port P``: it trains through that
+    switch with every rank bound to P (issue 33). Before, ``netco train --switch`` had no
+    ``--worker-port``, and its ranks sent from ephemeral ports that such a job refuses."""
+    from host.softswitch.launch import UdpSwitch, free_udp_port
+    from tests.support.switchproc import job_config
+
+    sw = UdpSwitch(tmp_path, 2)
+    sw.start()
+    try:
+        ips = ["127.0.0.11", "127.0.0.12"]
+        wport = free_udp_port(also=ips)
+        path = job_config(tmp_path / "net.yaml", sw, members=2,
+                          job={"num_slots": 32, "worker_port": wport})
+        assert main(["controller", "apply", str(path), "--json"]) == 0
+        token = json.loads(capsys.readouterr().out)["tokens"]["1"]
+        out = tmp_path / "r.json"
+        switches = ",".join(f"127.0.0.1:{p}" for _, p in sorted(sw.ports.items()))
+        rc = main(["train", "--task", "digits", "--workers", "2", "--compressor", "thc",
+                   "--aggregator", "network", "--switch", switches, "--worker-ips", ",".join(ips),
+                   "--job-id", "1", "--slots", "32", "--token", str(token),
+                   "--worker-port", str(wport), "--steps", "2", "--eval-every", "2",
+                   "--no-progress", "--out", str(out)])
+        assert rc == 0, capsys.readouterr().err
+        rep = json.loads(out.read_text())
+        assert rep["worker_port"] == wport and rep["summary"]["thc"]["aggregator"] == "network"
+        assert f"UDP port {wport}" in capsys.readouterr().err
+    finally:
+        sw.stop()
