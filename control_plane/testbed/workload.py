@@ -49,11 +49,12 @@ class TestbedWorkloads:
         """PID whose namespaces are node ``name``'s (the testbed provides it)."""
         raise NotImplementedError
 
-    def endpoint(self, host: str, worker_port: int | None = None):
+    def endpoint(self, host: str, worker_port: int | None):
         """A :class:`host.transport.ports.RawEndpoint` on ``host``'s interface, addressed to its
         attachment switch (opened inside the host's namespace; closed by :meth:`down`); its
-        frames leave from UDP port ``worker_port`` (a job's, which the switches' sender bindings
-        name), else THC's."""
+        frames leave from UDP port ``worker_port``: the job's, which the switches' sender
+        bindings name (None or 0, a job without one: THC's). No default: an endpoint opened
+        without the job's port is refused by a job that names one (``BAD_SENDER``)."""
         from host.protocol.layout import THC_UDP_PORT
         from host.transport.ports import RawEndpoint
 
